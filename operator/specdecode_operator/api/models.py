@@ -1,0 +1,286 @@
+"""Typed models of ``specdecode.io/v1alpha1`` SpecDecodeDeployment.
+
+These classes are the one source of truth: the CRD in ``crds/`` is generated from them (``specdecode crd``), the
+renderer consumes them, and their descriptions are what ``kubectl explain`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import rules
+
+GROUP = "specdecode.io"
+VERSION = "v1alpha1"
+KIND = "SpecDecodeDeployment"
+PLURAL = "specdecodedeployments"
+SINGULAR = "specdecodedeployment"
+SHORT_NAME = "sdd"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+PRESERVE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _cel(*group: rules.Rule) -> dict:
+    return {"x-kubernetes-validations": [r.to_crd() for r in group]}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Target(_Model):
+    """The model being served: its weights, tensor parallelism and optional quantization."""
+
+    model: str = Field(min_length=1, max_length=1024, description="Path (under /models) or name of the target model.")
+    tensorParallelSize: int = Field(
+        ge=1, le=64, description="Tensor-parallel ranks of the target; beyond placement.gpusPerNode it spans nodes."
+    )
+    quantization: str | None = Field(
+        default=None, max_length=64, description="SGLang --quantization value, e.g. modelopt_fp4 or fp8."
+    )
+    contextLength: int | None = Field(default=None, ge=1, le=4194304, description="Maximum context length in tokens.")
+
+
+class Draft(_Model):
+    """The speculative draft model and where it runs inside the target's TP ranks."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.DRAFT_RULES))
+
+    model: str = Field(min_length=1, max_length=1024, description="Path (under /models) or name of the draft model.")
+    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = Field(
+        default="EAGLE3", description="Speculative algorithm (SGLang --speculative-algorithm)."
+    )
+    tensorParallelSize: int = Field(
+        ge=1,
+        le=64,
+        description="Ranks the draft is sharded over. Less than the target TP runs the draft on its own process "
+        "group inside the target ranks and broadcasts its proposals; it must divide the target TP.",
+    )
+    ranks: list[int] | None = Field(
+        default=None,
+        max_length=64,
+        json_schema_extra={"items": {"type": "integer", "minimum": 0, "maximum": 63}},
+        description="Target TP ranks that host the draft (length = draft TP, unique, < target TP). "
+        "Unset: chosen by topology, rank 0's PCIe switch or NVLink island first.",
+    )
+
+
+class Autotune(_Model):
+    """Automatic choice of the number of speculative steps from live metrics."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.AUTOTUNE_RULES))
+
+    mode: Literal["Off", "Live", "Rollout"] = Field(
+        default="Off",
+        description="Off: report only. Live: push step tables to running pods (specdecode runtime). "
+        "Rollout: change the rendered step count and roll pods when the predicted gain exceeds the restart cost.",
+    )
+    minSteps: int = Field(default=1, ge=1, le=16, description="Lowest step count the tuner may choose.")
+    maxSteps: int = Field(default=7, ge=1, le=16, description="Highest step count the tuner may choose.")
+    intervalSeconds: int = Field(default=30, ge=5, le=3600, description="How often metrics are read and a decision is made.")
+    objective: Literal["Throughput", "Latency"] = Field(
+        default="Throughput",
+        description="Throughput maximises tokens/s; Latency picks the best tokens/s that meets maxInterTokenLatencyMs.",
+    )
+    maxInterTokenLatencyMs: float | None = Field(
+        default=None, gt=0, le=10000, description="Inter-token latency SLO in milliseconds (objective Latency)."
+    )
+
+
+class Speculative(_Model):
+    """Speculative decoding settings (SGLang --speculative-*)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.SPECULATIVE_RULES))
+
+    numSteps: int = Field(default=3, ge=1, le=16, description="Draft steps per cycle (the starting value when autotuned).")
+    eagleTopK: int = Field(default=1, ge=1, le=10, description="Candidates per draft step; 1 is a chain.")
+    numDraftTokens: int | None = Field(
+        default=None, ge=2, le=256, description="Tokens verified per cycle; must be numSteps+1 when eagleTopK is 1."
+    )
+    autotune: Autotune = Field(default_factory=Autotune, description="Step-count autotuning.")
+
+
+class Nccl(_Model):
+    """NCCL environment for the target and draft collectives."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.NCCL_RULES))
+
+    profile: Literal["Auto", "PCIe", "NVLink", "None"] = Field(
+        default="Auto", description="Profile of NCCL settings; Auto follows placement.interconnect. None: NCCL defaults."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Extra NCCL_* variables; they win over the profile's values.",
+    )
+
+
+class Placement(_Model):
+    """Where the pods run and what the GPUs are joined by."""
+
+    interconnect: Literal["PCIe", "NVLink"] = Field(default="PCIe", description="GPU interconnect inside a node.")
+    gpusPerNode: int = Field(default=8, ge=1, le=16, description="GPUs per node; a target TP beyond it spans nodes.")
+    gpuResourceName: str = Field(
+        default="nvidia.com/gpu", min_length=1, max_length=253, description="Extended resource name of the GPUs."
+    )
+    gpuProduct: str | None = Field(
+        default=None, max_length=63, description="Required value of the nvidia.com/gpu.product node label."
+    )
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node selector for the pods.")
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        json_schema_extra={"items": PRESERVE},
+        description="core/v1 Tolerations for the pods.",
+    )
+    affinity: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra=PRESERVE, description="core/v1 Affinity, merged with gpuProduct."
+    )
+
+
+class Runtime(_Model):
+    """The serving container."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.RUNTIME_RULES))
+
+    image: str = Field(default="", max_length=512, description="Runtime image; empty uses the operator's default.")
+    launcher: Literal["specdecode", "sglang"] = Field(
+        default="specdecode",
+        description="specdecode: the patched runtime (split draft, live step control, metrics). "
+        "sglang: a stock SGLang image started with python -m sglang.launch_server.",
+    )
+    port: int = Field(default=30000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible server.")
+    controlPort: int = Field(
+        default=30001, ge=1, le=65535, description="Port of the step-control endpoint (operator only)."
+    )
+    extraArgs: list[str] = Field(
+        default_factory=list, max_length=128, description="Extra SGLang arguments; managed flags are refused."
+    )
+    env: list[dict[str, Any]] = Field(
+        default_factory=list, json_schema_extra={"items": PRESERVE}, description="core/v1 EnvVar list."
+    )
+    resources: dict[str, Any] = Field(
+        default_factory=dict,
+        json_schema_extra=PRESERVE,
+        description="core/v1 ResourceRequirements for cpu/memory; the GPU count is managed.",
+    )
+    shmSize: str = Field(
+        default="32Gi",
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="Size of the /dev/shm memory volume.",
+    )
+    modelVolume: dict[str, Any] = Field(
+        default_factory=dict,
+        json_schema_extra=PRESERVE,
+        description="core/v1 volume source (persistentVolumeClaim, hostPath, ...) mounted read-only at /models.",
+    )
+
+
+class Monitoring(_Model):
+    """Prometheus integration."""
+
+    serviceMonitor: bool = Field(default=False, description="Create a monitoring.coreos.com/v1 ServiceMonitor.")
+
+
+class SpecDecodeDeploymentSpec(_Model):
+    """Desired state of a speculative-decoding deployment."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.SPEC_RULES))
+
+    replicas: int = Field(default=1, ge=0, le=1024, description="Serving replicas (each one TP group).")
+    target: Target
+    draft: Draft
+    speculative: Speculative = Field(default_factory=Speculative, description="Speculative decoding settings.")
+    nccl: Nccl = Field(default_factory=Nccl, description="NCCL profile and overrides.")
+    placement: Placement = Field(default_factory=Placement, description="GPU placement.")
+    runtime: Runtime = Field(default_factory=Runtime, description="Serving container.")
+    monitoring: Monitoring = Field(default_factory=Monitoring, description="Prometheus integration.")
+
+
+class Condition(_Model):
+    """A kstatus-style condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    lastTransitionTime: str | None = None
+    observedGeneration: int | None = None
+
+
+class Recommendation(_Model):
+    """The planner's advice on where the draft should run, from measured costs."""
+
+    draftTensorParallelSize: int | None = None
+    numSteps: int | None = None
+    predictedTokensPerSecond: float | None = None
+    currentPredictedTokensPerSecond: float | None = None
+    reason: str = ""
+
+
+class SpeculativeStatus(_Model):
+    """What the tuner measured and decided; spec is never written."""
+
+    numSteps: int | None = None
+    stepTable: list[dict[str, int]] | None = Field(
+        default=None, json_schema_extra={"items": {"type": "object", "additionalProperties": {"type": "integer"}}}
+    )
+    acceptLength: float | None = None
+    acceptRate: float | None = None
+    tokensPerSecond: float | None = None
+    lastTuneTime: str | None = None
+    recommendation: Recommendation | None = None
+    ncclLatencyMicroseconds: dict[str, float] | None = None
+
+
+class HistoryEntry(_Model):
+    """One tuning decision."""
+
+    time: str
+    bucket: str = ""
+    fromSteps: int | None = None
+    toSteps: int | None = None
+    reason: str = ""
+    predictedGain: float | None = None
+
+
+class SpecDecodeDeploymentStatus(_Model):
+    """Observed state, written by the operator through the status subresource."""
+
+    model_config = ConfigDict(extra="allow")
+
+    observedGeneration: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int | None = None
+    readyReplicas: int | None = None
+    selector: str | None = None
+    speculative: SpeculativeStatus | None = None
+    history: list[HistoryEntry] = Field(default_factory=list, max_length=50)
+
+
+class ObjectMeta(_Model):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = ""
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    uid: str | None = None
+    generation: int | None = None
+
+
+class SpecDecodeDeployment(_Model):
+    """A speculative-decoding deployment: target, draft, speculative settings, NCCL profile and GPU placement."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.ROOT_RULES))
+
+    apiVersion: Literal["specdecode.io/v1alpha1"] = API_VERSION
+    kind: Literal["SpecDecodeDeployment"] = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SpecDecodeDeploymentSpec
+    status: SpecDecodeDeploymentStatus | None = None

@@ -1,0 +1,160 @@
+"""Every cross-field rule of the API as CEL, written once.
+
+The same strings go into the CRD's ``x-kubernetes-validations`` (the API server enforces them at admission) and
+are evaluated in Python by ``specdecode validate`` and by the operator for objects that bypassed admission, so all
+three report the same message for the same mistake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Flags the operator derives from typed fields; passing them through extraArgs would silently fight the spec.
+MANAGED_FLAGS = (
+    "model-path",
+    "model",
+    "tp-size",
+    "tensor-parallel-size",
+    "tp",
+    "port",
+    "host",
+    "nnodes",
+    "node-rank",
+    "dist-init-addr",
+    "quantization",
+    "context-length",
+    "speculative-algorithm",
+    "speculative-draft-model-path",
+    "speculative-num-steps",
+    "speculative-eagle-topk",
+    "speculative-num-draft-tokens",
+    "speculative-.*",
+    "enable-metrics",
+)
+MANAGED_FLAGS_REGEX = "^--(" + "|".join(MANAGED_FLAGS) + ")(=.*)?$"
+NAME_MAX = 47  # children append up to 16 characters ("-control-token") and must stay valid DNS-1035 labels
+
+
+@dataclass(frozen=True)
+class Rule:
+    rule: str
+    message: str
+    field_path: str | None = None
+    reason: str | None = None
+
+    def to_crd(self) -> dict:
+        out: dict = {"rule": self.rule, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+ROOT_RULES = (
+    Rule(
+        f"size(self.metadata.name) <= {NAME_MAX}",
+        f"metadata.name must be at most {NAME_MAX} characters: child objects append suffixes and must stay DNS labels",
+    ),
+    Rule(
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter): "
+        "it names Services",
+    ),
+)
+
+SPEC_RULES = (
+    Rule(
+        "self.draft.tensorParallelSize <= self.target.tensorParallelSize",
+        "draft tensorParallelSize must be at most target tensorParallelSize",
+        ".draft.tensorParallelSize",
+    ),
+    Rule(
+        "self.draft.tensorParallelSize > 0 && self.target.tensorParallelSize % self.draft.tensorParallelSize == 0",
+        "draft tensorParallelSize must divide target tensorParallelSize",
+        ".draft.tensorParallelSize",
+    ),
+    Rule(
+        "!has(self.draft.ranks) || size(self.draft.ranks) == self.draft.tensorParallelSize",
+        "draft.ranks must list exactly draft.tensorParallelSize ranks",
+        ".draft.ranks",
+    ),
+    Rule(
+        "!has(self.draft.ranks) || self.draft.ranks.all(r, r < self.target.tensorParallelSize)",
+        "every draft rank must be a target TP rank: 0 <= rank < target.tensorParallelSize",
+        ".draft.ranks",
+    ),
+    Rule(
+        "self.target.tensorParallelSize <= self.placement.gpusPerNode || "
+        "self.target.tensorParallelSize % self.placement.gpusPerNode == 0",
+        "target tensorParallelSize must be at most placement.gpusPerNode or a multiple of it",
+        ".target.tensorParallelSize",
+    ),
+    Rule(
+        "self.runtime.launcher != 'sglang' || self.draft.tensorParallelSize == self.target.tensorParallelSize",
+        "runtime.launcher sglang (a stock SGLang image) runs the draft on the whole target TP group: "
+        "draft.tensorParallelSize must equal target.tensorParallelSize; use launcher specdecode for a split draft",
+        ".draft.tensorParallelSize",
+    ),
+    Rule(
+        "self.runtime.launcher != 'sglang' || self.speculative.autotune.mode != 'Live'",
+        "autotune mode Live needs the specdecode runtime's step-control endpoint; with runtime.launcher sglang "
+        "use Rollout or Off",
+        ".speculative.autotune.mode",
+    ),
+)
+
+DRAFT_RULES = (
+    Rule(
+        "!has(self.ranks) || self.ranks.all(r, self.ranks.exists_one(x, x == r))",
+        "draft.ranks must not repeat a rank",
+        ".ranks",
+    ),
+)
+
+SPECULATIVE_RULES = (
+    Rule(
+        "!has(self.numDraftTokens) || self.eagleTopK != 1 || self.numDraftTokens == self.numSteps + 1",
+        "numDraftTokens must equal numSteps + 1 when eagleTopK is 1 (a chain verifies each step plus the bonus token)",
+        ".numDraftTokens",
+    ),
+    Rule(
+        "self.autotune.mode == 'Off' || "
+        "(self.autotune.minSteps <= self.numSteps && self.numSteps <= self.autotune.maxSteps)",
+        "numSteps must lie within autotune minSteps..maxSteps when autotune is on",
+        ".numSteps",
+    ),
+)
+
+AUTOTUNE_RULES = (
+    Rule("self.minSteps <= self.maxSteps", "autotune minSteps must be at most maxSteps", ".minSteps"),
+    Rule(
+        "self.objective != 'Latency' || has(self.maxInterTokenLatencyMs)",
+        "objective Latency needs maxInterTokenLatencyMs (the inter-token latency SLO to meet)",
+        ".maxInterTokenLatencyMs",
+    ),
+)
+
+NCCL_RULES = (
+    Rule(
+        "self.env.all(k, k.matches('^NCCL_[A-Z0-9_]+$'))",
+        "nccl.env keys must match ^NCCL_[A-Z0-9_]+$ (other variables go to runtime.env)",
+        ".env",
+    ),
+    Rule(
+        "!('NCCL_NVLS_ENABLE' in self.env) || self.env['NCCL_NVLS_ENABLE'] == '0'",
+        "NVLink multicast stays off: nccl.env may set NCCL_NVLS_ENABLE only to '0'",
+        ".env",
+    ),
+)
+
+RUNTIME_RULES = (
+    Rule(
+        f"self.extraArgs.all(a, !a.matches('{MANAGED_FLAGS_REGEX}'))",
+        "runtime.extraArgs may not set flags the operator manages (--model-path, --tp-size, --port, --host, "
+        "--nnodes, --node-rank, --dist-init-addr, --quantization, --context-length, --enable-metrics, "
+        "--speculative-*): use the typed fields",
+        ".extraArgs",
+    ),
+    Rule("self.port != self.controlPort", "runtime.port and runtime.controlPort must differ", ".controlPort"),
+)

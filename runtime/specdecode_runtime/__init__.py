@@ -1,0 +1,8 @@
+"""specdecode runtime: launches a patched SGLang 0.5.23 whose EAGLE draft runs on its own process group.
+
+Importing this package must never import torch or sglang: the operator image and the CI machine use the
+pure-Python parts (NCCL profiles, goodput model, runtime config, simulator) without them.
+"""
+
+__version__ = "0.1.0"
+SGLANG_VERSION = "0.5.23"

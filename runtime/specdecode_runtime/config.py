@@ -1,0 +1,122 @@
+"""The runtime configuration file: the contract between the renderer (which writes it into a ConfigMap) and the
+launcher (which reads it in the pod). Kept free of kopf and torch so both images can import it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+CONFIG_MOUNT_DIR = "/etc/specdecode"
+CONFIG_FILE_NAME = "runtime.yaml"
+CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"
+TOKEN_MOUNT_DIR = "/var/run/secrets/specdecode"
+TOKEN_FILE_NAME = "token"
+TOKEN_PATH = f"{TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"
+DEFAULT_BUCKETS = (1, 2, 8, 32, 64)  # lower bounds of the batch-size buckets: 1, 2-7, 8-31, 32-63, 64+
+MAX_CANDIDATES = 4
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+
+def candidate_steps(min_steps: int, max_steps: int, current: int, limit: int = MAX_CANDIDATES) -> list[int]:
+    """Step counts the runtime captures CUDA graphs for: the bounds, the current value, and evenly spread values in
+    between, at most ``limit`` of them (each capture costs memory and start-up time)."""
+    lo, hi = min(min_steps, max_steps), max(min_steps, max_steps)
+    chosen = {lo, hi, min(max(current, lo), hi)}
+    span = list(range(lo, hi + 1))
+    slots = max(limit - len(chosen), 0)
+    if slots and len(span) > 2:
+        for i in range(1, slots + 1):
+            chosen.add(span[round(i * (len(span) - 1) / (slots + 1))])
+            if len(chosen) >= limit:
+                break
+    return sorted(chosen)[: max(limit, 1)] if len(chosen) > limit else sorted(chosen)
+
+
+def bucket_label(batch: int, bounds: tuple[int, ...] | list[int] = DEFAULT_BUCKETS) -> str:
+    """Batch-size bucket label for the metrics contract: bounds (1, 2, 8, 32, 64) -> 1, 2-7, 8-31, 32-63, 64+."""
+    bounds = sorted(bounds)
+    for i, lo in enumerate(bounds):
+        hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else None
+        if hi is None:
+            if batch >= lo:
+                return f"{lo}+"
+        elif lo <= batch <= hi:
+            return str(lo) if lo == hi else f"{lo}-{hi}"
+    return str(bounds[0])
+
+
+def bucket_labels(bounds: tuple[int, ...] | list[int] = DEFAULT_BUCKETS) -> list[str]:
+    bounds = sorted(bounds)
+    return [bucket_label(b, bounds) for b in bounds]
+
+
+class TargetConfig(_Model):
+    model: str
+    tensor_parallel_size: int = Field(alias="tensorParallelSize")
+    quantization: str | None = None
+    context_length: int | None = Field(default=None, alias="contextLength")
+
+
+class DraftConfig(_Model):
+    model: str
+    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = "EAGLE3"
+    tensor_parallel_size: int = Field(alias="tensorParallelSize")
+    ranks: list[int] | None = None
+
+
+class AutotuneConfig(_Model):
+    mode: Literal["Off", "Live", "Rollout"] = "Off"
+    min_steps: int = Field(default=1, alias="minSteps")
+    max_steps: int = Field(default=7, alias="maxSteps")
+
+
+class SpeculativeConfig(_Model):
+    num_steps: int = Field(alias="numSteps")
+    eagle_top_k: int = Field(default=1, alias="eagleTopK")
+    num_draft_tokens: int | None = Field(default=None, alias="numDraftTokens")
+    candidate_steps: list[int] = Field(alias="candidateSteps")
+    autotune: AutotuneConfig = AutotuneConfig()
+
+
+class NcclConfig(_Model):
+    profile: Literal["PCIe", "NVLink", "None"]
+    env: dict[str, str] = {}
+
+
+class ServerConfig(_Model):
+    port: int = 30000
+    control_port: int = Field(default=30001, alias="controlPort")
+    token_file: str = Field(default=TOKEN_PATH, alias="tokenFile")
+    buckets: list[int] = Field(default=list(DEFAULT_BUCKETS))
+
+
+class TopologyConfig(_Model):
+    nodes: int = 1
+    gpus_per_node: int = Field(default=8, alias="gpusPerNode")
+    interconnect: Literal["PCIe", "NVLink"] = "PCIe"
+
+
+class RuntimeConfig(_Model):
+    """What ``specdecode-runtime launch`` needs; written by the renderer as ``runtime.yaml``."""
+
+    api_version: Literal["specdecode.io/runtime/v1"] = Field(default="specdecode.io/runtime/v1", alias="apiVersion")
+    name: str
+    target: TargetConfig
+    draft: DraftConfig
+    speculative: SpeculativeConfig
+    nccl: NcclConfig
+    server: ServerConfig = ServerConfig()
+    topology: TopologyConfig = TopologyConfig()
+    extra_args: list[str] = Field(default=[], alias="extraArgs")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(by_alias=True, exclude_none=True, mode="json"), sort_keys=True)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "RuntimeConfig":
+        return cls.model_validate(yaml.safe_load(text))

@@ -1,0 +1,84 @@
+"""Import stubs so SGLang 0.5.23's worker modules import on a CPU-only machine (contract tests, ``check-sglang``).
+
+Never used in a serving pod: the runtime image has the real packages. ``install()`` only adds a stub for a
+package that cannot be imported for real, so calling it where the real package works changes nothing.
+
+* torchvision: SGLang imports it unconditionally (``sglang.srt.configs`` -> ``nano_nemotron_vl`` ->
+  ``multimodal/internvl_utils``). PyPI's torchvision wheels are CUDA builds whose ``_C.so`` fails beside a CPU
+  torch (``operator torchvision::nms does not exist``), so the stub replaces it. transformers reads
+  ``torchvision.__version__``, which therefore has to be a real version string.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from unittest import mock
+
+TORCHVISION_MODULES = (
+    "torchvision",
+    "torchvision.transforms",
+    "torchvision.transforms.functional",
+    "torchvision.transforms.v2",
+    "torchvision.transforms.v2.functional",
+    "torchvision.transforms.InterpolationMode",
+    "torchvision.io",
+    "torchvision.ops",
+    "torchvision.models",
+    "torchvision.utils",
+)
+STUB_VERSION = "0.28.0"
+
+
+class _Stub(types.ModuleType):
+    """A module whose every public attribute is a MagicMock named after it."""
+
+    __specdecode_stub__ = True
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = mock.MagicMock(name=f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+def _real_import_works(name: str) -> bool:
+    if name in sys.modules:
+        return not getattr(sys.modules[name], "__specdecode_stub__", False)
+    if importlib.util.find_spec(name) is None:
+        return False
+    try:
+        __import__(name)
+        return True
+    except Exception:  # noqa: BLE001 - a CUDA torchvision beside CPU torch raises RuntimeError
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            del sys.modules[key]
+        return False
+
+
+def _install(names: tuple[str, ...], version: str) -> list[str]:
+    for n in names:
+        m = _Stub(n)
+        m.__path__ = []  # type: ignore[attr-defined]
+        m.__version__ = version  # type: ignore[attr-defined]
+        m.__spec__ = importlib.machinery.ModuleSpec(n, None, is_package=True)
+        sys.modules[n] = m
+    for n in names:  # parents expose their children as attributes, like real packages
+        parent, _, child = n.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, sys.modules[n])
+    return list(names)
+
+
+def install(force: bool = False) -> list[str]:
+    """Stub torchvision where the real one cannot be imported; returns the stubbed module names."""
+    if not force and _real_import_works("torchvision"):
+        return []
+    return _install(TORCHVISION_MODULES, STUB_VERSION)
+
+
+def installed() -> bool:
+    return getattr(sys.modules.get("torchvision"), "__specdecode_stub__", False)
