@@ -1,0 +1,102 @@
+"""SpecDecodeDeployment -> Kubernetes manifests. Pure and deterministic: no I/O, same input, byte-identical output.
+
+Owner references are the caller's business (the operator adds them); ``specdecode render`` output is meant for
+``kubectl apply`` and GitOps repositories as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..api.models import SpecDecodeDeployment
+from ..images import RUNTIME_IMAGE, SGLANG_IMAGE
+from . import names, network, pod, workload
+from .runtime_config import nodes_of, runtime_config
+
+DEFAULT_OPERATOR_LABELS = {"app.kubernetes.io/name": "specdecode-operator"}
+
+# (apiVersion, kind, plural, namespaced): everything render() can produce, so the operator can find stale children.
+CHILD_KINDS: list[tuple[str, str, str, bool]] = [
+    ("v1", "ConfigMap", "configmaps", True),
+    ("v1", "Service", "services", True),
+    ("apps/v1", "Deployment", "deployments", True),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", True),
+    ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True),
+    ("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", True),
+    ("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True),
+]
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    default_image: str = RUNTIME_IMAGE
+    default_sglang_image: str = SGLANG_IMAGE
+    operator_namespace: str = "specdecode-system"
+    operator_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OPERATOR_LABELS))
+    tuned_steps: int | None = None  # Rollout mode: the tuner's step count (spec is never changed)
+
+
+def content_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _stamp(manifest: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+    md = manifest["metadata"]
+    if namespace:
+        md["namespace"] = namespace
+    md.setdefault("annotations", {})[names.INPUT_HASH_ANNOTATION] = content_hash(manifest)
+    return manifest
+
+
+def _image(sdd: SpecDecodeDeployment, options: RenderOptions) -> str:
+    if sdd.spec.runtime.image:
+        return sdd.spec.runtime.image
+    return options.default_sglang_image if sdd.spec.runtime.launcher == "sglang" else options.default_image
+
+
+def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> list[dict[str, Any]]:
+    options = options or RenderOptions()
+    name, namespace = sdd.metadata.name, sdd.metadata.namespace
+    cfg = runtime_config(sdd, options.tuned_steps)
+    nodes = nodes_of(sdd)
+    config_data = {"runtime.yaml": cfg.to_yaml()}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": names.config_map(name), "labels": names.labels(name, "config")},
+        "data": config_data,
+    }
+    template = pod.pod_template(sdd, cfg, _image(sdd, options), content_hash(config_data))
+    serving = (
+        workload.deployment(sdd, template)
+        if nodes == 1
+        else workload.leader_worker_set(sdd, template, nodes)
+    )
+    out = [
+        config_map,
+        network.client_service(sdd, nodes),
+        network.headless_service(sdd, nodes),
+        serving,
+        network.disruption_budget(sdd, nodes),
+    ]
+    if sdd.spec.runtime.launcher == "specdecode":
+        out.append(network.control_network_policy(sdd, options.operator_namespace, options.operator_labels))
+    if sdd.spec.monitoring.serviceMonitor:
+        out.append(network.service_monitor(sdd))
+    return [_stamp(m, namespace) for m in out]
+
+
+def to_yaml(manifests: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(manifests, sort_keys=False, width=120)
+
+
+def to_json(manifests: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}, indent=2)
+
+
+__all__ = ["CHILD_KINDS", "RenderOptions", "content_hash", "names", "render", "to_json", "to_yaml"]

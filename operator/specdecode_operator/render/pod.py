@@ -1,0 +1,182 @@
+"""The serving pod template: launcher command, NCCL environment, GPUs, volumes and probes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdecode_runtime.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, TOKEN_MOUNT_DIR, RuntimeConfig
+from specdecode_runtime.nccl import profile_env
+
+from ..api.models import SpecDecodeDeployment
+from . import names
+
+TERMINATION_GRACE_SECONDS = 180  # long generations in flight get to finish after the drain
+PRESTOP_DRAIN_SECONDS = 30  # endpoints are removed before the server stops accepting requests
+SGLANG_DIST_PORT = 20000
+
+
+def _sglang_cli_args(cfg: RuntimeConfig) -> list[str]:
+    from specdecode_runtime.server_args import sglang_cli_args
+
+    return sglang_cli_args(cfg)
+
+
+def gpus_per_pod(sdd: SpecDecodeDeployment, nodes: int) -> int:
+    return sdd.spec.target.tensorParallelSize if nodes == 1 else sdd.spec.placement.gpusPerNode
+
+
+def _multi_node_env(sdd: SpecDecodeDeployment) -> list[dict[str, Any]]:
+    """Node rank and rank-0 address for SGLang's --node-rank/--dist-init-addr, from the LeaderWorkerSet's pod labels
+    through the downward API. Defined in this order so the kubelet can expand the later ones from the earlier."""
+    from specdecode_runtime.server_args import DIST_INIT_ADDR_ENV, NODE_RANK_ENV
+
+    def label(key: str) -> dict[str, Any]:
+        return {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}
+
+    name = sdd.metadata.name
+    return [
+        {"name": NODE_RANK_ENV, "valueFrom": label(names.LWS_WORKER_INDEX_LABEL)},
+        {"name": "SPECDECODE_GROUP_INDEX", "valueFrom": label(names.LWS_GROUP_INDEX_LABEL)},
+        {"name": "SPECDECODE_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {
+            # The leader of group g is pod <lws>-<g>, reachable through the LeaderWorkerSet's headless Service <lws>.
+            "name": DIST_INIT_ADDR_ENV,
+            "value": f"{name}-$(SPECDECODE_GROUP_INDEX).{name}.$(SPECDECODE_POD_NAMESPACE):{SGLANG_DIST_PORT}",
+        },
+    ]
+
+
+def command_and_args(sdd: SpecDecodeDeployment, cfg: RuntimeConfig) -> tuple[list[str], list[str]]:
+    """A list, never a shell string: no quoting bugs, no injection through model paths or extra args."""
+    if sdd.spec.runtime.launcher == "sglang":
+        return ["python3", "-m", "sglang.launch_server"], _sglang_cli_args(cfg)
+    command = ["specdecode-runtime", "launch", "--config", f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"]
+    return command, []  # extraArgs travel in runtime.yaml, translated by the launcher with the typed fields
+
+
+def environment(sdd: SpecDecodeDeployment, cfg: RuntimeConfig) -> list[dict[str, Any]]:
+    """NCCL profile first, then nccl.env, then the user's runtime.env: later sources win, and a name appears once."""
+    env: dict[str, dict[str, Any]] = {}
+    nccl = profile_env(cfg.nccl.profile, multi_node=cfg.topology.nodes > 1, overrides=cfg.nccl.env)
+    for key, value in nccl.items():
+        env[key] = {"name": key, "value": value}
+    env["SPECDECODE_DEPLOYMENT"] = {"name": "SPECDECODE_DEPLOYMENT", "value": sdd.metadata.name}
+    if cfg.topology.nodes > 1:
+        for var in _multi_node_env(sdd):
+            env[var["name"]] = var
+    env["PROMETHEUS_MULTIPROC_DIR"] = {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/tmp/specdecode-metrics"}
+    for var in sdd.spec.runtime.env:
+        if isinstance(var, dict) and "name" in var:
+            env[str(var["name"])] = dict(var)
+    for key in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        env[key] = {"name": key, "value": nccl[key]}  # multicast stays off whatever runtime.env says
+    return list(env.values())
+
+
+def _affinity(sdd: SpecDecodeDeployment) -> dict[str, Any] | None:
+    affinity = {k: v for k, v in sdd.spec.placement.affinity.items()}
+    product = sdd.spec.placement.gpuProduct
+    if product:
+        term = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [product]}]}
+        node = dict(affinity.get("nodeAffinity") or {})
+        required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        existing = list(required.get("nodeSelectorTerms") or [])
+        if existing:  # terms are ORed: the product must hold inside every term
+            terms = [
+                {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *term["matchExpressions"]]}
+                for t in existing
+            ]
+        else:
+            terms = [term]
+        required["nodeSelectorTerms"] = terms
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+        affinity["nodeAffinity"] = node
+    return affinity or None
+
+
+def _resources(sdd: SpecDecodeDeployment, gpus: int) -> dict[str, Any]:
+    user = sdd.spec.runtime.resources
+    gpu = sdd.spec.placement.gpuResourceName
+    limits = {**(user.get("limits") or {}), gpu: gpus}
+    requests = {**(user.get("requests") or {}), gpu: gpus}
+    return {"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))}
+
+
+def _probes(serves_http: bool) -> dict[str, Any]:
+    if not serves_http:
+        return {}
+    health = {"httpGet": {"path": "/health", "port": "http"}}
+    return {
+        # Model loading and CUDA-graph capture take minutes: the startup probe allows 30 minutes.
+        "startupProbe": {**health, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 180},
+        "readinessProbe": {**health, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**health, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 5},
+    }
+
+
+def pod_template(
+    sdd: SpecDecodeDeployment,
+    cfg: RuntimeConfig,
+    image: str,
+    config_hash: str,
+    *,
+    serves_http: bool = True,
+) -> dict[str, Any]:
+    name = sdd.metadata.name
+    spec = sdd.spec
+    gpus = gpus_per_pod(sdd, cfg.topology.nodes)
+    command, args = command_and_args(sdd, cfg)
+    ports = [{"name": "http", "containerPort": spec.runtime.port, "protocol": "TCP"}]
+    if spec.runtime.launcher == "specdecode":
+        ports.append({"name": "control", "containerPort": spec.runtime.controlPort, "protocol": "TCP"})
+    mounts = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "runtime-config", "mountPath": CONFIG_MOUNT_DIR, "readOnly": True},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.runtime.shmSize}},
+        {"name": "runtime-config", "configMap": {"name": names.config_map(name)}},
+    ]
+    if spec.runtime.launcher == "specdecode":
+        mounts.append({"name": "control-token", "mountPath": TOKEN_MOUNT_DIR, "readOnly": True})
+        # optional: an offline render applied without the operator still starts; control then answers 401.
+        volumes.append({"name": "control-token", "secret": {"secretName": names.control_secret(name), "optional": True}})
+    if spec.runtime.modelVolume:
+        mounts.append({"name": "models", "mountPath": "/models", "readOnly": True})
+        volumes.append({"name": "models", **spec.runtime.modelVolume})
+    container: dict[str, Any] = {
+        "name": "runtime",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        **({"args": args} if args else {}),
+        "ports": ports if serves_http else [],
+        "env": environment(sdd, cfg),
+        "resources": _resources(sdd, gpus),
+        "volumeMounts": mounts,
+        **_probes(serves_http),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_DRAIN_SECONDS}}},
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if not container["ports"]:
+        container.pop("ports")
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if spec.placement.nodeSelector:
+        pod_spec["nodeSelector"] = dict(sorted(spec.placement.nodeSelector.items()))
+    if spec.placement.tolerations:
+        pod_spec["tolerations"] = list(spec.placement.tolerations)
+    affinity = _affinity(sdd)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    return {
+        "metadata": {
+            "labels": {**names.labels(name, "runtime")},
+            "annotations": {names.CONFIG_HASH_ANNOTATION: config_hash},
+        },
+        "spec": pod_spec,
+    }

@@ -1,0 +1,347 @@
+"""Turn successive counter snapshots into the goodput model's inputs: per-position acceptance and per-phase costs.
+
+Why windowed deltas and not lifetime ratios: the workload moves (phases, load), and a lifetime average would keep
+the tuner anchored to the past. Why conditional per-position rates: positions beyond the running step count are
+never attempted (censored), so E(k) for a larger k must come from a fitted decay plus exploration, not from data
+that cannot exist. Why scale the calibrated profile instead of replacing it: a running pod only shows the cost of
+the step count it runs, while the policy needs the cost of every candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from specdecode_runtime.goodput import CycleCost
+
+from .scrape import BucketCounters, PodSnapshot
+
+Z95 = 1.959964
+
+
+@dataclass
+class BucketDelta:
+    """Counts of one bucket over one scrape interval, summed over pods."""
+
+    steps: int | None = None  # step count that ran during the interval (the gauge at its end)
+    cycles: float = 0.0
+    requests: float = 0.0
+    draft_steps: float = 0.0
+    attempts: dict[int, float] = field(default_factory=dict)
+    accepted: dict[int, float] = field(default_factory=dict)
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+    def add(self, other: "BucketDelta") -> None:
+        self.cycles += other.cycles
+        self.requests += other.requests
+        self.draft_steps += other.draft_steps
+        for src, dst in ((other.attempts, self.attempts), (other.accepted, self.accepted), (other.phase_s, self.phase_s)):
+            for key, v in src.items():
+                dst[key] = dst.get(key, 0.0) + v
+        if other.steps is not None:
+            self.steps = other.steps
+
+    @property
+    def tokens(self) -> float:
+        """Tokens emitted: one bonus token per request plus every accepted draft."""
+        return self.requests + sum(self.accepted.values())
+
+    @property
+    def busy_s(self) -> float:
+        return sum(self.phase_s.values())
+
+
+def bucket_delta(prev: BucketCounters | None, cur: BucketCounters) -> BucketDelta | None:
+    """Difference of two scrapes of one bucket; None when any counter went backwards (a restarted process)."""
+    prev = prev or BucketCounters()
+    d = BucketDelta(steps=cur.num_steps)
+    pairs = [(cur.cycles, prev.cycles), (cur.requests, prev.requests), (cur.draft_steps, prev.draft_steps)]
+    d.cycles, d.requests, d.draft_steps = (c - p for c, p in pairs)
+    if any(c < p for c, p in pairs):
+        return None
+    for src_cur, src_prev, dst in (
+        (cur.attempts, prev.attempts, d.attempts),
+        (cur.accepted, prev.accepted, d.accepted),
+        (cur.phase_sum, prev.phase_sum, d.phase_s),
+    ):
+        for key in set(src_cur) | set(src_prev):
+            diff = src_cur.get(key, 0.0) - src_prev.get(key, 0.0)
+            if diff < 0:
+                return None
+            if diff:
+                dst[key] = diff
+    return d
+
+
+def wilson(successes: float, trials: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval: honest at small counts and at rates near 0 or 1, where the normal one is not."""
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class Acceptance:
+    """Conditional acceptance per position (index 0 = position 1) with 95 % intervals.
+
+    ``observed`` is the deepest position with enough attempts; deeper values are extrapolated from the fitted
+    decay and carry the widest interval the data allows.
+    """
+
+    alphas: list[float]
+    lower: list[float]
+    upper: list[float]
+    attempts: list[float]
+    observed: int
+
+    @property
+    def accept_length(self) -> float:
+        from specdecode_runtime.goodput import expected_tokens
+
+        return expected_tokens(self.alphas, max(self.observed, 0))
+
+
+@dataclass
+class ObserveReport:
+    """What one interval's scrape contributed, and what was wrong with it."""
+
+    interval_s: float | None = None
+    pods_used: list[str] = field(default_factory=list)
+    down: dict[str, str] = field(default_factory=dict)
+    resets: list[str] = field(default_factory=list)
+    invalid: dict[str, list[str]] = field(default_factory=dict)
+    changed_buckets: list[str] = field(default_factory=list)
+    tokens_per_s: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.pods_used)
+
+
+class Estimator:
+    """Holds the last snapshot per pod and a short window of interval deltas per bucket."""
+
+    def __init__(
+        self,
+        window_intervals: int = 6,
+        min_attempts: float = 200.0,
+        change_z: float = 4.0,
+        prior_weight_cycles: float = 200.0,
+    ) -> None:
+        self.window_intervals = window_intervals
+        self.min_attempts = min_attempts
+        self.change_z = change_z
+        self.prior_weight_cycles = prior_weight_cycles
+        self._last: dict[str, PodSnapshot] = {}
+        self.windows: dict[str, deque[BucketDelta]] = {}
+        self.last_interval: dict[str, BucketDelta] = {}
+        self.last_seen: dict[str, float] = {}
+
+    # -- ingest ---------------------------------------------------------------------------------------------------
+    def observe(self, snapshots: list[PodSnapshot]) -> ObserveReport:
+        report = ObserveReport()
+        interval: dict[str, BucketDelta] = {}
+        tokens, spans = 0.0, []
+        for snap in snapshots:
+            if not snap.ok:
+                report.down[snap.pod] = snap.error or "down"
+                continue
+            if snap.problems:
+                # A NaN counter cannot be differenced; the whole pod sits this interval out rather than skew it.
+                report.invalid[snap.pod] = list(snap.problems)
+                continue
+            prev = self._last.get(snap.pod)
+            self._last[snap.pod] = snap
+            if prev is None or snap.time <= prev.time:
+                continue
+            deltas = {}
+            for label, cur in snap.buckets.items():
+                d = bucket_delta(prev.buckets.get(label), cur)
+                if d is None:
+                    break
+                deltas[label] = d
+            else:
+                if snap.tokens_total is not None and prev.tokens_total is not None:
+                    if snap.tokens_total < prev.tokens_total:
+                        report.resets.append(snap.pod)
+                        continue
+                    tokens += snap.tokens_total - prev.tokens_total
+                spans.append(snap.time - prev.time)
+                report.pods_used.append(snap.pod)
+                for label, d in deltas.items():
+                    interval.setdefault(label, BucketDelta()).add(d)
+                continue
+            report.resets.append(snap.pod)
+        if spans:
+            report.interval_s = sum(spans) / len(spans)
+            report.tokens_per_s = tokens / report.interval_s if report.interval_s > 0 else None
+        now = max((s.time for s in snapshots if s.ok), default=None)
+        for label, d in interval.items():
+            if d.cycles <= 0:
+                continue
+            window = self.windows.setdefault(label, deque(maxlen=self.window_intervals))
+            if window and self._changed(window, d):
+                window.clear()
+                report.changed_buckets.append(label)
+            window.append(d)
+            self.last_interval[label] = d
+            if now is not None:
+                self.last_seen[label] = now
+        return report
+
+    def _changed(self, window: deque[BucketDelta], new: BucketDelta) -> bool:
+        """Two-proportion z-test per position against the window: a workload phase change empties the window so
+        the estimate follows the new phase at once instead of averaging two worlds."""
+        old = _sum(window)
+        for pos, att_new in new.attempts.items():
+            att_old = old.attempts.get(pos, 0.0)
+            if att_new < self.min_attempts / 4 or att_old < self.min_attempts / 4:
+                continue
+            p1, p2 = new.accepted.get(pos, 0.0) / att_new, old.accepted.get(pos, 0.0) / att_old
+            pooled = (new.accepted.get(pos, 0.0) + old.accepted.get(pos, 0.0)) / (att_new + att_old)
+            se = math.sqrt(max(pooled * (1 - pooled), 1e-9) * (1 / att_new + 1 / att_old))
+            if abs(p1 - p2) / se > self.change_z:
+                return True
+        b_new = new.requests / new.cycles
+        b_old = old.requests / old.cycles if old.cycles else b_new
+        return abs(b_new - b_old) > 0.5 * max(b_old, 1.0)
+
+    # -- queries --------------------------------------------------------------------------------------------------
+    def buckets(self) -> list[str]:
+        return list(self.windows)
+
+    def window(self, label: str) -> BucketDelta:
+        return _sum(self.windows.get(label, ()))
+
+    def samples(self, label: str) -> float:
+        return self.window(label).cycles
+
+    def batch_mean(self, label: str) -> float | None:
+        w = self.window(label)
+        return w.requests / w.cycles if w.cycles > 0 else None
+
+    def acceptance(self, label: str, max_k: int) -> Acceptance:
+        w = self.window(label)
+        alphas, lower, upper, attempts = [], [], [], []
+        observed = 0
+        for pos in range(1, max_k + 1):
+            att, acc = w.attempts.get(pos, 0.0), w.accepted.get(pos, 0.0)
+            attempts.append(att)
+            if att >= self.min_attempts and observed == pos - 1:
+                observed = pos
+            # Beta(1, 1) posterior mean: defined (0.5) with no data and close to acc/att with plenty.
+            alphas.append((acc + 1.0) / (att + 2.0))
+            lo, hi = wilson(acc, att)
+            lower.append(lo)
+            upper.append(hi)
+        if observed < max_k:
+            fitted = decay_extrapolate(alphas[:observed], attempts[:observed], max_k)
+            for i in range(observed, max_k):
+                # Extrapolated positions: the fitted decay as the estimate, the data-free bound as the optimism.
+                alphas[i] = fitted[i] if observed else alphas[i]
+                lower[i] = min(lower[i], alphas[i])
+                upper[i] = max(upper[i], alphas[i])
+        return Acceptance(alphas, lower, upper, attempts, observed)
+
+    def phase_ms(self, label: str) -> dict[str, float]:
+        """Mean milliseconds per cycle in each phase; 'draft_step' is per draft step."""
+        w = self.window(label)
+        if w.cycles <= 0:
+            return {}
+        out = {p: 1000.0 * s / w.cycles for p, s in w.phase_s.items()}
+        if w.draft_steps > 0:
+            out["draft_step"] = 1000.0 * w.phase_s.get("draft", 0.0) / w.draft_steps
+        return out
+
+    def measured_goodput(self, label: str, latest_only: bool = False) -> float | None:
+        """Tokens per second of decode busy time in this bucket (what the goodput model predicts)."""
+        w = self.last_interval.get(label) if latest_only else self.window(label)
+        if w is None or w.busy_s <= 0:
+            return None
+        return w.tokens / w.busy_s
+
+    def cost(self, label: str, profile: CycleCost | None) -> tuple[CycleCost | None, str]:
+        """Cycle cost for every k: the calibrated profile scaled phase by phase to what was measured, the scale
+        weighted by how many cycles back it (profile alone with none); measured constants when no profile."""
+        window = list(self.windows.get(label, ()))
+        w = _sum(window)
+        if w.cycles <= 0:
+            return profile, "profile" if profile else "none"
+        if profile is None:
+            spec_cycles = sum(d.cycles for d in window if (d.steps or 0) > 0)
+            return (
+                CycleCost(
+                    verify_base=1000.0 * w.phase_s.get("verify", 0.0) / w.cycles,
+                    verify_per_token=0.0,
+                    draft_base=1000.0 * w.phase_s.get("draft", 0.0) / w.draft_steps if w.draft_steps else 0.0,
+                    draft_per_seq=0.0,
+                    extend_base=1000.0 * w.phase_s.get("draft_extend", 0.0) / spec_cycles if spec_cycles else 0.0,
+                    extend_per_token=0.0,
+                    overhead=1000.0 * w.phase_s.get("other", 0.0) / w.cycles,
+                ),
+                "measured",
+            )
+        pred = {"verify": 0.0, "draft": 0.0, "draft_extend": 0.0, "other": 0.0}
+        for d in window:
+            if d.cycles <= 0:
+                continue
+            k, b = d.steps or 0, d.requests / d.cycles
+            pred["verify"] += d.cycles * (profile.verify_ms(k, b) if k else profile.cycle_ms(0, b) - profile.overhead)
+            pred["draft"] += d.draft_steps * profile.draft_step_ms(b)
+            pred["draft_extend"] += d.cycles * profile.extend_ms(k, b) if k else 0.0
+            pred["other"] += d.cycles * (profile.overhead + (profile.broadcast if k else 0.0))
+        weight = w.cycles / (w.cycles + self.prior_weight_cycles)
+        scale = {}
+        for phase, p in pred.items():
+            m = 1000.0 * w.phase_s.get(phase, 0.0)
+            scale[phase] = 1.0 + weight * (m / p - 1.0) if p > 1e-12 else 1.0
+        return (
+            CycleCost(
+                verify_base=profile.verify_base * scale["verify"],
+                verify_per_token=profile.verify_per_token * scale["verify"],
+                draft_base=profile.draft_base * scale["draft"],
+                draft_per_seq=profile.draft_per_seq * scale["draft"],
+                extend_base=profile.extend_base * scale["draft_extend"],
+                extend_per_token=profile.extend_per_token * scale["draft_extend"],
+                overhead=profile.overhead * scale["other"],
+                broadcast=profile.broadcast * scale["other"],
+            ),
+            "profile-scaled",
+        )
+
+
+def _sum(deltas) -> BucketDelta:
+    total = BucketDelta()
+    for d in deltas:
+        total.add(d)
+    return total
+
+
+def decay_extrapolate(alphas: list[float], weights: list[float], max_k: int) -> list[float]:
+    """Extend observed conditional acceptance to ``max_k`` positions with a geometric decay fitted by weighted
+    least squares on log(alpha) vs position; the slope is capped at 0 (deeper drafts are not easier to accept)."""
+    n = len(alphas)
+    out = list(alphas) + [0.0] * (max_k - n)
+    if n == 0:
+        return [0.5] * max_k
+    if n == 1:
+        slope = 0.0
+    else:
+        xs = list(range(1, n + 1))
+        ys = [math.log(max(a, 1e-6)) for a in alphas]
+        ws = [max(w, 1e-9) for w in weights]
+        sw = sum(ws)
+        mx = sum(w * x for w, x in zip(ws, xs)) / sw
+        my = sum(w * y for w, y in zip(ws, ys)) / sw
+        sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+        sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys))
+        slope = min(0.0, sxy / sxx) if sxx > 0 else 0.0
+    last = alphas[-1]
+    for i in range(n, max_k):
+        out[i] = min(1.0, last * math.exp(slope * (i + 1 - n)))
+    return out

@@ -1,0 +1,151 @@
+"""Read the runtime's metrics contract into counter snapshots.
+
+The tuner only ever looks at *differences* between two snapshots of monotonically increasing counters, so a
+snapshot keeps raw counter values and says plainly when it cannot be trusted (endpoint down, NaN, garbage);
+deciding what a bad snapshot means is the estimator's and the tuner's job, never a crash here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from specdecode_runtime import metrics as contract
+
+# Sample names as a scraper sees them; runtime/specdecode_runtime/metrics.py owns the contract.
+CYCLES = contract.exposed_name(contract.VERIFY_CYCLES, "counter")
+ATTEMPTS = contract.exposed_name(contract.POSITION_ATTEMPTS, "counter")
+ACCEPTED = contract.exposed_name(contract.POSITION_ACCEPTED, "counter")
+PHASE_SUM = contract.CYCLE_SECONDS + "_sum"
+PHASE_COUNT = contract.CYCLE_SECONDS + "_count"
+DRAFT_STEPS = contract.exposed_name(contract.DRAFT_STEPS, "counter")
+REQUESTS = contract.exposed_name(contract.REQUESTS_VERIFIED, "counter")
+NUM_STEPS = contract.NUM_STEPS
+CANDIDATES = contract.CANDIDATE_STEPS
+TOKENS = contract.exposed_name(contract.TOKENS_GENERATED, "counter")
+
+
+@dataclass
+class BucketCounters:
+    """Raw counter values of one batch-size bucket."""
+
+    cycles: float = 0.0
+    requests: float = 0.0  # sum of batch sizes over cycles
+    draft_steps: float = 0.0  # sum of steps over cycles
+    attempts: dict[int, float] = field(default_factory=dict)
+    accepted: dict[int, float] = field(default_factory=dict)
+    phase_sum: dict[str, float] = field(default_factory=dict)
+    phase_count: dict[str, float] = field(default_factory=dict)
+    num_steps: int | None = None
+
+
+@dataclass
+class PodSnapshot:
+    """Everything one scrape of one pod said, at one time (seconds, any monotonic clock shared by all scrapes)."""
+
+    pod: str
+    time: float
+    buckets: dict[str, BucketCounters] = field(default_factory=dict)
+    tokens_total: float | None = None
+    candidates: list[int] = field(default_factory=list)  # step counts the pod has captured
+    simulated: bool = False
+    error: str | None = None  # the pod could not be read at all
+    problems: list[str] = field(default_factory=list)  # samples that were dropped (NaN, bad labels)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def parse_metrics(text: str, pod: str, time: float) -> PodSnapshot:
+    """Parse Prometheus exposition text; never raises on bad content (it comes from a pod, not from us)."""
+    snap = PodSnapshot(pod=pod, time=time)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:  # the parser raises ValueError and friends on malformed text
+        snap.error = f"unparseable metrics: {exc}"
+        return snap
+    seen = False
+    for family in families:
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if not name.startswith("specdecode_"):
+                continue
+            if labels.get("simulated") == "true":
+                snap.simulated = True
+            if value is None or math.isnan(value) or math.isinf(value):
+                snap.problems.append(f"{name}{_fmt(labels)} is {value}")
+                continue
+            if name == TOKENS:
+                snap.tokens_total = value
+                seen = True
+                continue
+            if name == CANDIDATES:
+                try:
+                    if value > 0:
+                        snap.candidates.append(int(labels["steps"]))
+                except (KeyError, ValueError):
+                    snap.problems.append(f"{name}{_fmt(labels)} has no integer steps")
+                continue
+            bucket = labels.get("bucket")
+            if bucket is None:
+                continue
+            b = snap.buckets.setdefault(bucket, BucketCounters())
+            seen = True
+            if name == CYCLES:
+                b.cycles = value
+            elif name == REQUESTS:
+                b.requests = value
+            elif name == DRAFT_STEPS:
+                b.draft_steps = value
+            elif name in (ATTEMPTS, ACCEPTED):
+                try:
+                    pos = int(labels["position"])
+                except (KeyError, ValueError):
+                    snap.problems.append(f"{name}{_fmt(labels)} has no integer position")
+                    continue
+                (b.attempts if name == ATTEMPTS else b.accepted)[pos] = value
+            elif name in (PHASE_SUM, PHASE_COUNT):
+                phase = labels.get("phase", "")
+                (b.phase_sum if name == PHASE_SUM else b.phase_count)[phase] = value
+            elif name == NUM_STEPS:
+                b.num_steps = int(value)
+    if not seen and snap.error is None:
+        snap.error = "no specdecode_* metrics in the response"
+    snap.candidates = sorted(set(snap.candidates))
+    return snap
+
+
+def _fmt(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def down(pod: str, time: float, why: str) -> PodSnapshot:
+    return PodSnapshot(pod=pod, time=time, error=why)
+
+
+async def fetch_metrics(
+    session: aiohttp.ClientSession, url: str, pod: str, time: float, timeout_s: float = 5.0
+) -> PodSnapshot:
+    """GET a pod's /metrics; a pod that is down comes back as a snapshot with ``error`` set."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                return down(pod, time, f"GET {url} returned HTTP {resp.status}")
+            text = await resp.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        return down(pod, time, f"GET {url} failed: {type(exc).__name__}: {exc}")
+    return parse_metrics(text, pod, time)
+
+
+async def fetch_all(
+    session: aiohttp.ClientSession, targets: dict[str, str], time: float, timeout_s: float = 5.0
+) -> list[PodSnapshot]:
+    """Scrape every pod concurrently (``targets``: pod name -> metrics URL)."""
+    return list(
+        await asyncio.gather(*(fetch_metrics(session, url, pod, time, timeout_s) for pod, url in targets.items()))
+    )
