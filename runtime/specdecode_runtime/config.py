@@ -16,6 +16,7 @@ TOKEN_FILE_NAME = "token"
 TOKEN_PATH = f"{TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"
 DEFAULT_BUCKETS = (1, 2, 8, 32, 64)  # lower bounds of the batch-size buckets: 1, 2-7, 8-31, 32-63, 64+
 MAX_CANDIDATES = 4
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: same output, 10x faster
 
 
 class _Model(BaseModel):
@@ -115,7 +116,8 @@ class RuntimeConfig(_Model):
     extra_args: list[str] = Field(default=[], alias="extraArgs")
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(by_alias=True, exclude_none=True, mode="json"), sort_keys=True)
+        data = self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return yaml.dump(data, Dumper=_DUMPER, sort_keys=True)
 
     @classmethod
     def from_yaml(cls, text: str) -> "RuntimeConfig":

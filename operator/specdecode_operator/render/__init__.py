@@ -92,7 +92,7 @@ def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> l
 
 
 def to_yaml(manifests: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(manifests, sort_keys=False, width=120)
+    return yaml.dump_all(manifests, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, width=120)
 
 
 def to_json(manifests: list[dict[str, Any]]) -> str:

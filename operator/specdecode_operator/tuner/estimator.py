@@ -132,6 +132,7 @@ class Estimator:
         min_attempts: float = 200.0,
         change_z: float = 4.0,
         prior_weight_cycles: float = 200.0,
+        memory_decay: float = 0.5,
     ) -> None:
         self.window_intervals = window_intervals
         self.min_attempts = min_attempts
@@ -141,6 +142,11 @@ class Estimator:
         self.windows: dict[str, deque[BucketDelta]] = {}
         self.last_interval: dict[str, BucketDelta] = {}
         self.last_seen: dict[str, float] = {}
+        # Deep positions go unattempted once the step count drops below them; their last estimate is kept (halved
+        # in weight per interval in which they are attempted, dropped on a detected workload change) so the policy
+        # does not forget a measured cliff and walk back into it as soon as the window slides past the data.
+        self.position_memory: dict[str, dict[int, list[float]]] = {}
+        self.memory_decay = memory_decay
 
     # -- ingest ---------------------------------------------------------------------------------------------------
     def observe(self, snapshots: list[PodSnapshot]) -> ObserveReport:
@@ -185,10 +191,16 @@ class Estimator:
             if d.cycles <= 0:
                 continue
             window = self.windows.setdefault(label, deque(maxlen=self.window_intervals))
+            memory = self.position_memory.setdefault(label, {})
             if window and self._changed(window, d):
                 window.clear()
+                memory.clear()
                 report.changed_buckets.append(label)
             window.append(d)
+            for pos, att in d.attempts.items():
+                m = memory.setdefault(pos, [0.0, 0.0])
+                m[0] = m[0] * self.memory_decay + d.accepted.get(pos, 0.0)
+                m[1] = m[1] * self.memory_decay + att
             self.last_interval[label] = d
             if now is not None:
                 self.last_seen[label] = now
@@ -229,8 +241,11 @@ class Estimator:
         w = self.window(label)
         alphas, lower, upper, attempts = [], [], [], []
         observed = 0
+        memory = self.position_memory.get(label, {})
         for pos in range(1, max_k + 1):
             att, acc = w.attempts.get(pos, 0.0), w.accepted.get(pos, 0.0)
+            if att < self.min_attempts and pos in memory and memory[pos][1] > att:
+                acc, att = memory[pos]
             attempts.append(att)
             if att >= self.min_attempts and observed == pos - 1:
                 observed = pos

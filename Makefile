@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   - install the operator, simulator and plot extras into .venv and run `specdecode demo`
+#   make test   - install everything the tests need (incl. CPU torch 2.13.0 and sglang 0.5.23 for contract tests)
+#                 into .venv and run the test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+
+.PHONY: demo test venv deps-demo deps-test crd golden bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+venv: $(BIN)/python
+
+deps-demo: venv
+	$(PIP) install -q -e '.[operator,runtime,plot,test]'
+
+deps-test: deps-demo
+	# CPU torch from the local wheel (never an unpinned torch: that pulls a multi-GB CUDA build)
+	$(PIP) install -q torch==2.13.0
+	# sglang 0.5.23 for contract tests against its real source: --no-deps plus the small packages it imports
+	$(PIP) install -q --no-deps sglang==0.5.23
+	if [ -f requirements/sglang-cpu.txt ]; then $(PIP) install -q --no-deps -r requirements/sglang-cpu.txt; fi
+
+demo: deps-demo
+	$(BIN)/specdecode demo
+
+test: deps-test
+	SPECDECODE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q
+
+crd: venv
+	$(BIN)/specdecode crd > crds/specdecode.io_specdecodedeployments.yaml
+
+golden: venv
+	UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/render -k golden
+
+bench: venv
+	$(BIN)/python bench/render.py
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

@@ -1,0 +1,81 @@
+"""Operator configuration: flags win over SPECDECODE_* environment variables, which win over defaults.
+
+The chart sets the environment; a developer running ``specdecode operator run`` locally uses flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from typing import Mapping
+
+from .images import RUNTIME_IMAGE, SGLANG_IMAGE
+
+ENV_PREFIX = "SPECDECODE_"
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...] = ()  # empty: every namespace (cluster-wide)
+    default_image: str = RUNTIME_IMAGE
+    default_sglang_image: str = SGLANG_IMAGE
+    label_selector: str = ""  # only SpecDecodeDeployments with these labels (k=v,k2=v2); sharding and canaries
+    metrics_port: int = 8080  # 0 disables /metrics
+    liveness_endpoint: str | None = "http://0.0.0.0:8081/healthz"
+    peering_name: str = "specdecode-operator"
+    standalone: bool = False  # True: no peering (one replica, or tests)
+    priority: int = 0
+    operator_namespace: str = "specdecode-system"
+    operator_labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "specdecode-operator"),)
+    resync_seconds: float = 30.0  # level-based repair and status refresh period per object
+    request_timeout: float = 10.0
+    retries: int = 6
+    backoff_seconds: float = 0.2
+    api_workers: int = 16
+    # A fixed API endpoint (tests, the demo); None uses kopf's and the kubernetes client's usual discovery.
+    server: str | None = None
+    token: str | None = None
+    settle_seconds: float = 2.0  # trust our last write over a watch cache that has not caught up yet
+    identity: str = dataclasses.field(default_factory=socket.gethostname)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The label selector as kopf's equality filter."""
+        out = {}
+        for term in filter(None, (t.strip() for t in self.label_selector.split(","))):
+            if "=" not in term or "!=" in term:
+                raise ValueError(f"--label-selector supports only key=value terms, got {term!r}")
+            key, value = term.replace("==", "=").split("=", 1)
+            out[key.strip()] = value.strip()
+        return out
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "OperatorConfig":
+        env = os.environ if env is None else env
+        values: dict = {}
+
+        def get(name: str):
+            return env.get(ENV_PREFIX + name)
+
+        if get("NAMESPACES"):
+            values["namespaces"] = tuple(n.strip() for n in get("NAMESPACES").split(",") if n.strip())
+        for field, name, conv in [
+            ("default_image", "DEFAULT_IMAGE", str),
+            ("default_sglang_image", "DEFAULT_SGLANG_IMAGE", str),
+            ("label_selector", "LABEL_SELECTOR", str),
+            ("metrics_port", "METRICS_PORT", int),
+            ("peering_name", "PEERING_NAME", str),
+            ("operator_namespace", "OPERATOR_NAMESPACE", str),
+            ("resync_seconds", "RESYNC_SECONDS", float),
+            ("request_timeout", "REQUEST_TIMEOUT", float),
+            ("priority", "PRIORITY", int),
+        ]:
+            if get(name):
+                values[field] = conv(get(name))
+        if get("STANDALONE"):
+            values["standalone"] = get("STANDALONE").lower() in ("1", "true", "yes")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        config = cls(**values)
+        config.labels  # fail early on a selector kopf cannot express
+        return config

@@ -1,0 +1,27 @@
+"""Kubernetes Events on the SpecDecodeDeployment, through kopf's event poster (batched, never blocking a handler).
+
+Only transitions are reported (a new problem, a created or replaced child), so a stuck object does not flood etcd.
+"""
+
+from __future__ import annotations
+
+import kopf
+
+_REASONS_WARNING = {"InvalidSpec", "NameCollision", "ApplyFailed"}
+
+
+def emit(body, reason: str, message: str) -> None:
+    kind = "Warning" if reason in _REASONS_WARNING else "Normal"
+    kopf.event(body, type=kind, reason=reason, message=message[:1024])
+
+
+def once(memo, body, reason: str, message: str) -> None:
+    """Emit unless the last event of this reason for this object said the same."""
+    seen = memo.setdefault("events", {})
+    if seen.get(reason) != message:
+        seen[reason] = message
+        emit(body, reason, message)
+
+
+def forget(memo, reason: str) -> None:
+    memo.setdefault("events", {}).pop(reason, None)

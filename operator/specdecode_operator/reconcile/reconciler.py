@@ -1,0 +1,179 @@
+"""One level-based reconciliation of a SpecDecodeDeployment; every kopf trigger (watch event, resync timer,
+operator restart) calls the same idempotent ``Reconciler.reconcile``.
+
+Steps: validate (the same schema and CEL as admission; invalid objects never touch children) -> render (pure) ->
+per child: read from the watch cache, else our last write, else one GET; skip foreign names; apply only when
+the input hash changed or a field of ours drifted -> delete owned children the render dropped (after the
+replacement is applied) -> compute conditions -> apply status if it changed. Nothing here writes ``spec``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable, Iterable
+
+from ..api.validate import InvalidSpec, parse, validate_object
+from ..render import RenderOptions, names, render
+from ..status import conditions, writer
+from . import children, events, secret, tuning
+from .apply import ApiError, KubeClient
+
+log = logging.getLogger("specdecode.operator")
+WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet"}
+
+LiveChildren = Callable[[str, str], Iterable[dict]]  # (namespace, owner uid) -> children from the watch cache
+
+
+class Reconciler:
+    def __init__(self, config, metrics):
+        self.config = config
+        self.metrics = metrics
+        self.client: KubeClient | None = None
+        self._gauge_at = 0.0
+
+    def options(self, tuned_steps: int | None) -> RenderOptions:
+        return RenderOptions(
+            default_image=self.config.default_image,
+            default_sglang_image=self.config.default_sglang_image,
+            operator_namespace=self.config.operator_namespace,
+            operator_labels=dict(self.config.operator_labels),
+            tuned_steps=tuned_steps,
+        )
+
+    async def reconcile(self, body: dict, memo, live_children: LiveChildren) -> str:
+        started = time.perf_counter()
+        md = body["metadata"]
+        spec = body.get("spec") or {}
+        obs = conditions.Observation(
+            generation=md.get("generation", 1),
+            desired_replicas=spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 0,
+            selector=names.selector_string(md["name"]),
+            paused=(md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused",
+        )
+        result = "ok"
+        live = {children.key_of(o): o for o in live_children(md["namespace"], md["uid"])}
+        try:
+            sdd, problems = self._validated(body, memo)
+            if problems:
+                obs.problems = problems
+                result = "invalid"
+                events.once(memo, body, "InvalidSpec", "; ".join(problems))
+                obs.workload = _workload(live.values())
+            else:
+                events.forget(memo, "InvalidSpec")
+                if obs.paused:
+                    result = "paused"
+                    obs.workload = _workload(live.values())
+                else:
+                    await self._sync_children(body, sdd, memo, live, obs)
+                    if obs.collisions:
+                        result = "collision"
+        except ApiError as e:
+            obs.error = f"API error {e.status} {e.reason}: {e.message}"[:512]
+            result = "error"
+            log.warning("reconcile %s/%s: %s", md["namespace"], md["name"], obs.error)
+        try:
+            await writer.write(self.client, body, conditions.compute(obs))
+        except ApiError as e:
+            result = "error"
+            log.warning("status of %s/%s not written: %s", md["namespace"], md["name"], e)
+        self.metrics.reconciles.labels(result).inc()
+        self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _validated(self, body: dict, memo):
+        """Validation result per generation: spec changes bump it, so steady-state ticks reuse it."""
+        gen = body["metadata"].get("generation")
+        cached = memo.get("validated")
+        if cached and cached[0] == gen and cached[0] is not None:
+            return cached[1], cached[2]
+        obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+        problems = [str(p) for p in validate_object(obj)]
+        sdd = None
+        if not problems:
+            try:
+                sdd = parse(obj)
+            except InvalidSpec as e:
+                problems = [str(p) for p in e.problems]
+        memo["validated"] = (gen, sdd, problems)
+        return sdd, problems
+
+    def _fresh(self, memo, key, indexed: dict | None) -> dict | None:
+        """The watch cache may lag our own write by a moment; within settle_seconds our write's answer wins."""
+        applied = memo.setdefault("applied", {})
+        rec = applied.get(key)
+        if rec is None:
+            return indexed
+        at, obj = rec
+        if indexed is not None and indexed["metadata"].get("resourceVersion") == obj["metadata"].get("resourceVersion"):
+            return indexed
+        if time.monotonic() - at < self.config.settle_seconds:
+            return obj
+        return indexed
+
+    async def _resolve(self, memo, key, plural: str, namespace: str, live: dict) -> dict | None:
+        found = self._fresh(memo, key, live.get(key))
+        if found is None:  # not in our cache: the name may still be taken by someone else's object
+            found = await self.client.get(key[0], plural, namespace, key[2])
+        return found
+
+    async def _sync_children(self, body: dict, sdd, memo, live: dict, obs: conditions.Observation) -> None:
+        md = body["metadata"]
+        ns, name, uid = md["namespace"], md["name"], md["uid"]
+        rendered = render(sdd, self.options(tuning.tuned_steps(memo, sdd)))
+        secret_key = ("v1", "Secret", names.control_secret(name))
+        secret_live = await self._resolve(memo, secret_key, "secrets", ns, live)
+        if secret_live is not None and not children.is_ours(secret_live, uid):
+            obs.collisions.append(f"Secret/{secret_key[2]}")
+            secret_live = None
+            rendered_secret = []
+        else:
+            rendered_secret = [secret.control_secret(name, ns, secret_live)]
+        desired = [children.with_owner(m, body) for m in [*rendered, *rendered_secret]]
+        known = {secret_key: secret_live} if secret_live is not None else {}
+
+        async def sync(child: dict):
+            key = children.key_of(child)
+            kind = key[1]
+            plural = children.PLURALS[(key[0], kind)]
+            current = known[key] if key in known else await self._resolve(memo, key, plural, ns, live)
+            if current is not None and not children.is_ours(current, uid):
+                obs.collisions.append(f"{kind}/{key[2]}")
+                return
+            if children.needs_apply(child, current):
+                written = await self.client.apply(child, plural)
+                memo["applied"][key] = (time.monotonic(), written)
+                self.metrics.child_writes.labels(kind, "create" if current is None else "update").inc()
+                if current is None:
+                    events.emit(body, "Created", f"created {kind} {key[2]}")
+                elif kind in WORKLOAD_KINDS:
+                    events.emit(body, "RolloutStarted", f"updated {kind} {key[2]}: pods roll to the new template")
+                current = written
+            if kind in WORKLOAD_KINDS:
+                obs.workload = current
+
+        await asyncio.gather(*(sync(c) for c in desired))
+        if obs.collisions:
+            obs.collisions.sort()
+            events.once(memo, body, "NameCollision",
+                        "not owned by this SpecDecodeDeployment, left untouched: " + ", ".join(obs.collisions))
+        else:
+            events.forget(memo, "NameCollision")
+        desired_keys = {children.key_of(c) for c in desired}
+        for old in children.stale(live.values(), desired_keys, uid):
+            key = children.key_of(old)
+            await self.client.delete(key[0], children.PLURALS[(key[0], key[1])], ns, key[2], old["metadata"]["uid"])
+            memo["applied"].pop(key, None)
+            self.metrics.child_writes.labels(key[1], "delete").inc()
+            obs.replaced.append(f"{key[1]}/{key[2]}")
+            events.emit(body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
+                        f"deleted {key[1]} {key[2]}: the current spec no longer renders it")
+
+
+def _workload(objs: Iterable[dict]) -> dict | None:
+    for obj in objs:
+        if obj.get("kind") in WORKLOAD_KINDS:
+            return obj
+    return None

@@ -1,0 +1,51 @@
+"""Write the operator's part of status by server-side apply on the status subresource, and only when it changed.
+
+The operator applies observedGeneration, replicas, readyReplicas, selector and conditions as field manager
+``specdecode-operator``; the tuner applies status.speculative and status.history under its own manager, so
+neither erases the other's fields. A write whose content equals what is stored is skipped (steady state: none).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from ..api.models import API_VERSION, KIND, PLURAL
+from . import conditions as cond
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def desired_status(computed: dict, current: dict | None) -> dict:
+    out = dict(computed)
+    out["conditions"] = cond.stamp(computed["conditions"], (current or {}).get("conditions"), _now())
+    return out
+
+
+def unchanged(desired: dict, current: dict | None) -> bool:
+    current = current or {}
+    for key, value in desired.items():
+        if key == "conditions":
+            have = {c.get("type"): c for c in current.get("conditions") or []}
+            want = {c["type"]: c for c in value}
+            if set(have) != set(want):
+                return False
+            for ctype, c in want.items():
+                if any(have[ctype].get(k) != c.get(k) for k in ("status", "reason", "message", "observedGeneration")):
+                    return False
+        elif current.get(key) != value:
+            return False
+    return "selector" in desired or "selector" not in current
+
+
+async def write(client, body: dict, computed: dict) -> dict | None:
+    """Apply the status if it differs; returns the server's object, or None when nothing had to be written."""
+    current = body.get("status")
+    if unchanged(computed, current):
+        return None
+    md = body["metadata"]
+    patch = {"apiVersion": API_VERSION, "kind": KIND,
+             "metadata": {"name": md["name"], "namespace": md["namespace"]},
+             "status": desired_status(computed, current)}
+    return await client.apply(patch, PLURAL, subresource="status")

@@ -1,0 +1,1 @@
+"""An in-process Kubernetes API emulator and an operator runner, shared by tests, benchmarks and ``specdecode demo``."""

@@ -1,0 +1,261 @@
+"""``specdecode bench tuner``: our tuner against no speculation, every static k, the per-phase oracle and SGLang's
+own adaptive controller, all in the in-process simulator (every number it prints is simulated).
+
+Each policy runs the same scenario with the same seed (common random numbers), so ratios compare controllers, not
+luck. Ours is driven the way the operator drives it: the metrics text is scraped every ``intervalSeconds`` of
+simulated time, parsed, fed to ``Tuner.step`` and the resulting table pushed; SGLang's controller is fed per batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import sys
+import time
+from typing import Sequence
+
+from specdecode_runtime.config import candidate_steps
+from specdecode_runtime.goodput import expected_tokens
+from specdecode_runtime.scenario import Scenario, ScenarioError, load_scenario
+from specdecode_runtime.simulate.engine import SimEngine
+
+from .policy import PolicyConfig
+from .scrape import parse_metrics
+from .sglang_baseline import SglangAdaptive, SglangUnavailable, import_sglang
+from .tuner import Tuner, TunerConfig
+
+RATIOS = ("ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive")
+
+
+def _finish(engine: SimEngine, duration: float, step: float | None = None) -> float:
+    if step is None:
+        engine.advance(max(duration - engine.now, 0.0))
+    return engine.tokens_total / engine.now
+
+
+def run_static(sc: Scenario, k: int, seed: int | None) -> float:
+    eng = SimEngine(sc, seed=seed)
+    eng.set_step_table([(1, k)])
+    return _finish(eng, sc.duration)
+
+
+def bucket_mix(phase, lo: int, hi: int | None) -> list[tuple[int, float]]:
+    sizes, probs = phase.batch_distribution()
+    return [(b, p) for b, p in zip(sizes, probs) if b >= lo and (hi is None or b <= hi)]
+
+
+def oracle_table(sc: Scenario, phase, ks: Sequence[int]) -> list[tuple[int, int]]:
+    """Best k per bucket for one phase from the scenario's true acceptance and costs: for a bucket holding several
+    batch sizes, the k with the most tokens per unit of time over that mix."""
+    cost = sc.cycle_cost()
+    bounds = sc.buckets
+    table = []
+    for i, lo in enumerate(bounds):
+        hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else None
+        mix = bucket_mix(phase, lo, hi)
+        if not mix:
+            table.append((lo, 0))
+            continue
+
+        def rate(k: int) -> float:
+            toks = sum(p * b * (expected_tokens(phase.acceptance, k) if k else 1.0) for b, p in mix)
+            return toks / sum(p * cost.cycle_ms(k, b) for b, p in mix)
+
+        table.append((lo, max(ks, key=lambda k: (rate(k), -k))))
+    return table
+
+
+def run_oracle(sc: Scenario, ks: Sequence[int], seed: int | None) -> float:
+    eng = SimEngine(sc, seed=seed)
+    end = 0.0
+    for phase in sc.phases:
+        end += phase.seconds
+        eng.set_step_table(oracle_table(sc, phase, ks))
+        eng.advance(max(end - eng.now, 0.0))
+    return eng.tokens_total / eng.now
+
+
+def run_sglang(sc: Scenario, seed: int | None, initial_steps: int) -> tuple[float, int]:
+    eng = SimEngine(sc, seed=seed)
+    max_bs = max(max(p.batch_distribution()[0]) for p in sc.phases)
+    ctl = SglangAdaptive(eng, initial_steps=initial_steps, max_bs=max(max_bs, 8))
+    return _finish(eng, sc.duration), ctl.changes
+
+
+def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_steps: int, initial: int) -> TunerConfig:
+    caps = [0, *candidate_steps(min_steps, max_steps, initial)]
+    return TunerConfig(
+        mode=mode,
+        policy=PolicyConfig(min_steps=min_steps, max_steps=max_steps, candidates=tuple(caps),
+                            cooldown_s=2 * interval, explore_every_s=max(12 * interval, 120.0)),
+        buckets=tuple(sc.buckets),
+        initial_steps=initial,
+        restart_s=sc.restart_seconds,
+    )
+
+
+def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_steps: int, max_steps: int,
+             initial: int) -> tuple[float, Tuner]:
+    """The operator loop on simulated time: scrape every interval, decide, push (Live) or re-render and restart
+    (Rollout). The tuner's calibrated profile is the scenario's cost block (what startup profiling measures);
+    acceptance it must learn from the metrics."""
+    cfg = our_config(sc, mode, interval, min_steps, max_steps, initial)
+    eng = SimEngine(sc, seed=seed)
+    eng.set_candidates(cfg.policy.candidates)
+    eng.set_step_table([(1, initial)])
+    tuner = Tuner(cfg, profile=sc.cycle_cost())
+    tuner.step(eng.now, [parse_metrics(eng.metrics_text(), "sim-0", eng.now)])
+    while eng.now < sc.duration:
+        eng.advance(min(interval, sc.duration - eng.now))
+        d = tuner.step(eng.now, [parse_metrics(eng.metrics_text(), "sim-0", eng.now)])
+        if mode == "Rollout" and d.restart:
+            eng.set_step_table(d.table)
+            eng.restart(sc.restart_seconds)
+        elif mode == "Live" and d.changed:
+            eng.set_step_table(d.table)
+    return eng.tokens_total / eng.now, tuner
+
+
+def bench_scenario(sc: Scenario, args) -> dict:
+    ks = list(range(0, args.max_steps + 1))
+    static = {k: run_static(sc, k, args.seed) for k in range(1, args.max_steps + 1)}
+    none = run_static(sc, 0, args.seed)
+    best_k = max(static, key=static.get)
+    best_static = max(static[best_k], none)
+    oracle = run_oracle(sc, ks, args.seed)
+    sglang, sglang_changes = run_sglang(sc, args.seed, args.initial_steps)
+    ours, tuner = run_ours(sc, args.seed, "Live", args.interval, args.min_steps, args.max_steps, args.initial_steps)
+    rollout, rtuner = run_ours(sc, args.seed, "Rollout", args.interval, args.min_steps, args.max_steps, args.initial_steps)
+    return {
+        "name": sc.name,
+        "simulated": True,
+        "duration_s": sc.duration,
+        "tokens_per_s": {
+            "none": none,
+            "static": {str(k): v for k, v in static.items()},
+            "best_static": best_static,
+            "best_static_k": best_k if static[best_k] >= none else 0,
+            "oracle": oracle,
+            "sglang_adaptive": sglang,
+            "ours": ours,
+            "ours_rollout": rollout,
+        },
+        "ratios": {
+            "ours_over_oracle": ours / oracle,
+            "ours_over_best_static": ours / best_static,
+            "ours_over_sglang_adaptive": ours / sglang,
+        },
+        "changes": tuner.changes,
+        "restarts": rtuner.restarts,
+        "rollout_changes": rtuner.changes,
+        "sglang_changes": sglang_changes,
+        "our_candidates": list(tuner.config.policy.candidates),
+    }
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenarios", nargs="+", required=True, metavar="FILE",
+                   help="scenario YAML files (globs are expanded), e.g. bench/scenarios/*.yaml")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--interval", type=float, default=10.0,
+                   help="our tuner's intervalSeconds in simulated seconds (CRD allows 5..3600; default 10)")
+    p.add_argument("--min-steps", type=int, default=1)
+    p.add_argument("--max-steps", type=int, default=7, help="largest static k and oracle k (default 7)")
+    p.add_argument("--initial-steps", type=int, default=3, help="starting numSteps for ours and SGLang (default 3)")
+    p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``tuner`` under the lead's ``specdecode bench`` sub-command group."""
+    p = subparsers.add_parser("tuner", help="benchmark the step tuner against static k, the oracle and SGLang "
+                              "adaptive (simulated)")
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def _usage_error(msg: str) -> int:
+    print(f"specdecode bench tuner: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args) -> int:
+    if not (0 <= args.min_steps <= args.max_steps <= 16):
+        return _usage_error(f"--min-steps/--max-steps must satisfy 0 <= min <= max <= 16, got {args.min_steps}..{args.max_steps}")
+    if not (args.min_steps <= args.initial_steps <= args.max_steps):
+        return _usage_error(f"--initial-steps must be within {args.min_steps}..{args.max_steps}, got {args.initial_steps}")
+    if not (5 <= args.interval <= 3600):
+        return _usage_error(f"--interval must be within 5..3600 seconds (autotune.intervalSeconds), got {args.interval:g}")
+    try:
+        import_sglang()
+    except SglangUnavailable as exc:
+        print(f"specdecode bench tuner: {exc}", file=sys.stderr)
+        return 3
+    paths: list[str] = []
+    for pattern in args.scenarios:
+        matched = sorted(glob.glob(pattern))
+        paths.extend(matched or [pattern])
+    scenarios = []
+    for path in paths:
+        try:
+            scenarios.append(load_scenario(path))
+        except ScenarioError as exc:
+            return _usage_error(str(exc))
+    results = []
+    t0 = time.time()
+    for sc in scenarios:
+        results.append(bench_scenario(sc, args))
+        if not args.json:
+            print(f"  ran {sc.name} ({time.time() - t0:.1f}s so far)", file=sys.stderr)
+    out = {
+        "simulated": True,
+        "note": "all tokens/s are simulated (in-process simulator, scenario cost model); not measurements",
+        "settings": {"interval_s": args.interval, "min_steps": args.min_steps, "max_steps": args.max_steps,
+                     "initial_steps": args.initial_steps, "seed": args.seed},
+        "scenarios": results,
+        "geomean": {r: geomean([s["ratios"][r] for s in results]) for r in RATIOS},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_table(out))
+    return 0
+
+
+def format_table(out: dict) -> str:
+    lines = [
+        "Simulated tokens/s (in-process simulator; not measurements), interval "
+        f"{out['settings']['interval_s']:g}s",
+        f"{'scenario':<28} {'none':>8} {'best k':>6} {'best st':>8} {'oracle':>8} {'sglang':>8} {'ours':>8} "
+        f"{'rollout':>8} {'o/orc':>6} {'o/bst':>6} {'o/sgl':>6} {'chg':>4} {'rst':>4}",
+    ]
+    for s in out["scenarios"]:
+        t, r = s["tokens_per_s"], s["ratios"]
+        lines.append(
+            f"{s['name'][:28]:<28} {t['none']:8.1f} {t['best_static_k']:>6} {t['best_static']:8.1f} {t['oracle']:8.1f} "
+            f"{t['sglang_adaptive']:8.1f} {t['ours']:8.1f} {t['ours_rollout']:8.1f} {r['ours_over_oracle']:6.3f} "
+            f"{r['ours_over_best_static']:6.3f} {r['ours_over_sglang_adaptive']:6.3f} {s['changes']:>4} {s['restarts']:>4}"
+        )
+    g = out["geomean"]
+    lines.append(f"{'geometric mean':<28} {'':>8} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} "
+                 f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f}")
+    lines.append("o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive (0.5.23 AdaptiveController); "
+                 "chg = our Live changes, rst = restarts in Rollout mode")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="specdecode bench tuner", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""The tuner as a pure object: snapshots in, a decision out; the operator does all I/O around it.
+
+Keeping it free of Kubernetes and HTTP is what lets the same code run inside the kopf timer and inside the
+benchmark's simulated clock, so the benchmark measures the controller the operator really runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Literal, Mapping
+
+from specdecode_runtime.config import DEFAULT_BUCKETS, bucket_label, candidate_steps
+from specdecode_runtime.goodput import CycleCost, goodput
+
+from ..api.models import Condition, HistoryEntry, SpeculativeStatus
+from .estimator import Acceptance, Estimator, ObserveReport
+from .policy import BucketState, Choice, PolicyConfig, choose
+
+Mode = Literal["Off", "Live", "Rollout"]
+CONDITION_TYPE = "MetricsAvailable"
+ProfileSource = Mapping[str, CycleCost] | Callable[[str], CycleCost | None] | CycleCost | None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass
+class TunerConfig:
+    mode: Mode = "Live"
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS
+    initial_steps: int = 3
+    restart_s: float = 300.0  # Rollout: tokens lost to a restart = tokens/s x this
+    rollout_cooldown_s: float = 1800.0  # Rollout: the horizon a change must pay back over
+    history_limit: int = 50
+    stale_acceptance_s: float = 600.0  # a bucket at k=0 re-probes k>0 when its acceptance is older than this
+
+    @classmethod
+    def from_autotune(
+        cls,
+        autotune,
+        num_steps: int,
+        candidates: list[int] | None = None,
+        buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+        restart_s: float = 300.0,
+    ) -> "TunerConfig":
+        """From the CRD's ``spec.speculative.autotune`` (api.models.Autotune). Cooldown defaults to two intervals
+        in Live mode, so a change is judged on at least one clean interval before the next one."""
+        interval = float(autotune.intervalSeconds)
+        caps = candidates if candidates is not None else [0, *candidate_steps(autotune.minSteps, autotune.maxSteps, num_steps)]
+        return cls(
+            mode=autotune.mode,
+            policy=PolicyConfig(
+                min_steps=autotune.minSteps,
+                max_steps=autotune.maxSteps,
+                candidates=tuple(caps),
+                objective=autotune.objective,
+                max_itl_ms=autotune.maxInterTokenLatencyMs,
+                cooldown_s=2 * interval,
+                explore_every_s=max(12 * interval, 120.0),
+            ),
+            buckets=tuple(buckets),
+            initial_steps=num_steps,
+            restart_s=restart_s,
+        )
+
+
+@dataclass
+class BucketReport:
+    bucket: str
+    min_batch: int
+    steps: int
+    choice: Choice
+    samples: float
+    batch: float | None
+    alphas: list[float]
+    observed_positions: int
+    cost_source: str
+
+
+@dataclass
+class Decision:
+    time: float
+    mode: Mode
+    table: list[tuple[int, int]]  # (minBatch, steps) in force after this decision
+    changed: bool  # the table differs from the previous one (Live: push it)
+    restart: bool  # Rollout: re-render --speculative-num-steps = rollout_steps and roll the pods
+    rollout_steps: int | None
+    buckets: dict[str, BucketReport]
+    history: list[HistoryEntry]
+    status: SpeculativeStatus
+    condition: Condition
+    events: list[Event]
+    recommended_table: list[tuple[int, int]]  # what the model would run (differs from table in Off mode)
+
+    def step_table_body(self) -> dict:
+        """The body for PUT /specdecode/v1/steps on every pod's control endpoint."""
+        return {"table": [{"minBatch": b, "steps": s} for b, s in self.table]}
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Tuner:
+    """One per SpecDecodeDeployment; ``step`` once per ``intervalSeconds``."""
+
+    def __init__(self, config: TunerConfig, profile: ProfileSource = None, estimator: Estimator | None = None) -> None:
+        self.config = config
+        self.profile = profile
+        self.estimator = estimator or Estimator()
+        self.bounds = tuple(sorted(config.buckets))
+        self.labels = {bucket_label(lo, self.bounds): lo for lo in self.bounds}
+        start = config.initial_steps
+        self.states = {label: BucketState(steps=start) for label in self.labels}
+        self.rollout_steps = start
+        self.rollout_last_change = -math.inf
+        self.remembered: dict[str, tuple[Acceptance, float]] = {}
+        self.history: list[HistoryEntry] = []
+        self.changes = 0
+        self.restarts = 0
+        self.measured_tokens_per_s: float | None = None
+
+    # ------------------------------------------------------------------
+    def _profile(self, label: str) -> CycleCost | None:
+        p = self.profile
+        if p is None or isinstance(p, CycleCost):
+            return p
+        if callable(p):
+            return p(label)
+        return p.get(label)
+
+    def table(self) -> list[tuple[int, int]]:
+        if self.config.mode == "Rollout":
+            return [(1, self.rollout_steps)]
+        return [(lo, self.states[label].steps) for label, lo in self.labels.items()]
+
+    def _acceptance(self, label: str, now: float, max_k: int) -> Acceptance:
+        acc = self.estimator.acceptance(label, max_k)
+        if acc.observed > 0:
+            self.remembered[label] = (acc, now)
+            return acc
+        old = self.remembered.get(label)
+        if old is not None and now - old[1] <= self.config.stale_acceptance_s:
+            return old[0]
+        return acc
+
+    # ------------------------------------------------------------------
+    def step(self, now: float, snapshots: list) -> Decision:
+        cfg = self.config
+        report = self.estimator.observe(snapshots)
+        events: list[Event] = []
+        condition = self._condition(report, snapshots)
+        if condition.status != "True":
+            events.append(Event("Warning", condition.reason, condition.message))
+        if report.tokens_per_s is not None:
+            self.measured_tokens_per_s = report.tokens_per_s
+        before = self.table()
+        reports: dict[str, BucketReport] = {}
+        new_history: list[HistoryEntry] = []
+        max_k = max(cfg.policy.allowed() or [0]) + 1
+        recommended: dict[str, int] = {}
+        if report.usable:
+            for label, lo in self.labels.items():
+                if label not in self.estimator.windows:
+                    continue
+                rep = self._decide_bucket(label, lo, now, max_k, report)
+                if rep is None:
+                    continue
+                reports[label] = rep
+                recommended[label] = rep.choice.steps
+        if cfg.mode == "Rollout":
+            restart = self._rollout(now, reports, new_history, events) if reports else False
+        else:
+            restart = False
+            for label, rep in reports.items():
+                ch = rep.choice
+                state = self.states[label]
+                if ch.steps == state.steps:
+                    continue
+                entry = HistoryEntry(time=iso(now), bucket=label, fromSteps=state.steps, toSteps=ch.steps,
+                                     reason=f"{ch.kind}: {ch.reason}" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
+                                     predictedGain=None if ch.predicted_gain is None or math.isinf(ch.predicted_gain)
+                                     else round(ch.predicted_gain, 4))
+                new_history.append(entry)
+                events.append(Event("Normal", "StepsRecommended" if cfg.mode == "Off" else "StepsChanged",
+                                    f"bucket {label}: steps {state.steps} -> {ch.steps} ({ch.kind}: {ch.reason})"))
+                if cfg.mode == "Live":
+                    state.steps = ch.steps
+                    self.changes += 1
+                else:  # Off: report only; undo the policy's bookkeeping so it keeps recommending
+                    state.probing_from = None
+                    state.pending_rollback = None
+        self.history = (self.history + new_history)[-cfg.history_limit :]
+        after = self.table()
+        rec_table = [(lo, recommended.get(label, self.states[label].steps)) for label, lo in self.labels.items()]
+        return Decision(
+            time=now,
+            mode=cfg.mode,
+            table=after,
+            changed=after != before,
+            restart=restart,
+            rollout_steps=self.rollout_steps if cfg.mode == "Rollout" else None,
+            buckets=reports,
+            history=new_history,
+            status=self._status(now, report, reports),
+            condition=condition,
+            events=events,
+            recommended_table=rec_table,
+        )
+
+    def _decide_bucket(self, label: str, lo: int, now: float, max_k: int, report: ObserveReport) -> BucketReport | None:
+        est = self.estimator
+        batch = est.batch_mean(label)
+        if batch is None:
+            return None
+        cost, source = est.cost(label, self._profile(label))
+        if cost is None:
+            return None
+        acc = self._acceptance(label, now, max_k)
+        state = self.states[label]
+        if self.config.mode == "Rollout":
+            state = BucketState(steps=self.rollout_steps)  # per-bucket advice only; the rollout choice is global
+        choice = choose(
+            self.config.policy, state, acc, cost, batch, est.samples(label), now,
+            measured_goodput=est.measured_goodput(label, latest_only=True),
+            workload_changed=label in report.changed_buckets,
+        )
+        if state.steps == 0 and choice.steps == 0 and acc.observed == 0 and choice.kind in ("hold", "wait"):
+            # Nothing is drafted at k=0, so acceptance goes stale; re-probe the smallest k>0 now and then.
+            old = self.remembered.get(label)
+            pos = [k for k in self.config.policy.allowed() if k > 0]
+            if pos and (old is None or now - old[1] > self.config.stale_acceptance_s) and now - state.last_probe >= self.config.policy.explore_every_s:
+                state.last_probe = now
+                state.probing_from = 0
+                choice = Choice(pos[0], "explore", "acceptance unknown or stale at k=0: probing one interval")
+        return BucketReport(label, lo, state.steps, choice, est.samples(label), batch, acc.alphas, acc.observed, source)
+
+    def _rollout(self, now: float, reports: dict[str, BucketReport], history: list, events: list) -> bool:
+        """One step count for all batch sizes (stock SGLang), weighted by where decode time is spent; restart only
+        if the predicted extra tokens over the rollout cooldown exceed the tokens a restart loses."""
+        cfg = self.config
+        est = self.estimator
+        cur = self.rollout_steps
+        allowed = [k for k in cfg.policy.allowed() if k > 0 or cfg.policy.allow_zero]
+        busy = {label: est.window(label).busy_s for label in reports}
+        total_busy = sum(busy.values()) or 1.0
+        score = {}
+        for k in allowed:
+            s = 0.0
+            for label, rep in reports.items():
+                acc = self._acceptance(label, now, max(allowed) + 1)
+                if k > acc.observed + 1 and k > cur:
+                    s = -math.inf  # censored: never roll pods onto an unobserved depth
+                    break
+                cost, _ = est.cost(label, self._profile(label))
+                g_cur = goodput(acc.alphas, cost, cur, rep.batch)
+                s += busy[label] / total_busy * goodput(acc.alphas, cost, k, rep.batch) / g_cur
+            score[k] = s
+        best = max(score, key=lambda k: (score[k], -k))
+        gain = score[best] - 1.0
+        if best == cur or gain <= cfg.policy.hysteresis or any(r.samples < cfg.policy.min_samples for r in reports.values()):
+            return False
+        if now - self.rollout_last_change < cfg.rollout_cooldown_s:
+            return False
+        if gain * cfg.rollout_cooldown_s <= cfg.restart_s:
+            events.append(Event("Normal", "RolloutSkipped", f"k={best} predicted {gain:+.1%}, which over "
+                                f"{cfg.rollout_cooldown_s:.0f}s does not repay a {cfg.restart_s:.0f}s restart"))
+            return False
+        history.append(HistoryEntry(time=iso(now), bucket="all", fromSteps=cur, toSteps=best,
+                                    reason=f"rollout: predicted {gain:+.1%} over {cfg.rollout_cooldown_s:.0f}s "
+                                    f"repays a {cfg.restart_s:.0f}s restart" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
+                                    predictedGain=round(gain, 4)))
+        events.append(Event("Normal", "RolloutStarted", f"--speculative-num-steps {cur} -> {best} ({gain:+.1%} predicted)"))
+        self.rollout_steps = best
+        self.rollout_last_change = now
+        self.changes += 1
+        self.restarts += 1
+        return True
+
+    def _condition(self, report: ObserveReport, snapshots: list) -> Condition:
+        if not snapshots:
+            return Condition(type=CONDITION_TYPE, status="False", reason="NoPods", message="no pods to scrape")
+        problems = []
+        if report.down:
+            problems.append("down: " + "; ".join(f"{p}: {e}" for p, e in sorted(report.down.items())))
+        if report.invalid:
+            problems.append("invalid samples: " + "; ".join(f"{p}: {', '.join(e[:3])}" for p, e in sorted(report.invalid.items())))
+        if report.resets:
+            problems.append("counter reset (pod restarted?): " + ", ".join(sorted(report.resets)))
+        if not report.usable:
+            reason = ("MetricsDown" if report.down and not report.invalid else "MetricsInvalid" if report.invalid
+                      else "CounterReset" if report.resets else "WarmingUp")
+            msg = "; ".join(problems) or "first scrape: a decision needs two snapshots of the counters"
+            return Condition(type=CONDITION_TYPE, status="False" if problems else "Unknown", reason=reason,
+                             message=f"no decision this interval: {msg}")
+        if problems:
+            return Condition(type=CONDITION_TYPE, status="True", reason="PartialMetrics",
+                             message=f"decided on {len(report.pods_used)} pod(s); " + "; ".join(problems))
+        return Condition(type=CONDITION_TYPE, status="True", reason="Scraped",
+                         message=f"{len(report.pods_used)} pod(s) scraped")
+
+    def _status(self, now: float, report: ObserveReport, reports: dict[str, BucketReport]) -> SpeculativeStatus:
+        est = self.estimator
+        tokens = requests = accepted = drafted = 0.0
+        busiest, busiest_cycles = None, -1.0
+        for label in self.labels:
+            d = est.last_interval.get(label)
+            if d is None:
+                continue
+            tokens += d.tokens
+            requests += d.requests
+            acc_sum = sum(d.accepted.values())
+            accepted += acc_sum
+            drafted += d.requests * (d.steps or 0)
+            if d.cycles > busiest_cycles:
+                busiest, busiest_cycles = label, d.cycles
+        table = self.table()
+        num_steps = self.rollout_steps if self.config.mode == "Rollout" else (
+            self.states[busiest].steps if busiest else table[0][1])
+        return SpeculativeStatus(
+            numSteps=num_steps,
+            stepTable=[{"minBatch": b, "steps": s} for b, s in table],
+            acceptLength=round(tokens / requests, 4) if requests else None,
+            acceptRate=round(accepted / drafted, 4) if drafted else None,
+            tokensPerSecond=round(self.measured_tokens_per_s, 2) if self.measured_tokens_per_s is not None else None,
+            lastTuneTime=iso(now) if report.usable else None,
+        )

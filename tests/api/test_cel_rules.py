@@ -1,0 +1,115 @@
+"""Each CEL rule with an accepting and a rejecting case, evaluated from the CRD's own strings."""
+
+import copy
+
+import pytest
+
+from specdecode_operator.api.validate import InvalidSpec, apply_defaults, parse, validate_object
+
+
+def base():
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": "demo"},
+        "spec": {
+            "target": {"model": "/models/t", "tensorParallelSize": 8},
+            "draft": {"model": "/models/d", "tensorParallelSize": 1},
+        },
+    }
+
+
+def with_(path: str, value):
+    obj = base()
+    node = obj
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+    return obj
+
+
+CASES = [
+    # (field to set, good value, bad value, expected path, message fragment)
+    ("spec.draft.tensorParallelSize", 2, 16, "spec.draft.tensorParallelSize", "at most target"),
+    ("spec.draft.tensorParallelSize", 4, 3, "spec.draft.tensorParallelSize", "divide target"),
+    ("spec.draft.ranks", [0], [0, 1], "spec.draft.ranks", "exactly draft.tensorParallelSize"),
+    ("spec.draft.ranks", [7], [8], "spec.draft.ranks", "target TP rank"),
+    ("spec.target.tensorParallelSize", 16, 12, "spec.target.tensorParallelSize", "multiple of it"),
+    ("spec.speculative", {"numSteps": 3, "numDraftTokens": 4}, {"numSteps": 3, "numDraftTokens": 5},
+     "spec.speculative.numDraftTokens", "numSteps + 1"),
+    ("spec.speculative", {"numSteps": 5, "autotune": {"mode": "Live", "maxSteps": 6}},
+     {"numSteps": 9, "autotune": {"mode": "Live", "maxSteps": 6}}, "spec.speculative.numSteps", "minSteps..maxSteps"),
+    ("spec.speculative.autotune", {"minSteps": 2, "maxSteps": 4}, {"minSteps": 5, "maxSteps": 4},
+     "spec.speculative.autotune.minSteps", "at most maxSteps"),
+    ("spec.speculative.autotune", {"objective": "Latency", "maxInterTokenLatencyMs": 40}, {"objective": "Latency"},
+     "spec.speculative.autotune.maxInterTokenLatencyMs", "SLO"),
+    ("spec.nccl.env", {"NCCL_MIN_NCHANNELS": "8"}, {"CUDA_VISIBLE_DEVICES": "0"}, "spec.nccl.env", "^NCCL_"),
+    ("spec.nccl.env", {"NCCL_NVLS_ENABLE": "0"}, {"NCCL_NVLS_ENABLE": "1"}, "spec.nccl.env", "multicast"),
+    ("spec.runtime.extraArgs", ["--mem-fraction-static", "0.8"], ["--speculative-num-steps=9"],
+     "spec.runtime.extraArgs", "may not set flags"),
+    ("spec.runtime.extraArgs", ["--chunked-prefill-size=4096"], ["--tp-size", "4"], "spec.runtime.extraArgs", "typed fields"),
+    ("spec.runtime", {"port": 8000, "controlPort": 8001}, {"port": 8000, "controlPort": 8000},
+     "spec.runtime.controlPort", "must differ"),
+    ("metadata.name", "glm5-pcie", "GLM5", "<root>", "DNS-1035"),
+    ("metadata.name", "a" * 47, "a" * 48, "<root>", "at most 47"),
+]
+
+
+@pytest.mark.parametrize("field,good,bad,path,fragment", CASES, ids=[f"{c[0]}={c[2]!r}"[:60] for c in CASES])
+def test_rule_accepts_and_rejects(field, good, bad, path, fragment):
+    assert validate_object(with_(field, good)) == []
+    problems = validate_object(with_(field, bad))
+    assert any(p.path == path and fragment in p.message for p in problems), problems
+
+
+def test_draft_ranks_must_be_unique():
+    obj = base()
+    obj["spec"]["draft"].update(tensorParallelSize=2, ranks=[3, 3])
+    assert any(p.path == "spec.draft.ranks" and "repeat" in p.message for p in validate_object(obj))
+
+
+def test_stock_sglang_launcher_requires_full_tp_draft_and_no_live_mode():
+    obj = with_("spec.runtime", {"launcher": "sglang"})
+    assert any("launcher sglang" in p.message for p in validate_object(obj))
+    obj["spec"]["draft"] = {"model": "/d", "tensorParallelSize": 8}
+    assert validate_object(obj) == []
+    obj["spec"]["speculative"] = {"autotune": {"mode": "Live"}}
+    assert [p.path for p in validate_object(obj)] == ["spec.speculative.autotune.mode"]
+
+
+def test_schema_errors_name_the_field_and_what_is_allowed():
+    problems = {str(p) for p in validate_object(with_("spec.draft.algorithm", "MEDUSA"))}
+    assert "spec.draft.algorithm: Unsupported value: 'MEDUSA': supported values: 'EAGLE', 'EAGLE3', 'NEXTN', 'STANDALONE'" in problems
+    problems = {str(p) for p in validate_object(with_("spec.target.tensorParallelSize", 0))}
+    assert "spec.target.tensorParallelSize: Invalid value: 0: should be greater than or equal to 1" in problems
+    problems = {str(p) for p in validate_object(with_("spec.target.tensorParalelSize", 4))}
+    assert any(p.startswith("spec.target.tensorParalelSize: unknown field") for p in problems)
+    obj = base()
+    del obj["spec"]["draft"]["model"]
+    assert "spec.draft.model: Required value" in {str(p) for p in validate_object(obj)}
+
+
+def test_cel_runs_only_after_the_schema_holds():
+    # a string TP would make the CEL rules error; the API server reports the schema problem only
+    problems = validate_object(with_("spec.target.tensorParallelSize", "8"))
+    assert [p.path for p in problems] == ["spec.target.tensorParallelSize"]
+
+
+def test_defaults_are_applied_like_the_api_server():
+    obj = apply_defaults(base())
+    assert obj["spec"]["speculative"] == {
+        "numSteps": 3, "eagleTopK": 1,
+        "autotune": {"mode": "Off", "minSteps": 1, "maxSteps": 7, "intervalSeconds": 30, "objective": "Throughput"},
+    }
+    assert obj["spec"]["placement"]["gpusPerNode"] == 8
+    assert obj["spec"]["nccl"] == {"profile": "Auto", "env": {}}
+
+
+def test_parse_raises_with_every_problem():
+    obj = copy.deepcopy(base())
+    obj["spec"]["draft"]["tensorParallelSize"] = 3
+    obj["spec"]["nccl"] = {"env": {"FOO": "1"}}
+    with pytest.raises(InvalidSpec) as err:
+        parse(obj)
+    assert {p.path for p in err.value.problems} >= {"spec.draft.tensorParallelSize", "spec.nccl.env"}

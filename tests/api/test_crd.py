@@ -1,0 +1,71 @@
+"""The committed CRD is exactly what the models generate, and it is a valid CustomResourceDefinition."""
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from specdecode_operator.api.crd import crd, crd_yaml
+from specdecode_operator.api import rules
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
+
+
+def test_committed_crd_matches_fresh_generation():
+    assert COMMITTED.read_text() == crd_yaml(), "crds/ is stale: run `specdecode crd > crds/specdecode.io_specdecodedeployments.yaml`"
+
+
+@pytest.mark.parametrize("version", ["1.30", "1.33"])
+def test_crd_is_a_valid_customresourcedefinition(version):
+    kubernetes_validate.validate(yaml.safe_load(COMMITTED.read_text()), version, strict=True)
+
+
+def _walk(node, path=""):
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{path}[]")
+
+
+def test_schema_is_structural_and_described():
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        assert not {"$ref", "anyOf", "allOf", "oneOf", "$defs", "title"} & set(node), path
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        if path.startswith(".spec") and path.count(".") >= 2 and not path.endswith("[]"):
+            assert node.get("description"), f"{path} has no description for kubectl explain"
+
+
+def test_every_rule_in_rules_module_is_in_the_crd():
+    text = yaml.safe_dump(crd())
+    all_rules = [
+        *rules.ROOT_RULES, *rules.SPEC_RULES, *rules.DRAFT_RULES, *rules.SPECULATIVE_RULES,
+        *rules.AUTOTUNE_RULES, *rules.NCCL_RULES, *rules.RUNTIME_RULES,
+    ]
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    found = [v["rule"] for _, node in _walk(schema) for v in node.get("x-kubernetes-validations", [])]
+    assert sorted(found) == sorted(r.rule for r in all_rules)
+    assert "x-kubernetes-validations" in text
+
+
+def test_names_subresources_and_printer_columns():
+    version = crd()["spec"]["versions"][0]
+    names = crd()["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"]) == ("SpecDecodeDeployment", "specdecodedeployments", ["sdd"])
+    assert crd()["spec"]["scope"] == "Namespaced"
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Ready", "Target TP", "Draft TP", "Steps", "Accept", "Tok/s", "Age"
+    ]
+
+
+def test_defaults_reach_nested_fields():
+    spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["replicas"]["default"] == 1
+    assert spec["speculative"]["default"] == {}
+    assert spec["speculative"]["properties"]["autotune"]["default"] == {}
+    assert spec["speculative"]["properties"]["numSteps"]["default"] == 3
+    assert spec["nccl"]["properties"]["profile"]["enum"] == ["Auto", "PCIe", "NVLink", "None"]
