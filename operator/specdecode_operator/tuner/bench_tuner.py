@@ -84,8 +84,14 @@ def run_sglang(sc: Scenario, seed: int | None, initial_steps: int) -> tuple[floa
     return _finish(eng, sc.duration), ctl.changes
 
 
-def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_steps: int, initial: int) -> TunerConfig:
-    caps = [0, *candidate_steps(min_steps, max_steps, initial)]
+def rendered_candidates(min_steps: int, max_steps: int, initial: int) -> list[int]:
+    """What the runtime captures by default: k = 0 plus config.candidate_steps (at most 4 values in bounds)."""
+    return [0, *candidate_steps(min_steps, max_steps, initial)]
+
+
+def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_steps: int, initial: int,
+               caps: list[int] | None = None) -> TunerConfig:
+    caps = caps if caps is not None else rendered_candidates(min_steps, max_steps, initial)
     return TunerConfig(
         mode=mode,
         policy=PolicyConfig(min_steps=min_steps, max_steps=max_steps, candidates=tuple(caps),
@@ -97,11 +103,11 @@ def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_ste
 
 
 def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_steps: int, max_steps: int,
-             initial: int) -> tuple[float, Tuner]:
+             initial: int, caps: list[int] | None = None) -> tuple[float, Tuner]:
     """The operator loop on simulated time: scrape every interval, decide, push (Live) or re-render and restart
     (Rollout). The tuner's calibrated profile is the scenario's cost block (what startup profiling measures);
     acceptance it must learn from the metrics."""
-    cfg = our_config(sc, mode, interval, min_steps, max_steps, initial)
+    cfg = our_config(sc, mode, interval, min_steps, max_steps, initial, caps)
     eng = SimEngine(sc, seed=seed)
     eng.set_candidates(cfg.policy.candidates)
     eng.set_step_table([(1, initial)])
@@ -126,8 +132,10 @@ def bench_scenario(sc: Scenario, args) -> dict:
     best_static = max(static[best_k], none)
     oracle = run_oracle(sc, ks, args.seed)
     sglang, sglang_changes = run_sglang(sc, args.seed, args.initial_steps)
-    ours, tuner = run_ours(sc, args.seed, "Live", args.interval, args.min_steps, args.max_steps, args.initial_steps)
-    rollout, rtuner = run_ours(sc, args.seed, "Rollout", args.interval, args.min_steps, args.max_steps, args.initial_steps)
+    ours, tuner = run_ours(sc, args.seed, "Live", args.interval, args.min_steps, args.max_steps, args.initial_steps,
+                           args.candidates)
+    rollout, rtuner = run_ours(sc, args.seed, "Rollout", args.interval, args.min_steps, args.max_steps,
+                               args.initial_steps, args.candidates)
     return {
         "name": sc.name,
         "simulated": True,
@@ -169,6 +177,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, default=7, help="largest static k and oracle k (default 7)")
     p.add_argument("--initial-steps", type=int, default=3, help="starting numSteps for ours and SGLang (default 3)")
     p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
+    p.add_argument("--candidates", type=_candidates, default=None, metavar="K,K,...|all",
+                   help="step counts the runtime has captured for our tuner (default: 0 plus "
+                   "config.candidate_steps(min, max, initial), at most 4 values in bounds, as rendered); "
+                   "'all' = 0..max-steps")
+
+
+def _candidates(text: str) -> list[int] | str:
+    if text == "all":
+        return "all"
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers or 'all', got {text!r}") from None
+    if not ks or any(k < 0 or k > 16 for k in ks):
+        raise argparse.ArgumentTypeError(f"candidates must be integers within 0..16, got {text!r}")
+    return ks
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -192,6 +216,8 @@ def run(args) -> int:
         return _usage_error(f"--initial-steps must be within {args.min_steps}..{args.max_steps}, got {args.initial_steps}")
     if not (5 <= args.interval <= 3600):
         return _usage_error(f"--interval must be within 5..3600 seconds (autotune.intervalSeconds), got {args.interval:g}")
+    if args.candidates == "all":
+        args.candidates = list(range(0, args.max_steps + 1))
     try:
         import_sglang()
     except SglangUnavailable as exc:
@@ -216,7 +242,7 @@ def run(args) -> int:
     out = {
         "simulated": True,
         "note": "all tokens/s are simulated (in-process simulator, scenario cost model); not measurements",
-        "settings": {"interval_s": args.interval, "min_steps": args.min_steps, "max_steps": args.max_steps,
+        "settings": {"interval_s": args.interval, "candidates": args.candidates or "rendered", "min_steps": args.min_steps, "max_steps": args.max_steps,
                      "initial_steps": args.initial_steps, "seed": args.seed},
         "scenarios": results,
         "geomean": {r: geomean([s["ratios"][r] for s in results]) for r in RATIOS},
@@ -231,7 +257,7 @@ def run(args) -> int:
 def format_table(out: dict) -> str:
     lines = [
         "Simulated tokens/s (in-process simulator; not measurements), interval "
-        f"{out['settings']['interval_s']:g}s",
+        f"{out['settings']['interval_s']:g}s, our captured candidates {out['settings']['candidates']}",
         f"{'scenario':<28} {'none':>8} {'best k':>6} {'best st':>8} {'oracle':>8} {'sglang':>8} {'ours':>8} "
         f"{'rollout':>8} {'o/orc':>6} {'o/bst':>6} {'o/sgl':>6} {'chg':>4} {'rst':>4}",
     ]
