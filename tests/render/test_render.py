@@ -81,7 +81,7 @@ def test_single_node_deployment_gets_all_gpus_and_safe_rollout():
     dep = by_kind(ms)[("Deployment", "glm5-pcie")]
     assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     c = container(ms)
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert c["command"] == ["specdecode-runtime", "launch", "--config", "/etc/specdecode/runtime.yaml"]
     assert c["startupProbe"]["httpGet"]["path"] == "/health"
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
@@ -100,7 +100,7 @@ def test_multi_node_renders_leader_worker_set_wired_from_lws_labels():
     assert lws["size"] == 2
     leader = lws["leaderTemplate"]["spec"]["containers"][0]
     worker = lws["workerTemplate"]["spec"]["containers"][0]
-    assert leader["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert leader["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert "readinessProbe" in leader and "readinessProbe" not in worker
     env = {e["name"]: e for e in leader["env"]}
     assert env["SPECDECODE_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"].endswith("['leaderworkerset.sigs.k8s.io/worker-index']")

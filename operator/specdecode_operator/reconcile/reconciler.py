@@ -75,7 +75,13 @@ class Reconciler:
             result = "error"
             log.warning("reconcile %s/%s: %s", md["namespace"], md["name"], obs.error)
         try:
-            await writer.write(self.client, body, conditions.compute(obs))
+            computed = conditions.compute(obs)
+            last = memo.get("status_written")
+            recent = last and time.monotonic() - last[0] < self.config.settle_seconds
+            if not (recent and writer.unchanged(computed, last[1])):  # the watch may not show our last write yet
+                written = await writer.write(self.client, body, computed)
+                if written is not None:
+                    memo["status_written"] = (time.monotonic(), written.get("status") or {})
         except ApiError as e:
             result = "error"
             log.warning("status of %s/%s not written: %s", md["namespace"], md["name"], e)

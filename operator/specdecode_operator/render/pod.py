@@ -97,8 +97,9 @@ def _affinity(sdd: SpecDecodeDeployment) -> dict[str, Any] | None:
 def _resources(sdd: SpecDecodeDeployment, gpus: int) -> dict[str, Any]:
     user = sdd.spec.runtime.resources
     gpu = sdd.spec.placement.gpuResourceName
-    limits = {**(user.get("limits") or {}), gpu: gpus}
-    requests = {**(user.get("requests") or {}), gpu: gpus}
+    # Quantities as strings, the canonical form: typed clients (kubernetes>=37 models) refuse bare integers.
+    limits = {**{k: str(v) for k, v in (user.get("limits") or {}).items()}, gpu: str(gpus)}
+    requests = {**{k: str(v) for k, v in (user.get("requests") or {}).items()}, gpu: str(gpus)}
     return {"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))}
 
 

@@ -33,7 +33,7 @@ class EmulatorServer:
     """The emulator behind a real HTTP port on 127.0.0.1, served from a background thread."""
 
     def __init__(self, emulator: ApiServerEmulator | None = None):
-        self.emulator = emulator or standard_emulator()
+        self.emulator = emulator if emulator is not None else standard_emulator()
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -84,12 +84,13 @@ class OperatorThread:
             clusterwide=not namespaces if clusterwide is None else clusterwide,
             namespaces=namespaces,
             standalone=config.standalone if standalone is None else standalone,
-            peering_name=config.peering_name,
             priority=config.priority,
             liveness_endpoint=config.liveness_endpoint,
             stop_flag=self._stop,
             ready_flag=self._ready,
         )
+        if not self._kwargs["standalone"]:
+            self._kwargs["peering_name"] = config.peering_name
         self._thread = threading.Thread(target=self._main, name="kopf-operator", daemon=True)
 
     def _main(self) -> None:

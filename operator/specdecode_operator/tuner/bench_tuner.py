@@ -47,24 +47,35 @@ def bucket_mix(phase, lo: int, hi: int | None) -> list[tuple[int, float]]:
 
 
 def oracle_table(sc: Scenario, phase, ks: Sequence[int]) -> list[tuple[int, int]]:
-    """Best k per bucket for one phase from the scenario's true acceptance and costs: for a bucket holding several
-    batch sizes, the k with the most tokens per unit of time over that mix."""
+    """The best table for one phase from the scenario's true acceptance and costs.
+
+    The simulator draws a batch size per cycle, so the phase's throughput is sum(p_b tokens_b) / sum(p_b time_b)
+    over all batch sizes: buckets are coupled through the shared denominator. Dinkelbach's iteration maximises that
+    ratio exactly: with R the current ratio, each bucket independently takes the k maximising
+    sum(p_b (tokens_b(k) - R time_b(k))); repeat until R stops rising."""
     cost = sc.cycle_cost()
     bounds = sc.buckets
-    table = []
+    groups = []
     for i, lo in enumerate(bounds):
         hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else None
-        mix = bucket_mix(phase, lo, hi)
-        if not mix:
-            table.append((lo, 0))
-            continue
+        groups.append((lo, bucket_mix(phase, lo, hi)))
 
-        def rate(k: int) -> float:
-            toks = sum(p * b * (expected_tokens(phase.acceptance, k) if k else 1.0) for b, p in mix)
-            return toks / sum(p * cost.cycle_ms(k, b) for b, p in mix)
+    def tok_time(k: int, mix) -> tuple[float, float]:
+        toks = sum(p * b * (expected_tokens(phase.acceptance, k) if k else 1.0) for b, p in mix)
+        return toks, sum(p * cost.cycle_ms(k, b) for b, p in mix)
 
-        table.append((lo, max(ks, key=lambda k: (rate(k), -k))))
-    return table
+    choice = {lo: 0 for lo, _ in groups}
+    ratio = -1.0
+    for _ in range(50):
+        tt = [tok_time(choice[lo], mix) for lo, mix in groups if mix]
+        new_ratio = sum(t for t, _ in tt) / sum(d for _, d in tt)
+        if new_ratio <= ratio * (1 + 1e-12):
+            break
+        ratio = new_ratio
+        for lo, mix in groups:
+            if mix:
+                choice[lo] = max(ks, key=lambda k: (lambda t, d: (t - ratio * d, -k))(*tok_time(k, mix)))
+    return [(lo, choice[lo]) for lo, _ in groups]
 
 
 def run_oracle(sc: Scenario, ks: Sequence[int], seed: int | None) -> float:

@@ -172,11 +172,12 @@ class Estimator:
                     break
                 deltas[label] = d
             else:
-                if snap.tokens_total is not None and prev.tokens_total is not None:
-                    if snap.tokens_total < prev.tokens_total:
+                if snap.tokens_total is not None:
+                    before = prev.tokens_total or 0.0  # a counter series appears on its first increment
+                    if snap.tokens_total < before:
                         report.resets.append(snap.pod)
                         continue
-                    tokens += snap.tokens_total - prev.tokens_total
+                    tokens += snap.tokens_total - before
                 spans.append(snap.time - prev.time)
                 report.pods_used.append(snap.pod)
                 for label, d in deltas.items():

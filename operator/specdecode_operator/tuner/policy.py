@@ -135,7 +135,8 @@ def choose(
         if itl_cur > cfg.max_itl_ms and best != cur:
             gain = max(gain, cfg.hysteresis + 1e-9)  # an SLO violation overrides hysteresis
     if best != cur and gain > cfg.hysteresis:
-        if now - state.last_change < cfg.cooldown_s:
+        # A detected workload change is a new world, not noise: the cooldown does not hold the old choice there.
+        if now - state.last_change < cfg.cooldown_s and not workload_changed:
             return Choice(cur, "hold", f"cooldown: k={best} predicted {gain:+.1%} but last change "
                           f"{now - state.last_change:.0f}s ago < {cfg.cooldown_s:.0f}s", gain, g)
         state.pending_rollback = (cur, measured_goodput, acc.alphas[0] if acc.alphas else 0.0) if measured_goodput else None

@@ -1,0 +1,59 @@
+{{/* Chart name, truncated to the 63 characters a DNS label allows. */}}
+{{- define "specdecode-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; the release name alone when it already contains the chart name. */}}
+{{- define "specdecode-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "specdecode-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specdecode-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specdecode-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "specdecode-operator.labels" -}}
+helm.sh/chart: {{ include "specdecode-operator.chart" . }}
+{{ include "specdecode-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: specdecode
+{{- end }}
+
+{{- define "specdecode-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specdecode-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "specdecode-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Peering is on when more than one replica runs: kopf elects one active replica through a peering object. */}}
+{{- define "specdecode-operator.peering" -}}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- default (include "specdecode-operator.fullname" .) .Values.peering.name }}
+{{- end }}
+{{- end }}
+
+{{/* The RBAC rules, generated from specdecode_operator.rbac into files/rbac-rules.yaml. */}}
+{{- define "specdecode-operator.rbacRules" -}}
+{{- .Files.Get "files/rbac-rules.yaml" | fromYaml | toJson }}
+{{- end }}

@@ -1,0 +1,177 @@
+"""The demo's main loop: emulator + operator + simulated kubelet, watched and reported until the scenario ends."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console, Group
+from rich.live import Live
+
+from specdecode_runtime.scenario import load_scenario
+from specdecode_runtime.simulate.engine import SimEngine
+
+from ..api.models import GROUP, PLURAL, VERSION
+from ..render import CHILD_KINDS, names
+from . import report
+
+
+@dataclass
+class DemoOptions:
+    out_dir: Path
+    speed: float = 10.0  # simulated seconds per wall second
+    sdd_file: Path | None = None
+    scenario_file: Path | None = None
+    kubeconfig: str | None = None
+    max_wall_seconds: float = 110.0
+
+
+def _data(name: str) -> Path:
+    return Path(str(resources.files("specdecode_operator.demo.data") / name))
+
+
+def reference_rates(scenario, seconds: float) -> dict[str, float]:
+    """What the same simulated workload gives without speculation and with the seed's setup (draft on all 8
+    ranks, 5 steps), in-process with the same engine the pods use."""
+    out = {}
+    for label, tp, k in (("no speculation", 8, 0), ("draft on all 8 ranks, k=5 (the seed)", 8, 5)):
+        eng = SimEngine(scenario, draft_tp=tp)
+        eng.set_step_table([(1, k)])
+        eng.advance(seconds)
+        out[label] = eng.tokens_total / max(eng.now, 1e-9)
+    return out
+
+
+class _Api:
+    def __init__(self, url: str | None, kubeconfig: str | None):
+        from kubernetes import client, config
+
+        if kubeconfig:
+            self.client = config.new_client_from_config(config_file=kubeconfig)
+        else:
+            cfg = client.Configuration()
+            cfg.host = url
+            self.client = client.ApiClient(cfg)
+        self.custom = client.CustomObjectsApi(self.client)
+
+    def get_sdd(self, ns: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+    def children(self, ns: str, name: str) -> list[dict[str, Any]]:
+        out = []
+        for api_version, kind, plural, _ in CHILD_KINDS:
+            group, _, version = api_version.rpartition("/")
+            with contextlib.suppress(Exception):
+                if group:
+                    items = self.custom.list_namespaced_custom_object(
+                        group, version, ns, plural, label_selector=f"app.kubernetes.io/instance={name}")["items"]
+                else:
+                    resp = self.client.call_api(
+                        f"/api/v1/namespaces/{ns}/{plural}", "GET",
+                        query_params=[("labelSelector", f"app.kubernetes.io/instance={name}")],
+                        response_type="object", _return_http_data_only=True, auth_settings=["BearerToken"])
+                    items = resp["items"]
+                out.extend({**i, "kind": kind} for i in items)
+        return out
+
+
+def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, Any]:
+    console = console or Console()
+    out = options.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    scenario = load_scenario(options.scenario_file or _data("pcie8-seed-shift.yaml"))
+    sdd = yaml.safe_load((options.sdd_file or _data("sdd.yaml")).read_text())
+    ns, name = sdd["metadata"].get("namespace", "default"), sdd["metadata"]["name"]
+    sim_total = sum(p.seconds for p in scenario.phases)
+    console.rule("[bold]specdecode demo[/] - everything below runs on a SIMULATED runtime, no GPU, no cluster")
+    console.print(f"scenario [bold]{scenario.name}[/] ({scenario.description}); {sim_total:.0f} simulated seconds "
+                  f"at {options.speed:g}x -> about {sim_total / options.speed:.0f} s of wall time")
+
+    with contextlib.ExitStack() as stack:
+        if options.kubeconfig:
+            api = _Api(None, options.kubeconfig)
+            kubelet = None
+        else:
+            from ..opconfig import OperatorConfig
+            from ..testbed.runner import EmulatorServer, OperatorThread
+            from .kubelet import SimulatedKubelet
+
+            server = stack.enter_context(EmulatorServer())
+            console.print(f"API emulator (kmock KubernetesEmulator + CRD schema/CEL admission) at {server.url}")
+            config = OperatorConfig.from_env({}, server=server.url, standalone=True, metrics_port=0,
+                                             liveness_endpoint=None, resync_seconds=1.0)
+            stack.enter_context(OperatorThread(config))
+            console.print("operator started (kopf, server-side apply, field manager specdecode-operator)")
+            api = _Api(server.url, None)
+            token_dir = out / "tokens"
+            token_dir.mkdir(exist_ok=True)
+            kubelet = stack.enter_context(SimulatedKubelet(api.client, ns, scenario, options.speed, token_dir))
+        api.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sdd)
+        console.print(f"applied sdd/{name} (the seed's PCIe box: target TP8, EAGLE-3 draft TP1 on rank 0, autotune Live)")
+        timeline, seen_history = report.Timeline(), 0
+        start = time.monotonic()
+        last_tokens, last_sim = 0.0, 0.0
+        printed_objects = False
+        live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
+        if live:
+            stack.enter_context(live)
+        last_plain = -10.0
+        while True:
+            time.sleep(0.5)
+            wall = time.monotonic() - start
+            obj = api.get_sdd(ns, name)
+            children = api.children(ns, name)
+            engines = kubelet.engines() if kubelet else []
+            sim = max((e.now for e in engines), default=0.0)
+            tokens = sum(e.tokens_total for e in engines)
+            phase = engines[0].phase.name if engines else "-"
+            steps = engines[0].table.lookup(1) if engines else None
+            if engines and sim > last_sim:
+                rate = (tokens - last_tokens) / (sim - last_sim) / max(len(engines), 1)
+                timeline.samples.append(report.Sample(wall, sim, phase, rate, steps))
+                last_tokens, last_sim = tokens, sim
+            if not printed_objects and len(children) >= 5:
+                console.print(report.objects_table(children))
+                printed_objects = True
+            history = (obj.get("status") or {}).get("history") or []
+            for entry in history[seen_history:]:
+                console.print(f"[cyan]tuner[/] {entry.get('time', '')}: bucket {entry.get('bucket', '')} "
+                              f"{entry.get('fromSteps')} -> {entry.get('toSteps')}: {entry.get('reason', '')}")
+            seen_history = len(history)
+            table = report.status_table(obj, sim, phase, len(engines))
+            if live:
+                live.update(Group(table))
+            elif wall - last_plain >= 10:
+                console.print(table)
+                last_plain = wall
+            done = engines and all(e.finished for e in engines)
+            if done or wall > options.max_wall_seconds or (not engines and wall > 30):
+                break
+        final = api.get_sdd(ns, name)
+        console.print(report.status_table(final, sim, phase, len(engines)))
+        tuned = tokens / max(sim, 1e-9) / max(len(engines), 1) if engines else 0.0
+    reference = reference_rates(scenario, sim or sim_total)
+    rows = [(k, v, "in-process simulator, same scenario") for k, v in reference.items()]
+    rows.append(("tuned, draft on rank 0 (this run)", tuned, "operator + tuner on simulated pods"))
+    console.print(report.summary_table(rows))
+    png = report.plot(timeline, reference, out / "tokens_and_steps.png")
+    if png:
+        console.print(f"plot (simulated): {png}")
+    result = {
+        "simulated": True,
+        "scenario": scenario.name,
+        "simulated_seconds": sim,
+        "tokens_per_s": {k: v for k, v, _ in rows},
+        "tuner_decisions": seen_history,
+        "restarts": kubelet.state.restarts if kubelet else None,
+        "conditions": {c["type"]: c["status"] for c in (final.get("status") or {}).get("conditions", [])},
+        "kubelet_errors": kubelet.errors[-5:] if kubelet else [],
+    }
+    (out / "summary.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
+    return result

@@ -1,0 +1,304 @@
+"""Live step control: the step table, its HTTP endpoint, and the rank-0 -> all-ranks control message.
+
+A step change is only safe if (a) the step count was captured at startup (CUDA graphs and buffers exist for it)
+and (b) every TP rank switches at the same scheduler iteration; otherwise ranks run different graphs and the
+collectives deadlock or mix shapes. The endpoint enforces (a) with a 422 naming the allowed set;
+``StepControlChannel`` enforces (b) by stamping each table with the iteration it applies at.
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+log = logging.getLogger(__name__)
+
+STEPS_PATH = "/specdecode/v1/steps"
+MAX_TABLE_ENTRIES = 16
+
+
+class StepTableError(ValueError):
+    def __init__(self, errors: list[str], allowed: list[int] | None = None) -> None:
+        self.errors = errors
+        self.allowed = allowed
+        super().__init__("; ".join(errors))
+
+
+class StepEntry(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+    min_batch: int = Field(ge=1, alias="minBatch")
+    steps: int = Field(ge=0)
+
+
+class StepTable(BaseModel):
+    """Steps per batch size: the entry with the largest ``minBatch`` <= the batch applies; the first starts at 1 so
+    every batch size is covered. ``steps`` 0 = no speculation for those batches."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+    table: list[StepEntry] = Field(min_length=1, max_length=MAX_TABLE_ENTRIES)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "StepTable":
+        seen: set[int] = set()
+        for i, e in enumerate(self.table):
+            if e.min_batch in seen:
+                raise ValueError(f"table[{i}].minBatch {e.min_batch} appears twice")
+            seen.add(e.min_batch)
+        if 1 not in seen:
+            raise ValueError("one entry must have minBatch 1 so that every batch size has a step count")
+        return self
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[tuple[int, int]]) -> "StepTable":
+        return cls(table=[StepEntry(min_batch=int(b), steps=int(s)) for b, s in pairs])
+
+    @classmethod
+    def single(cls, steps: int) -> "StepTable":
+        return cls.from_pairs([(1, steps)])
+
+    def entries(self) -> list[StepEntry]:
+        return sorted(self.table, key=lambda e: e.min_batch)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return [(e.min_batch, e.steps) for e in self.entries()]
+
+    def lookup(self, batch: int) -> int:
+        steps = self.entries()[0].steps
+        for e in self.entries():
+            if e.min_batch <= batch:
+                steps = e.steps
+            else:
+                break
+        return steps
+
+    def check_candidates(self, candidates: Iterable[int]) -> None:
+        allowed = sorted(set(int(c) for c in candidates))
+        bad = [f"table[{i}].steps: {e.steps} is not a captured candidate" for i, e in enumerate(self.table)
+               if e.steps not in allowed]
+        if bad:
+            raise StepTableError(bad + [f"allowed steps: {allowed}"], allowed)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def parse_step_table(data: Any, candidates: Iterable[int] | None = None) -> StepTable:
+    """Validate a request body; errors name the field (``table[1].steps: ...``)."""
+    try:
+        table = StepTable.model_validate(data)
+    except ValidationError as err:
+        from .scenario import format_validation_error
+
+        raise StepTableError(format_validation_error(err)) from None
+    if candidates is not None:
+        table.check_candidates(candidates)
+    return table
+
+
+# ------------------------------------------------------------------ HTTP endpoint
+class StepTableSink(Protocol):
+    """What the endpoint drives: the simulator's engine, or the real runtime's StepControlChannel."""
+
+    candidates: Sequence[int]
+
+    def current_table(self) -> StepTable: ...
+
+    def apply_table(self, table: StepTable) -> Any: ...  # may be a coroutine; its result is returned as "status"
+
+
+class TokenFile:
+    """The bearer token from a mounted Secret, re-read when the file changes (Secrets rotate in place). A missing or
+    empty file means no token, and then every request is refused: an unauthenticated knob that reshapes GPU work
+    must never be open by accident."""
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self.path = Path(path) if path else None
+        self._stamp: tuple[float, int] | None = None
+        self._token = ""
+
+    def token(self) -> str:
+        if self.path is None:
+            return ""
+        try:
+            st = self.path.stat()
+        except OSError:
+            self._stamp, self._token = None, ""
+            return ""
+        stamp = (st.st_mtime, st.st_size)
+        if stamp != self._stamp:
+            try:
+                self._token = self.path.read_text().strip()
+            except OSError:
+                self._token = ""
+            self._stamp = stamp
+        return self._token
+
+    def authorized(self, header: str | None) -> bool:
+        expected = self.token()
+        if not expected or not header or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), expected.encode())
+
+
+def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | None) -> None:
+    """Mount GET/PUT /specdecode/v1/steps on an aiohttp application."""
+    from aiohttp import web
+
+    tokens = TokenFile(token_file)
+
+    def _unauthorized() -> web.Response:
+        return web.json_response(
+            {"error": "missing or invalid bearer token (Authorization: Bearer <token from the mounted Secret>)"},
+            status=401, headers={"WWW-Authenticate": 'Bearer realm="specdecode"'},
+        )
+
+    def _body(table: StepTable, **extra: Any) -> dict[str, Any]:
+        return {**table.to_json(), "candidates": sorted(sink.candidates), **extra}
+
+    async def get_steps(request: web.Request) -> web.Response:
+        if not tokens.authorized(request.headers.get("Authorization")):
+            return _unauthorized()
+        table = sink.current_table()
+        if table is None:
+            return web.json_response({"error": "no step table yet (the runtime is still starting)"}, status=503)
+        return web.json_response(_body(table))
+
+    async def put_steps(request: web.Request) -> web.Response:
+        if not tokens.authorized(request.headers.get("Authorization")):
+            return _unauthorized()
+        try:
+            data = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": "body must be JSON: {\"table\": [{\"minBatch\": 1, \"steps\": N}]}"},
+                                     status=400)
+        try:
+            table = parse_step_table(data, sink.candidates)
+        except StepTableError as err:
+            return web.json_response(
+                {"error": "invalid step table", "details": err.errors, "allowed": sorted(sink.candidates)},
+                status=422,
+            )
+        status = sink.apply_table(table)
+        if inspect.isawaitable(status):
+            status = await status
+        return web.json_response(_body(table, status=status))
+
+    app.router.add_get(STEPS_PATH, get_steps)
+    app.router.add_put(STEPS_PATH, put_steps)
+
+
+def create_control_app(sink: StepTableSink, token_file: str | os.PathLike | None):
+    """A standalone aiohttp app with only the step endpoint (the real runtime serves it on its control port)."""
+    from aiohttp import web
+
+    app = web.Application()
+    add_step_routes(app, sink, token_file)
+    return app
+
+
+# ------------------------------------------------------------------ rank 0 -> all ranks
+class StepControlChannel:
+    """Carries step tables from TP rank 0 to every rank so that all switch at the same scheduler iteration.
+
+    Every rank calls ``step(iteration)`` exactly once per scheduler iteration, with the same iteration numbers. On
+    exchange iterations (``iteration % every == 0``) rank 0 broadcasts a fixed-size int64 message; a table submitted
+    on rank 0 (from any thread, e.g. the HTTP handler) travels in the next exchange and is stamped to apply
+    ``lead`` iterations later, which leaves room for overlap schedulers that run the CPU one iteration ahead.
+    ``step`` returns the table in force for that iteration (or None before the first one).
+
+    Message: [iteration, sequence, apply_at, n_entries, minBatch_0, steps_0, ...], padded to a fixed size so that no
+    shape has to be communicated first. ``encode``/``decode`` let a caller piggy-back the same message on a
+    broadcast it already does (SGLang broadcasts received requests from rank 0 every iteration).
+    """
+
+    HEADER = 4
+
+    def __init__(self, group=None, src: int = 0, lead: int = 2, every: int = 1, initial: StepTable | None = None,
+                 device: str = "cpu", candidates: Iterable[int] | None = None) -> None:
+        if lead < 0 or every < 1:
+            raise ValueError(f"lead must be >= 0 and every >= 1, got lead={lead} every={every}")
+        self.group, self.src, self.lead, self.every, self.device = group, src, lead, every, device
+        self.candidates = sorted(set(candidates)) if candidates is not None else []
+        self._lock = threading.Lock()
+        self._outbox: StepTable | None = None
+        self._seq = 0
+        self._pending: list[tuple[int, int, StepTable]] = []  # (apply_at, seq, table)
+        self.table = initial
+        self.applied: list[tuple[int, int]] = []  # (iteration, seq) history, for tests and status
+
+    # ---- StepTableSink for the HTTP endpoint (rank 0)
+    def current_table(self) -> StepTable | None:
+        with self._lock:
+            return self._outbox or (self._pending[-1][2] if self._pending else self.table)
+
+    def apply_table(self, table: StepTable) -> dict[str, Any]:
+        return {"queued": self.submit(table)}
+
+    def submit(self, table: StepTable) -> int:
+        """Rank 0 only: queue ``table``; a later submit before the next exchange replaces it. Returns its sequence."""
+        if self.candidates:
+            table.check_candidates(self.candidates)
+        if len(table.table) > MAX_TABLE_ENTRIES:
+            raise StepTableError([f"table: at most {MAX_TABLE_ENTRIES} entries"])
+        with self._lock:
+            self._outbox = table
+            self._seq += 1
+            return self._seq
+
+    # ---- wire format
+    @classmethod
+    def message_size(cls) -> int:
+        return cls.HEADER + 2 * MAX_TABLE_ENTRIES
+
+    def encode(self, iteration: int) -> list[int]:
+        msg = [0] * self.message_size()
+        msg[0] = iteration
+        with self._lock:
+            table, self._outbox = self._outbox, None
+            seq = self._seq
+        if table is not None:
+            msg[1], msg[2], msg[3] = seq, iteration + self.lead, len(table.table)
+            for i, (b, s) in enumerate(table.pairs()):
+                msg[self.HEADER + 2 * i], msg[self.HEADER + 2 * i + 1] = b, s
+        return msg
+
+    def decode(self, msg: Sequence[int], iteration: int) -> None:
+        if int(msg[0]) != iteration:
+            raise RuntimeError(f"step control out of sync: rank {self.src} is at iteration {int(msg[0])}, "
+                               f"this rank at {iteration}")
+        n = int(msg[3])
+        if n:
+            pairs = [(int(msg[self.HEADER + 2 * i]), int(msg[self.HEADER + 2 * i + 1])) for i in range(n)]
+            self._pending.append((int(msg[2]), int(msg[1]), StepTable.from_pairs(pairs)))
+            self._pending.sort(key=lambda p: (p[0], p[1]))
+
+    def _exchange(self, iteration: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        if rank == self.src:
+            buf = torch.tensor(self.encode(iteration), dtype=torch.int64, device=self.device)
+        else:
+            buf = torch.zeros(self.message_size(), dtype=torch.int64, device=self.device)
+        dist.broadcast(buf, src=self.src, group=self.group)
+        self.decode(buf.tolist(), iteration)
+
+    def step(self, iteration: int) -> StepTable | None:
+        """Call once per scheduler iteration on every rank, before choosing the step count for that iteration."""
+        if iteration % self.every == 0:
+            self._exchange(iteration)
+        while self._pending and self._pending[0][0] <= iteration:
+            _, seq, table = self._pending.pop(0)
+            self.table = table
+            self.applied.append((iteration, seq))
+        return self.table
+

@@ -1,0 +1,233 @@
+"""The metrics contract shared by the patched runtime, the simulator and the tuner (documented in docs/metrics.md).
+
+SGLang's own speculative gauges are 40-iteration averages with no per-position or per-phase detail, which is too
+coarse to fit a goodput model. These counters are cumulative, so any scraper can take exact deltas over any window,
+and they are split by batch-size bucket because the best step count depends on batch size.
+
+Position semantics: a request verified with ``s`` steps and ``c`` accepted drafts attempted positions
+``1..min(c+1, s)`` and had ``1..c`` accepted. ``accepted_j / attempts_j`` is therefore the *conditional* acceptance
+of position j given j-1 was accepted, whatever mix of step counts produced the data.
+
+Multiprocess: prometheus-client picks its shared-file value class when ``PROMETHEUS_MULTIPROC_DIR`` is set before
+it is imported, so the same ``SpecMetrics`` works inside SGLang's multi-process server; ``render_latest`` then
+aggregates the files with ``MultiProcessCollector``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Mapping, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summary, generate_latest
+
+from .config import DEFAULT_BUCKETS, bucket_label, bucket_labels
+
+VERIFY_CYCLES = "specdecode_verify_cycles"  # exposed as ..._total
+POSITION_ATTEMPTS = "specdecode_position_attempts"
+POSITION_ACCEPTED = "specdecode_position_accepted"
+CYCLE_SECONDS = "specdecode_cycle_seconds"  # summary: ..._sum / ..._count
+DRAFT_STEPS = "specdecode_draft_steps"
+REQUESTS_VERIFIED = "specdecode_requests_verified"
+NUM_STEPS = "specdecode_num_steps"
+CANDIDATE_STEPS = "specdecode_candidate_steps"
+DRAFT_TP = "specdecode_draft_tp"
+TOKENS_GENERATED = "specdecode_tokens_generated"
+NCCL_LATENCY = "specdecode_nccl_latency_seconds"
+
+PHASES = ("draft", "verify", "draft_extend", "other")
+SIMULATED_LABELS = {"simulated": "true"}
+
+
+def exposed_name(name: str, kind: str) -> str:
+    """The sample name a scraper sees: prometheus-client appends ``_total`` to counters."""
+    return f"{name}_total" if kind == "counter" else name
+
+
+def position_counts(steps: int, accepted_per_req: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Attempts and acceptances per position (index 0 = position 1) for one verify of ``steps`` steps."""
+    attempts = [0] * steps
+    accepted = [0] * steps
+    for c in accepted_per_req:
+        c = int(c)
+        if c < 0 or c > steps:
+            raise ValueError(f"accepted drafts per request must be within 0..{steps} (steps), got {c}")
+        for j in range(min(c + 1, steps)):
+            attempts[j] += 1
+        for j in range(c):
+            accepted[j] += 1
+    return attempts, accepted
+
+
+class _BulkSummary(Summary):
+    """A Summary that can add ``count`` observations with a known total at once.
+
+    The simulator aggregates thousands of identical-cost cycles per batch; observing them one by one would cost more
+    than simulating them. prometheus-client has no public bulk observe, so this uses the two value objects Summary
+    itself increments in ``observe`` (tests/sim/test_metrics.py fails loudly if that internal ever changes).
+    """
+
+    def observe_bulk(self, count: float, total: float) -> None:
+        self._raise_if_not_observable()
+        self._count.inc(count)
+        self._sum.inc(total)
+
+
+class SpecMetrics:
+    """The contract's metrics on one registry.
+
+    ``const_labels`` adds fixed labels to every series: the simulator passes ``{"simulated": "true"}`` so simulated
+    numbers can never be mistaken for measurements. The default registry is prometheus-client's global one (the one
+    SGLang's ``/metrics`` serves); the simulator gives each engine its own.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = REGISTRY,
+        buckets: Sequence[int] = DEFAULT_BUCKETS,
+        const_labels: Mapping[str, str] | None = None,
+        max_positions: int = 16,
+    ) -> None:
+        self.buckets = tuple(sorted(buckets))
+        self.max_positions = max_positions
+        self._const = dict(const_labels or {})
+        extra = tuple(self._const)
+        reg = registry
+        b, bp, bph = ("bucket",) + extra, ("bucket", "position") + extra, ("bucket", "phase") + extra
+        self.verify_cycles = Counter(VERIFY_CYCLES, "Verify (decode) cycles per batch-size bucket", b, registry=reg)
+        self.position_attempts = Counter(
+            POSITION_ATTEMPTS, "Requests whose draft position was attempted (1..min(accepted+1, steps))", bp, registry=reg
+        )
+        self.position_accepted = Counter(
+            POSITION_ACCEPTED, "Requests whose draft position was accepted (1..accepted)", bp, registry=reg
+        )
+        self.cycle_seconds = _BulkSummary(
+            CYCLE_SECONDS, "Time per cycle spent in each phase (draft|verify|draft_extend|other)", bph, registry=reg
+        )
+        self.draft_steps = Counter(DRAFT_STEPS, "Draft steps run (sum of steps over cycles)", b, registry=reg)
+        self.requests_verified = Counter(
+            REQUESTS_VERIFIED, "Requests verified (sum of batch size over cycles)", b, registry=reg
+        )
+        self.num_steps = Gauge(
+            NUM_STEPS, "Active speculative steps for the bucket (0 = no speculation)", b, registry=reg,
+            multiprocess_mode="mostrecent",
+        )
+        self.candidate_steps = Gauge(
+            CANDIDATE_STEPS, "Info: 1 for every captured candidate step count", ("steps",) + extra, registry=reg,
+            multiprocess_mode="mostrecent",
+        )
+        self.draft_tp = Gauge(
+            DRAFT_TP, "Tensor-parallel size of the draft model's process group", extra, registry=reg,
+            multiprocess_mode="mostrecent",
+        )
+        self.tokens_generated = Counter(
+            TOKENS_GENERATED, "Tokens emitted by decode cycles (accepted drafts + bonus)", extra, registry=reg
+        )
+        self.nccl_latency = Gauge(
+            NCCL_LATENCY, "Startup preflight: mean latency of one collective on the TP group", ("op", "bytes") + extra,
+            registry=reg, multiprocess_mode="mostrecent",
+        )
+        self._children: dict[tuple, object] = {}
+        self.registry = registry
+
+    # -- child cache: .labels() takes a lock and builds a tuple each call; the hot path avoids that ----------------
+    def _child(self, metric, *values: str):
+        key = (id(metric),) + values
+        child = self._children.get(key)
+        if child is None:
+            child = metric.labels(*values, *self._const.values()) if (values or self._const) else metric
+            self._children[key] = child
+        return child
+
+    def bucket(self, batch_size: int) -> str:
+        return bucket_label(batch_size, self.buckets)
+
+    def record_cycle(
+        self,
+        batch_size: int,
+        steps: int,
+        accepted_per_req: Sequence[int],
+        phase_seconds: Mapping[str, float],
+    ) -> None:
+        """One decode cycle. ``accepted_per_req`` is SGLang's ``num_correct_drafts_per_req`` (bonus excluded), which
+        it already copies to the CPU after verify, so recording adds no device sync. ``steps == 0`` is a plain
+        decode step: it counts as a cycle with no positions attempted."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        if steps > self.max_positions:
+            raise ValueError(f"steps must be <= max_positions ({self.max_positions}), got {steps}")
+        unknown = set(phase_seconds) - set(PHASES)
+        if unknown:
+            raise ValueError(f"unknown phase(s) {sorted(unknown)}; allowed: {list(PHASES)}")
+        attempts, accepted = position_counts(steps, accepted_per_req if steps else [0] * len(accepted_per_req))
+        tokens = sum(int(c) + 1 for c in accepted_per_req) if steps else len(accepted_per_req)
+        self.add_cycles(
+            self.bucket(batch_size),
+            cycles=1,
+            requests=batch_size,
+            draft_steps=steps,
+            attempts=attempts,
+            accepted=accepted,
+            phase_seconds={p: float(phase_seconds.get(p, 0.0)) for p in PHASES},
+            tokens=tokens,
+        )
+
+    def add_cycles(
+        self,
+        bucket: str,
+        cycles: int,
+        requests: int,
+        draft_steps: int,
+        attempts: Sequence[float],
+        accepted: Sequence[float],
+        phase_seconds: Mapping[str, float],
+        tokens: float,
+    ) -> None:
+        """Many cycles of one bucket at once (the simulator's aggregated path). ``phase_seconds`` are totals over
+        the cycles; each phase counts ``cycles`` observations."""
+        if cycles <= 0:
+            return
+        self._child(self.verify_cycles, bucket).inc(cycles)
+        if requests:
+            self._child(self.requests_verified, bucket).inc(requests)
+        if draft_steps:
+            self._child(self.draft_steps, bucket).inc(draft_steps)
+        for j, (a, c) in enumerate(zip(attempts, accepted), start=1):
+            if a:
+                self._child(self.position_attempts, bucket, str(j)).inc(a)
+            if c:
+                self._child(self.position_accepted, bucket, str(j)).inc(c)
+        for phase in PHASES:
+            self._child(self.cycle_seconds, bucket, phase).observe_bulk(cycles, float(phase_seconds.get(phase, 0.0)))
+        if tokens:
+            self._child(self.tokens_generated).inc(tokens)
+
+    def set_steps(self, steps_for_batch) -> None:
+        """Publish the active step count of every bucket; ``steps_for_batch(batch) -> int`` is evaluated at each
+        bucket's lower bound (a step table's lookup)."""
+        for lo in self.buckets:
+            self._child(self.num_steps, self.bucket(lo)).set(int(steps_for_batch(lo)))
+
+    def set_candidates(self, candidates: Iterable[int]) -> None:
+        for k in sorted(set(int(c) for c in candidates)):
+            self._child(self.candidate_steps, str(k)).set(1)
+
+    def set_draft_tp(self, tp: int) -> None:
+        self._child(self.draft_tp).set(int(tp))
+
+    def set_nccl_latency(self, op: str, nbytes: int, seconds: float) -> None:
+        self._child(self.nccl_latency, op, str(int(nbytes))).set(float(seconds))
+
+    def bucket_names(self) -> list[str]:
+        return bucket_labels(self.buckets)
+
+
+def render_latest(registry: CollectorRegistry | None = None) -> bytes:
+    """Exposition text; under ``PROMETHEUS_MULTIPROC_DIR`` it merges every process's files (the documented
+    prometheus-client recipe), otherwise it renders ``registry`` (default: the global one)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") and registry in (None, REGISTRY):
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged)
+        return generate_latest(merged)
+    return generate_latest(registry or REGISTRY)

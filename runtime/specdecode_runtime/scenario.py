@@ -1,0 +1,270 @@
+"""Scenario files for the simulated runtime (documented in docs/scenarios.md).
+
+A scenario is the world a tuning decision is judged in: the cycle-cost model of one box and a timeline of workload
+phases (batch size, per-position acceptance). Its costs become a ``goodput.CycleCost`` so the simulator, the tuner
+and the planner use the same arithmetic. The optional ``draftTp`` block says how the draft step cost depends on the
+draft's tensor-parallel size, so "draft on all 8 ranks" and "draft on rank 0" can be compared on one scenario.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .config import DEFAULT_BUCKETS
+from .goodput import CycleCost
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used; ``errors`` are ``field.path: what is wrong`` lines."""
+
+    def __init__(self, source: str, errors: list[str]) -> None:
+        self.source = source
+        self.errors = errors
+        super().__init__(f"invalid scenario {source}:\n  " + "\n  ".join(errors))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+
+class LinearCost(_Model):
+    base: float = Field(ge=0, description="milliseconds")
+    per_token: float = Field(default=0.0, ge=0, alias="perToken", description="milliseconds per token")
+
+
+class DraftStepCost(_Model):
+    base: float = Field(ge=0)
+    per_seq: float = Field(default=0.0, ge=0, alias="perSeq")
+
+
+class CostModel(_Model):
+    verify: LinearCost
+    draft_step: DraftStepCost = Field(alias="draftStep")
+    draft_extend: LinearCost = Field(alias="draftExtend")
+    overhead: float = Field(default=0.0, ge=0)
+    broadcast: float = Field(default=0.0, ge=0, description="proposal broadcast per cycle (draft on a subset)")
+
+
+class DraftTpModel(_Model):
+    """How one draft forward's cost depends on the draft's TP size n: ``compute/n`` (weight reads split across n
+    GPUs) plus ``collectivesPerStep * allReduceUs[n]`` for n > 1, plus ``broadcastUs`` per cycle when the draft runs
+    on fewer ranks than the target. ``allReduceUs`` is the *effective* cost of one collective in the draft path
+    (launch and synchronisation included), which is what the seed's profile measured, not an nccl-tests figure."""
+
+    current: int = Field(ge=1)
+    target_tp: int = Field(ge=1, alias="targetTp")
+    compute_ms: DraftStepCost = Field(alias="computeMs")
+    extend_ms: LinearCost | None = Field(default=None, alias="extendMs", description="draft-extend forward at TP1 "
+                                         "(base, perToken); defaults to computeMs")
+    collectives_per_step: int = Field(ge=0, alias="collectivesPerStep")
+    all_reduce_us: dict[int, float] = Field(default_factory=dict, alias="allReduceUs")
+    broadcast_us: float = Field(default=0.0, ge=0, alias="broadcastUs")
+
+    @field_validator("all_reduce_us")
+    @classmethod
+    def _positive(cls, v: dict[int, float]) -> dict[int, float]:
+        for n, us in v.items():
+            if n < 2:
+                raise ValueError(f"keys are draft TP sizes >= 2, got {n}")
+            if us < 0:
+                raise ValueError(f"latency for TP {n} must be >= 0, got {us}")
+        return v
+
+    @model_validator(mode="after")
+    def _current_known(self) -> "DraftTpModel":
+        if self.current > self.target_tp:
+            raise ValueError(f"current ({self.current}) must be <= targetTp ({self.target_tp})")
+        if self.current > 1 and self.current not in self.all_reduce_us:
+            raise ValueError(f"allReduceUs needs an entry for current draft TP {self.current}")
+        return self
+
+
+class Phase(_Model):
+    seconds: float = Field(gt=0)
+    batch_size: int | dict[int, float] = Field(alias="batchSize")
+    acceptance: list[float] = Field(min_length=1)
+    name: str | None = None
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch(cls, v: int | dict[int, float]) -> int | dict[int, float]:
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError(f"batch size must be >= 1, got {v}")
+            return v
+        if not v:
+            raise ValueError("a batch-size distribution needs at least one entry, e.g. {1: 0.5, 8: 0.5}")
+        for b, p in v.items():
+            if b < 1:
+                raise ValueError(f"batch sizes must be >= 1, got {b}")
+            if p < 0:
+                raise ValueError(f"probability of batch {b} must be >= 0, got {p}")
+        total = sum(v.values())
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"probabilities must sum to 1, got {total:g}")
+        return v
+
+    @field_validator("acceptance")
+    @classmethod
+    def _rates(cls, v: list[float]) -> list[float]:
+        for i, a in enumerate(v):
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"acceptance[{i}] must be within 0..1 (a conditional probability), got {a}")
+        return v
+
+    def batch_distribution(self) -> tuple[list[int], list[float]]:
+        if isinstance(self.batch_size, int):
+            return [self.batch_size], [1.0]
+        items = sorted(self.batch_size.items())
+        return [b for b, _ in items], [p for _, p in items]
+
+    def mean_batch(self) -> float:
+        sizes, probs = self.batch_distribution()
+        return sum(b * p for b, p in zip(sizes, probs))
+
+
+class Scenario(_Model):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    cost: CostModel
+    draft_tp: DraftTpModel | None = Field(default=None, alias="draftTp")
+    restart_seconds: float = Field(default=300.0, ge=0, alias="restartSeconds")
+    replicas: int = Field(default=1, ge=1)
+    phases: list[Phase] = Field(min_length=1)
+    seed: int = 0
+    buckets: list[int] = Field(default=list(DEFAULT_BUCKETS), min_length=1)
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets(cls, v: list[int]) -> list[int]:
+        if sorted(set(v)) != v or v[0] != 1:
+            raise ValueError(f"bucket lower bounds must be strictly increasing and start at 1, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _cost_matches_draft_tp(self) -> "Scenario":
+        """The cost block and the draftTp block describe the same box; if they disagree, a planner comparison and a
+        plain simulation would silently live in different worlds."""
+        if self.draft_tp is None:
+            return self
+        derived = cost_for_draft_tp(self, self.draft_tp.current)
+        given = self.cycle_cost()
+        for field, a, b in (
+            ("cost.draftStep.base", given.draft_base, derived.draft_base),
+            ("cost.draftStep.perSeq", given.draft_per_seq, derived.draft_per_seq),
+            ("cost.draftExtend.base", given.extend_base, derived.extend_base),
+            ("cost.draftExtend.perToken", given.extend_per_token, derived.extend_per_token),
+            ("cost.broadcast", given.broadcast, derived.broadcast),
+        ):
+            if abs(a - b) > 0.02 * max(abs(b), 1e-3) + 1e-6:
+                raise ValueError(
+                    f"{field} = {a:g} disagrees with draftTp (current {self.draft_tp.current}) which gives {b:.4g}; "
+                    "make them agree within 2 %"
+                )
+        return self
+
+    @property
+    def duration(self) -> float:
+        return sum(p.seconds for p in self.phases)
+
+    def cycle_cost(self) -> CycleCost:
+        c = self.cost
+        return CycleCost(
+            verify_base=c.verify.base,
+            verify_per_token=c.verify.per_token,
+            draft_base=c.draft_step.base,
+            draft_per_seq=c.draft_step.per_seq,
+            extend_base=c.draft_extend.base,
+            extend_per_token=c.draft_extend.per_token,
+            overhead=c.overhead,
+            broadcast=c.broadcast,
+        )
+
+    def phase_at(self, t: float) -> tuple[int, Phase]:
+        """The phase running at simulated time ``t``; the last phase continues after the timeline ends."""
+        end = 0.0
+        for i, p in enumerate(self.phases):
+            end += p.seconds
+            if t < end:
+                return i, p
+        return len(self.phases) - 1, self.phases[-1]
+
+
+def allowed_draft_tps(scenario: Scenario) -> list[int]:
+    if scenario.draft_tp is None:
+        return []
+    d = scenario.draft_tp
+    return sorted({1, *(n for n in d.all_reduce_us if n <= d.target_tp)})
+
+
+def cost_for_draft_tp(scenario: Scenario, n: int) -> CycleCost:
+    """The scenario's cycle cost with the draft on ``n`` ranks: verify and overhead are the target's and do not
+    change; a draft forward (each step, and the draft-extend) costs ``compute/n + collectives * allReduce[n]``; a
+    proposal broadcast is paid once per cycle when ``n < targetTp``."""
+    d = scenario.draft_tp
+    if d is None:
+        raise ValueError(f"scenario {scenario.name!r} has no draftTp block; cannot derive a cost for draft TP {n}")
+    allowed = allowed_draft_tps(scenario)
+    if n not in allowed:
+        raise ValueError(f"draft TP {n} is not described by scenario {scenario.name!r}; allowed: {allowed}")
+    comm_ms = d.collectives_per_step * d.all_reduce_us[n] / 1000.0 if n > 1 else 0.0
+    ext = d.extend_ms or LinearCost(base=d.compute_ms.base, per_token=d.compute_ms.per_seq)
+    c = scenario.cost
+    return CycleCost(
+        verify_base=c.verify.base,
+        verify_per_token=c.verify.per_token,
+        draft_base=d.compute_ms.base / n + comm_ms,
+        draft_per_seq=d.compute_ms.per_seq / n,
+        extend_base=ext.base / n + comm_ms,
+        extend_per_token=ext.per_token / n,
+        overhead=c.overhead,
+        broadcast=d.broadcast_us / 1000.0 if n < d.target_tp else 0.0,
+    )
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).startswith(("function-", "int", "dict[")):
+            continue  # pydantic's union-branch markers say nothing to a user
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def format_validation_error(err: ValidationError) -> list[str]:
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"{_format_loc(tuple(e['loc']))}: {msg}")
+    return sorted(set(lines), key=lines.index)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(source, [f"(top level): expected a mapping, got {type(data).__name__}"])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(source, format_validation_error(err)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ScenarioError(str(p), [f"cannot read file: {err.strerror or err}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ScenarioError(str(p), [f"not valid YAML: {err}"]) from None
+    return parse_scenario(data, str(p))

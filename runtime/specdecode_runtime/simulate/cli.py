@@ -1,0 +1,117 @@
+"""``specdecode-runtime simulate``: serve a scenario over HTTP, or run it in-process with ``--offline``.
+
+Bad input (scenario file, step values, flags) prints what is wrong and which values are allowed, and exits 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import TOKEN_PATH, candidate_steps
+from ..control import StepTable, StepTableError
+from ..scenario import ScenarioError, allowed_draft_tps, load_scenario
+
+DEFAULT_CANDIDATES = [0, *candidate_steps(1, 7, 3)]
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--scenario", required=True, help="scenario YAML (docs/scenarios.md)")
+    p.add_argument("--port", type=int, default=30000, help="HTTP port (default 30000)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--speed", type=_positive, default=1.0, help="simulated seconds per wall second (default 1)")
+    p.add_argument("--token-file", default=TOKEN_PATH,
+                   help=f"bearer token for /specdecode/v1/steps (default {TOKEN_PATH}; missing/empty -> every request 401)")
+    p.add_argument("--candidates", type=_int_list, default=DEFAULT_CANDIDATES,
+                   help=f"captured step counts the step table may use (default {','.join(map(str, DEFAULT_CANDIDATES))})")
+    p.add_argument("--steps", type=int, default=None, help="initial steps for every batch size (default: 3 if a "
+                   "candidate, else the largest candidate; 0 = no speculation)")
+    p.add_argument("--draft-tp", type=int, default=None, help="simulate the draft on this many ranks (needs draftTp)")
+    p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    p.add_argument("--offline", action="store_true", help="no server: run the scenario in-process and print JSON")
+    p.add_argument("--duration", type=_positive, default=None, help="--offline: simulated seconds (default: scenario)")
+    p.set_defaults(func=run)
+    return p
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Registers ``simulate`` on the ``specdecode-runtime`` CLI; the parsed args carry ``func`` (returns an exit
+    code)."""
+    return configure(subparsers.add_parser("simulate", help="simulated runtime (all numbers simulated)",
+                                           description=__doc__))
+
+
+def _fail(msg: str) -> int:
+    print(f"specdecode-runtime simulate: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as err:
+        return _fail(str(err))
+    if args.draft_tp is not None and args.draft_tp not in allowed_draft_tps(scenario):
+        return _fail(f"--draft-tp {args.draft_tp} is not described by the scenario's draftTp block; allowed: "
+                     f"{allowed_draft_tps(scenario) or 'none (no draftTp block)'}")
+    candidates = sorted(set(args.candidates))
+    steps = args.steps if args.steps is not None else (3 if 3 in candidates else max(candidates))
+    if steps < 0:
+        return _fail(f"--steps must be >= 0, got {steps}")
+    table = StepTable.single(steps)
+    try:
+        if not args.offline:  # offline runs capture nothing, so any step count may be simulated
+            table.check_candidates(candidates)
+    except StepTableError:
+        return _fail(f"--steps {steps} is not among --candidates; allowed: {candidates}")
+    if not 0 < args.port < 65536:
+        return _fail(f"--port must be within 1..65535, got {args.port}")
+
+    from .engine import SimEngine
+
+    engine = SimEngine(scenario, seed=args.seed, draft_tp=args.draft_tp)
+    engine.set_candidates(candidates)
+    engine.set_step_table(table)
+    if args.offline:
+        engine.advance(args.duration or scenario.duration)
+        print(json.dumps({
+            "simulated": True, "scenario": scenario.name, "steps": steps, "draftTp": args.draft_tp,
+            "simSeconds": round(engine.now, 3), "tokens": engine.tokens_total, "cycles": engine.cycles_total,
+            "tokensPerSecond": round(engine.throughput(), 2),
+        }))
+        return 0
+
+    from aiohttp import web
+
+    from .server import create_app
+
+    app = create_app(engine, candidates, args.token_file, speed=args.speed)
+    print(f"simulated runtime (SIMULATED numbers) for scenario {scenario.name!r} on http://{args.host}:{args.port} "
+          f"at {args.speed}x", file=sys.stderr)
+    web.run_app(app, host=args.host, port=args.port, print=None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = configure(argparse.ArgumentParser(prog="specdecode-runtime simulate", description=__doc__))
+    return run(parser.parse_args(argv))

@@ -1,0 +1,22 @@
+"""The chart's crds/ carries the repository's CRD byte for byte, and both match the models."""
+
+from chartlib import CHART, ROOT
+
+from specdecode_operator.api.crd import crd_yaml
+
+NAME = "specdecode.io_specdecodedeployments.yaml"
+
+
+def test_chart_crd_is_identical_to_the_repository_crd():
+    assert (CHART / "crds" / NAME).read_bytes() == (ROOT / "crds" / NAME).read_bytes(), (
+        "charts/specdecode-operator/crds/ is stale: run `python tests/chart/regen.py`"
+    )
+
+
+def test_chart_crd_matches_the_generator():
+    assert (CHART / "crds" / NAME).read_text() == crd_yaml()
+
+
+def test_chart_ships_the_kopf_peering_crds():
+    text = (CHART / "crds" / "kopf.dev_peerings.yaml").read_text()
+    assert "clusterkopfpeerings.kopf.dev" in text and "kopfpeerings.kopf.dev" in text

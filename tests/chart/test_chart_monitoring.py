@@ -1,0 +1,123 @@
+"""Dashboard and alerts use only metric names of the metrics contract; the PrometheusRule matches the
+prometheus-operator CRD; the dashboard ConfigMap is provisionable."""
+
+import json
+import re
+
+import pytest
+
+from chartlib import CHART, COMBOS, one, render
+from upstream_schemas import validate_custom
+
+# The metrics contract (runtime pods, operator, tuner) plus the two SGLang metrics the dashboard reads.
+CONTRACT = {
+    "specdecode_verify_cycles_total", "specdecode_position_attempts_total", "specdecode_position_accepted_total",
+    "specdecode_cycle_seconds_sum", "specdecode_cycle_seconds_count", "specdecode_num_steps",
+    "specdecode_candidate_steps", "specdecode_draft_tp", "specdecode_tokens_generated_total",
+    "specdecode_nccl_latency_seconds",
+    "specdecode_operator_reconciles_total", "specdecode_operator_reconcile_duration_seconds_sum",
+    "specdecode_operator_reconcile_duration_seconds_count", "specdecode_operator_reconcile_duration_seconds_bucket",
+    "specdecode_operator_managed_objects", "specdecode_operator_api_errors_total",
+    "specdecode_tuner_decisions_total", "specdecode_tuner_rollbacks_total",
+    "sglang:spec_accept_length", "sglang:gen_throughput",
+}
+PROMQL_WORDS = {
+    "sum", "avg", "max", "min", "count", "rate", "irate", "increase", "by", "without", "on", "ignoring", "group_left",
+    "group_right", "and", "or", "unless", "scalar", "vector", "histogram_quantile", "clamp_min", "clamp_max", "abs",
+    "topk", "bottomk", "delta", "deriv", "avg_over_time", "max_over_time", "min_over_time", "label_replace", "bool",
+    "offset", "absent", "time", "quantile",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression: identifiers that are not functions, keywords, labels or literals."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)          # string literals
+    e = re.sub(r"\{[^}]*\}", "", e)                        # label matchers
+    e = re.sub(r"\[[^\]]*\]", "", e)                       # range selectors
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", e)  # grouping labels
+    e = re.sub(r"\$\{?\w+\}?", "", e)                      # Grafana variables
+    names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e))
+    return {n for n in names if n not in PROMQL_WORDS and not re.fullmatch(r"\d+[smhdwy]?", n)}
+
+
+def dashboard_exprs() -> list[str]:
+    exprs = []
+    for path in (CHART / "dashboards").glob("*.json"):
+        dash = json.loads(path.read_text())
+        for panel in dash["panels"]:
+            exprs += [t["expr"] for t in panel.get("targets", [])]
+        for var in dash["templating"]["list"]:
+            q = var.get("query")
+            if isinstance(q, dict):
+                m = re.search(r"label_values\((.*),\s*\w+\)$", q["query"])
+                exprs.append(m.group(1))
+    return exprs
+
+
+def rule_exprs() -> list[str]:
+    rule = one(render(COMBOS["monitoring-on"]), "PrometheusRule")
+    return [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+
+
+def test_extractor_finds_names_and_flags_unknown_ones():
+    assert metric_names('sum by (bucket) (rate(specdecode_verify_cycles_total{job=~"$job"}[5m])) / 2') == {"specdecode_verify_cycles_total"}
+    assert metric_names("1 + avg(sglang:spec_accept_length) < 1.3") == {"sglang:spec_accept_length"}
+    assert metric_names("rate(specdecode_verify_cycle_total[5m])") - CONTRACT == {"specdecode_verify_cycle_total"}
+
+
+@pytest.mark.parametrize("source", ["dashboard", "alerts"])
+def test_every_expression_uses_only_contract_metrics(source):
+    exprs = dashboard_exprs() if source == "dashboard" else rule_exprs()
+    assert exprs
+    used = set().union(*(metric_names(e) for e in exprs))
+    assert used and used <= CONTRACT, sorted(used - CONTRACT)
+
+
+def test_dashboard_covers_the_required_views():
+    used = set().union(*(metric_names(e) for e in dashboard_exprs()))
+    for name in ("specdecode_tokens_generated_total", "sglang:spec_accept_length", "specdecode_position_attempts_total",
+                 "specdecode_cycle_seconds_sum", "specdecode_num_steps", "specdecode_tuner_decisions_total"):
+        assert name in used
+    dash = json.loads((CHART / "dashboards" / "specdecode-overview.json").read_text())
+    assert any(p["type"] == "heatmap" for p in dash["panels"])
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_contract_names_exist_in_the_code():
+    """Names the code already exports are the contract's names (the runtime and operator metric modules)."""
+    from specdecode_operator import opmetrics
+    from specdecode_runtime import metrics
+
+    runtime = {getattr(metrics, n) for n in ("VERIFY_CYCLES", "POSITION_ATTEMPTS", "POSITION_ACCEPTED", "CYCLE_SECONDS",
+                                             "NUM_STEPS", "CANDIDATE_STEPS", "DRAFT_TP", "TOKENS_GENERATED", "NCCL_LATENCY")}
+    contract_bases = {re.sub(r"_(total|sum|count|bucket)$", "", n) for n in CONTRACT}
+    assert runtime <= contract_bases
+    text = open(opmetrics.__file__).read()
+    for name in ("specdecode_operator_reconciles", "specdecode_operator_reconcile_duration_seconds",
+                 "specdecode_operator_managed_objects", "specdecode_operator_api_errors"):
+        assert f'"{name}"' in text, name
+
+
+def test_prometheus_rule_matches_the_upstream_crd_and_has_the_alerts():
+    rule = one(render(COMBOS["monitoring-on"]), "PrometheusRule")
+    validate_custom(rule)
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"SpecDecodeAcceptLengthCollapse", "SpecDecodeTunerRollback", "SpecDecodeReconcileErrors"} <= set(alerts)
+    assert "< 1.5" in alerts["SpecDecodeAcceptLengthCollapse"]["expr"]  # values' acceptLengthFloor
+    for r in alerts.values():
+        assert r["labels"]["severity"] in {"warning", "critical"} and r["annotations"]["summary"]
+        assert "{{ $labels" in r["annotations"]["summary"] or "$labels" not in r["annotations"]["summary"]
+
+
+def test_broken_rule_is_rejected_by_the_upstream_schema():
+    rule = one(render(COMBOS["monitoring-on"]), "PrometheusRule")
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
+    with pytest.raises(ValueError, match=r"\$\.spec\.groups\[0\]\.rules\[0\]\.for"):
+        validate_custom(rule)
+
+
+def test_dashboard_configmap_carries_the_json_and_the_sidecar_label():
+    cm = one(render(COMBOS["monitoring-on"]), "ConfigMap")
+    assert cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["specdecode-overview.json"]) == json.loads((CHART / "dashboards" / "specdecode-overview.json").read_text())

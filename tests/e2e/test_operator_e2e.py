@@ -1,0 +1,221 @@
+"""End-to-end: the kopf operator against an API server (the emulator here, a real one with
+SPECDECODE_E2E_KUBECONFIG). Each test states the behaviour a user or a GitOps tool relies on."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from k8s.cluster import ApiFailure, condition, wait_for
+
+APPS = "apps/v1"
+LWS = "leaderworkerset.x-k8s.io/v1"
+
+
+def sdd(name: str = "llama", *, tp: int = 8, draft_tp: int = 1, gpus_per_node: int = 8, **spec) -> dict:
+    body = {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": tp},
+            "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": draft_tp},
+            "placement": {"gpusPerNode": gpus_per_node},
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def children_of(cluster, name: str) -> dict[str, dict]:
+    out = {}
+    for api_version, plural in [("v1", "configmaps"), ("v1", "services"), (APPS, "deployments"), (LWS, "leaderworkersets"),
+                                ("policy/v1", "poddisruptionbudgets"), ("networking.k8s.io/v1", "networkpolicies"),
+                                ("v1", "secrets")]:
+        for obj in cluster.list(api_version, plural, f"app.kubernetes.io/instance={name}"):
+            out[f"{obj['kind']}/{obj['metadata']['name']}"] = obj
+    return out
+
+
+def test_create_renders_children_and_reports_status(cluster):
+    created = cluster.create_sdd(sdd())
+    uid = created["metadata"]["uid"]
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"), what="Deployment llama")
+    kids = wait_for(lambda: (k := children_of(cluster, "llama")) and "Secret/llama-control-token" in k and k)
+    assert {"ConfigMap/llama-runtime", "Service/llama", "Service/llama-headless", "Deployment/llama",
+            "Secret/llama-control-token"} <= set(kids)
+    for obj in kids.values():
+        refs = obj["metadata"]["ownerReferences"]
+        assert refs == [{"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment", "name": "llama",
+                         "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+        assert obj["metadata"]["annotations"]["specdecode.io/input-hash"]
+        managers = {m["manager"] for m in obj["metadata"].get("managedFields", [])}
+        assert "specdecode-operator" in managers
+    status = wait_for(lambda: cluster.get_sdd("llama").get("status"))
+    assert status["observedGeneration"] == 1
+    assert condition(cluster.get_sdd("llama"), "SpecValid")["status"] == "True"
+    assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "False"
+    if cluster.emulator is not None:  # play the Deployment controller: pods are up
+        cluster.make_ready(APPS, "deployments", "llama")
+        wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True", what="Ready=True")
+        final = cluster.get_sdd("llama")
+        assert final["status"]["readyReplicas"] == 1
+        assert condition(final, "Progressing")["status"] == "False"
+        assert condition(final, "Degraded")["status"] == "False"
+        # GitOps: kopf keeps no diff-base or progress in the object; spec is exactly what the user wrote
+        assert not any(k.startswith("kopf.zalando.org") for k in final["metadata"].get("annotations", {}))
+        assert "kopf" not in final["status"]
+        assert final["spec"]["target"] == created["spec"]["target"]
+        spec_writers = {m["manager"] for m in final["metadata"]["managedFields"] if "f:spec" in m["fieldsV1"]}
+        assert "specdecode-operator" not in spec_writers
+
+
+def test_steady_state_makes_no_writes(emulated):
+    cluster = emulated
+    cluster.create_sdd(sdd())
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
+    cluster.make_ready(APPS, "deployments", "llama")
+    wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
+    import time
+    time.sleep(0.5)
+    mark = len(cluster.emulator.log)
+    time.sleep(1.5)  # several resync periods (0.3 s)
+    writes = [(r.verb, r.resource, r.name, r.user_agent) for r in cluster.emulator.writes(since=mark)
+              if r.resource != "events"]
+    assert writes == []
+
+
+def test_tp_past_one_node_replaces_deployment_by_leaderworkerset(cluster):
+    cluster.create_sdd(sdd(tp=8))
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
+    cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 16}}})
+    lws = wait_for(lambda: cluster.get(LWS, "leaderworkersets", "llama"), what="LeaderWorkerSet")
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama") is None, what="old Deployment deleted")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    wait_for(lambda: cluster.get_sdd("llama")["status"]["observedGeneration"] == 2)
+
+
+def test_scale_subresource(cluster):
+    cluster.create_sdd(sdd())
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
+    wait_for(lambda: cluster.get_sdd("llama").get("status", {}).get("selector"))
+    cluster.scale("llama", 3)
+    assert cluster.get_sdd("llama")["spec"]["replicas"] == 3
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 3, what="replicas 3")
+    scale = cluster.get_scale("llama")
+    assert scale["spec"]["replicas"] == 3
+    assert scale["status"]["selector"] == "app.kubernetes.io/component=runtime,app.kubernetes.io/instance=llama,app.kubernetes.io/name=specdecode"
+
+
+def test_invalid_spec_is_rejected_at_admission_with_the_cel_message(cluster):
+    with pytest.raises(ApiFailure) as err:
+        cluster.create_sdd(sdd(tp=8, draft_tp=3))
+    assert err.value.status == 422
+    assert "draft tensorParallelSize must divide target tensorParallelSize" in err.value.body["message"]
+    cluster.create_sdd(sdd())
+    with pytest.raises(ApiFailure) as err:
+        cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 12}}})
+    assert err.value.status == 422
+    assert "multiple of it" in err.value.body["message"]
+
+
+def test_invalid_spec_that_bypassed_admission_is_reported_not_rendered(cluster_factory):
+    cluster = cluster_factory(admission=False)
+    if cluster.emulator is None:
+        pytest.skip("a real API server enforces the CRD's rules")
+    cluster.create_sdd(sdd("bad", tp=8, draft_tp=3))
+    cond = wait_for(lambda: condition(cluster.get_sdd("bad"), "SpecValid") or None, what="SpecValid")
+    assert cond["status"] == "False" and cond["reason"] == "InvalidSpec"
+    assert "spec.draft.tensorParallelSize" in cond["message"] or "spec: " in cond["message"]
+    assert "must divide target tensorParallelSize" in cond["message"]
+    assert condition(cluster.get_sdd("bad"), "Ready")["status"] == "False"
+    events = wait_for(lambda: [e for e in cluster.list("v1", "events") if e["reason"] == "InvalidSpec"])
+    assert events[0]["type"] == "Warning" and events[0]["involvedObject"]["name"] == "bad"
+    import time
+    time.sleep(1.0)  # several resyncs: no children, no retry storm, one event
+    assert children_of(cluster, "bad") == {}
+    assert cluster.get(APPS, "deployments", "bad") is None
+    assert len([e for e in cluster.list("v1", "events") if e["reason"] == "InvalidSpec"]) == 1
+    status_writes = [r for r in cluster.emulator.writes(resource="specdecodedeployments") if r.subresource == "status"]
+    assert len(status_writes) <= 2
+    # fixing the spec recovers
+    cluster.patch_sdd("bad", {"spec": {"draft": {"tensorParallelSize": 2}}})
+    wait_for(lambda: cluster.get(APPS, "deployments", "bad"), what="Deployment after the fix")
+    wait_for(lambda: condition(cluster.get_sdd("bad"), "SpecValid")["status"] == "True")
+
+
+def test_pause_annotation_stops_child_writes(cluster):
+    cluster.create_sdd(sdd())
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
+    cluster.patch_sdd("llama", {"metadata": {"annotations": {"specdecode.io/reconcile": "paused"}}})
+    wait_for(lambda: condition(cluster.get_sdd("llama"), "Paused").get("status") == "True", what="Paused")
+    before = cluster.get(APPS, "deployments", "llama")
+    cluster.patch_sdd("llama", {"spec": {"replicas": 2}})
+    import time
+    time.sleep(1.0)
+    assert cluster.get(APPS, "deployments", "llama")["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    cluster.patch_sdd("llama", {"metadata": {"annotations": {"specdecode.io/reconcile": None}}})
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 2, what="resumed")
+    wait_for(lambda: not condition(cluster.get_sdd("llama"), "Paused"), what="Paused condition removed")
+
+
+def test_delete_garbage_collects_children(cluster):
+    cluster.create_sdd(sdd())
+    wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"))
+    cluster.delete_sdd("llama")
+    wait_for(lambda: cluster.get_sdd("llama") is None, what="SDD gone")
+    wait_for(lambda: children_of(cluster, "llama") == {}, what="children collected")
+
+
+def test_foreign_object_with_our_name_is_left_alone_and_reported(cluster):
+    foreign = cluster.create("v1", "configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "metadata": {"name": "llama-runtime", "labels": {"team": "other"}},
+                                                  "data": {"mine": "yes"}})
+    cluster.create_sdd(sdd())
+    cond = wait_for(lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") == "NameCollision"
+                    and condition(cluster.get_sdd("llama"), "Degraded"))
+    assert "ConfigMap/llama-runtime" in cond["message"]
+    after = cluster.get("v1", "configmaps", "llama-runtime")
+    assert after["data"] == {"mine": "yes"} and "ownerReferences" not in after["metadata"]
+    assert after["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+    wait_for(lambda: [e for e in cluster.list("v1", "events") if e["reason"] == "NameCollision"])
+    assert cluster.get(APPS, "deployments", "llama") is not None  # the rest is still rendered
+
+
+def test_conflict_and_server_error_storms_converge(emulated):
+    cluster = emulated
+    em = cluster.emulator
+    cluster.server.call(lambda: em.inject(verb="apply", resource="deployments", status=409, times=4))
+    cluster.server.call(lambda: em.inject(verb="apply", resource="configmaps", status=500, times=3))
+    cluster.server.call(lambda: em.inject(verb="get", resource="secrets", status=503, times=2))
+    cluster.server.call(lambda: em.inject(verb="apply", resource="services", status=None, delay=2.5, times=1))
+    cluster.create_sdd(sdd())
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"), timeout=20, what="converged Deployment")
+    wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama") and
+             "Service/llama" in children_of(cluster, "llama"), timeout=20)
+    cluster.make_ready(APPS, "deployments", "llama")
+    wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True", timeout=10)
+    assert all(f.hits == f.times for f in em.faults)
+
+
+def test_operator_restart_resumes_without_duplicate_writes(cluster_factory):
+    from specdecode_operator.testbed.runner import OperatorThread
+    from k8s.fixtures import operator_config
+
+    cluster = cluster_factory()
+    if cluster.emulator is None:
+        pytest.skip("counts writes in the emulator's request log")
+    cluster.create_sdd(sdd())
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
+    cluster.make_ready(APPS, "deployments", "llama")
+    wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
+    cluster.operator.__exit__(None, None, None)
+    mark = len(cluster.emulator.log)
+    cluster.operator = OperatorThread(operator_config(server=cluster.server.url)).__enter__()
+    import time
+    time.sleep(1.5)
+    writes = [(r.verb, r.resource, r.name) for r in cluster.emulator.writes(since=mark) if r.resource != "events"]
+    assert writes == []
+    assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"

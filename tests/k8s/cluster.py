@@ -1,0 +1,126 @@
+"""The ``cluster`` the e2e tests talk to: the API emulator with the operator in a thread, or a real cluster.
+
+Tests use only this class's methods (ordinary API calls through the kubernetes client), so the same tests run
+against a real API server when SPECDECODE_E2E_KUBECONFIG points at one. Emulator-only powers (fault injection,
+the request log, playing the Deployment controller) are behind ``cluster.emulator``; tests that need them are
+skipped on a real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Callable
+
+import kubernetes
+
+from specdecode_operator.api.models import API_VERSION, PLURAL
+from specdecode_operator.reconcile.apply import resource_path
+
+
+class ApiFailure(Exception):
+    def __init__(self, status: int, body: dict):
+        super().__init__(f"{status}: {body.get('message')}")
+        self.status, self.body = status, body
+
+
+class Cluster:
+    def __init__(self, configuration: kubernetes.client.Configuration, namespace: str, emulator=None, operator=None):
+        self.api = kubernetes.client.ApiClient(configuration)
+        self.namespace = namespace
+        self.emulator = emulator
+        self.operator = operator
+
+    # ------------------------------------------------------------------ raw calls
+    def call(self, method: str, path: str, body: Any = None, query: list | None = None,
+             content_type: str | None = None) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        m, url, headers, body, _ = self.api.param_serialize(method, path, query_params=query or [],
+                                                            header_params=headers, body=body,
+                                                            auth_settings=["BearerToken"])
+        response = self.api.call_api(m, url, headers, body, _request_timeout=10)
+        response.read()
+        data = json.loads(response.data or b"{}")
+        if not 200 <= response.status < 300:
+            raise ApiFailure(response.status, data)
+        return data
+
+    def sdd_path(self, name: str | None = None, sub: str | None = None) -> str:
+        return resource_path(API_VERSION, PLURAL, self.namespace, name, sub)
+
+    def create_sdd(self, body: dict) -> dict:
+        body = dict(body, metadata={**body["metadata"], "namespace": self.namespace})
+        return self.call("POST", self.sdd_path(), body)
+
+    def patch_sdd(self, name: str, patch: dict) -> dict:
+        return self.call("PATCH", self.sdd_path(name), patch, content_type="application/merge-patch+json",
+                         query=[("fieldManager", "e2e-user")])
+
+    def get_sdd(self, name: str) -> dict | None:
+        return self.get(API_VERSION, PLURAL, name)
+
+    def delete_sdd(self, name: str) -> None:
+        self.call("DELETE", self.sdd_path(name))
+
+    def get(self, api_version: str, plural: str, name: str) -> dict | None:
+        try:
+            return self.call("GET", resource_path(api_version, plural, self.namespace, name))
+        except ApiFailure as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, plural: str, selector: str | None = None) -> list[dict]:
+        query = [("labelSelector", selector)] if selector else []
+        return self.call("GET", resource_path(api_version, plural, self.namespace), query=query)["items"]
+
+    def create(self, api_version: str, plural: str, body: dict) -> dict:
+        return self.call("POST", resource_path(api_version, plural, self.namespace), body)
+
+    def scale(self, name: str, replicas: int) -> dict:
+        return self.call("PATCH", self.sdd_path(name, "scale"), {"spec": {"replicas": replicas}},
+                         content_type="application/merge-patch+json")
+
+    def get_scale(self, name: str) -> dict:
+        return self.call("GET", self.sdd_path(name, "scale"))
+
+    # ------------------------------------------------------------------ emulator-only: play the controllers
+    def make_ready(self, api_version: str, plural: str, name: str) -> None:
+        """Act as the Deployment/LWS controller: every desired replica rolled out and ready."""
+        obj = self.get(api_version, plural, name)
+        n = obj["spec"].get("replicas", 1)
+        status = {"observedGeneration": obj["metadata"]["generation"], "replicas": n, "readyReplicas": n,
+                  "updatedReplicas": n, "availableReplicas": n}
+        self.call("PATCH", resource_path(api_version, plural, self.namespace, name, "status"), {"status": status},
+                  content_type="application/merge-patch+json", query=[("fieldManager", "kube-controller-manager")])
+
+    def close(self) -> None:
+        self.api.close()
+
+
+def condition(obj: dict | None, ctype: str) -> dict:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return {}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except (KeyError, TypeError, IndexError, AttributeError):
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}")
+
+
+def unique_namespace() -> str:
+    return f"e2e-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,158 @@
+"""GET/PUT /specdecode/v1/steps: 401 without a valid token, 422 for non-candidates, 200 otherwise."""
+
+import pytest
+from aiohttp import web
+
+from specdecode_runtime.control import STEPS_PATH, StepTable, StepTableError, add_step_routes, parse_step_table
+
+
+class Sink:
+    candidates = [0, 1, 3, 5]
+
+    def __init__(self):
+        self.table = StepTable.single(3)
+        self.applied = []
+
+    def current_table(self):
+        return self.table
+
+    async def apply_table(self, table):
+        self.applied.append(table)
+        self.table = table
+        return {"queued": len(self.applied)}
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    p = tmp_path / "token"
+    p.write_text("s3cret\n")
+    return p
+
+
+@pytest.fixture
+async def client(aiohttp_client_factory, token_file):
+    sink = Sink()
+    app = web.Application()
+    add_step_routes(app, sink, token_file)
+    c = await aiohttp_client_factory(app)
+    c.sink = sink
+    return c
+
+
+@pytest.fixture
+async def aiohttp_client_factory():
+    from aiohttp.test_utils import TestClient, TestServer
+
+    clients = []
+
+    async def make(app):
+        c = TestClient(TestServer(app))
+        await c.start_server()
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await c.close()
+
+
+AUTH = {"Authorization": "Bearer s3cret"}
+TABLE = {"table": [{"minBatch": 1, "steps": 5}, {"minBatch": 8, "steps": 3}, {"minBatch": 32, "steps": 1}]}
+
+
+async def test_get_and_put_with_token(client):
+    r = await client.get(STEPS_PATH, headers=AUTH)
+    assert r.status == 200
+    assert (await r.json())["table"] == [{"minBatch": 1, "steps": 3}]
+    r = await client.put(STEPS_PATH, json=TABLE, headers=AUTH)
+    body = await r.json()
+    assert r.status == 200, body
+    assert body["table"] == TABLE["table"] and body["status"] == {"queued": 1}
+    assert client.sink.table.lookup(1) == 5 and client.sink.table.lookup(20) == 3 and client.sink.table.lookup(99) == 1
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}])
+async def test_unauthorized(client, headers):
+    for method in (client.get, client.put):
+        r = await method(STEPS_PATH, json=TABLE, headers=headers)
+        assert r.status == 401
+    assert client.sink.applied == []
+
+
+async def test_missing_or_empty_token_file_refuses_everything(aiohttp_client_factory, tmp_path):
+    for path in (tmp_path / "absent", None):
+        app = web.Application()
+        add_step_routes(app, Sink(), path)
+        c = await aiohttp_client_factory(app)
+        assert (await c.get(STEPS_PATH, headers={"Authorization": "Bearer "})).status == 401
+        assert (await c.get(STEPS_PATH, headers=AUTH)).status == 401
+    empty = tmp_path / "empty"
+    empty.write_text("  \n")
+    app = web.Application()
+    add_step_routes(app, Sink(), empty)
+    c = await aiohttp_client_factory(app)
+    assert (await c.get(STEPS_PATH, headers={"Authorization": "Bearer "})).status == 401
+
+
+async def test_token_rotation_is_picked_up(client, token_file):
+    token_file.write_text("rotated-token")
+    assert (await client.get(STEPS_PATH, headers=AUTH)).status == 401
+    assert (await client.get(STEPS_PATH, headers={"Authorization": "Bearer rotated-token"})).status == 200
+
+
+async def test_non_candidate_is_422_with_allowed_set(client):
+    r = await client.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 4}]}, headers=AUTH)
+    body = await r.json()
+    assert r.status == 422
+    assert body["allowed"] == [0, 1, 3, 5]
+    assert "table[0].steps: 4 is not a captured candidate" in body["details"]
+    assert client.sink.applied == []
+
+
+@pytest.mark.parametrize(
+    "payload, expect",
+    [
+        ({"table": [{"minBatch": 8, "steps": 3}]}, "minBatch 1"),
+        ({"table": []}, "table:"),
+        ({"table": [{"minBatch": 1, "steps": -1}]}, "table[0].steps:"),
+        ({"table": [{"minBatch": 1, "steps": 1}, {"minBatch": 1, "steps": 3}]}, "appears twice"),
+        ({"table": [{"minBatch": 1, "step": 1}]}, "table[0].step: unknown field"),
+    ],
+)
+async def test_malformed_tables_are_422_with_field_paths(client, payload, expect):
+    r = await client.put(STEPS_PATH, json=payload, headers=AUTH)
+    assert r.status == 422
+    assert any(expect in d for d in (await r.json())["details"]), await r.json()
+
+
+async def test_body_that_is_not_json_is_400(client):
+    r = await client.put(STEPS_PATH, data=b"{nope", headers=AUTH)
+    assert r.status == 400
+
+
+def test_lookup_uses_the_largest_min_batch_not_above():
+    t = parse_step_table({"table": [{"minBatch": 32, "steps": 1}, {"minBatch": 1, "steps": 5}, {"minBatch": 8, "steps": 3}]})
+    assert [t.lookup(b) for b in (1, 7, 8, 31, 32, 500)] == [5, 5, 3, 3, 1, 1]
+    with pytest.raises(StepTableError) as exc:
+        t.check_candidates([1, 3])
+    assert exc.value.allowed == [1, 3]
+
+
+async def test_channel_as_sink_queues_for_rank0_and_503_before_a_table(aiohttp_client_factory, token_file):
+    from specdecode_runtime.control import StepControlChannel
+
+    ch = StepControlChannel(candidates=[1, 3], lead=2, every=1000)  # exchange only at iteration 0 (not reached)
+    app = web.Application()
+    add_step_routes(app, ch, token_file)
+    c = await aiohttp_client_factory(app)
+    assert (await c.get(STEPS_PATH, headers=AUTH)).status == 503
+    r = await c.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 3}]}, headers=AUTH)
+    assert r.status == 200 and (await r.json())["status"] == {"queued": 1}
+    assert (await (await c.get(STEPS_PATH, headers=AUTH)).json())["table"] == [{"minBatch": 1, "steps": 3}]
+    msg = ch.encode(iteration=7)  # what rank 0 broadcasts at its next exchange
+    assert msg[:6] == [7, 1, 9, 1, 1, 3]
+    ch.decode(msg, iteration=7)
+    assert ch.step(8) is None  # not yet in force: it applies at iteration 7 + lead
+    assert ch.step(9).pairs() == [(1, 3)] and ch.applied == [(9, 1)]
+    with pytest.raises(StepTableError):
+        ch.submit(StepTable.single(5))

@@ -1,0 +1,53 @@
+"""Shared builders for the tuner tests: counters produced by the real metrics contract (SpecMetrics)."""
+
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from specdecode_runtime.metrics import SIMULATED_LABELS, SpecMetrics
+from specdecode_runtime.scenario import parse_scenario
+
+from specdecode_operator.tuner.scrape import parse_metrics
+
+
+class FakePod:
+    """A pod whose counters come from SpecMetrics.record_cycle fed with sampled acceptance."""
+
+    def __init__(self, name: str = "pod-0", seed: int = 0) -> None:
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.registry = CollectorRegistry()
+        self.metrics = SpecMetrics(self.registry, const_labels=SIMULATED_LABELS)
+        self.metrics.set_steps(lambda b: 0)  # the runtime publishes its table at start, before any traffic
+
+    def run(self, cycles: int, batch: int, steps: int, alphas: list[float], phase_ms: dict | None = None) -> None:
+        phase_ms = phase_ms or {"verify": 10.0, "draft": 1.0 * steps, "draft_extend": 1.0 if steps else 0.0, "other": 0.5}
+        self.metrics.set_steps(lambda b: steps)
+        for _ in range(cycles):
+            accepted = []
+            for _ in range(batch):
+                c = 0
+                while c < steps and self.rng.random() < alphas[min(c, len(alphas) - 1)]:
+                    c += 1
+                accepted.append(c)
+            self.metrics.record_cycle(batch, steps, accepted, {p: v / 1000.0 for p, v in phase_ms.items()})
+
+    def text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode()
+
+    def snapshot(self, t: float):
+        return parse_metrics(self.text(), self.name, t)
+
+
+def scenario(phases, cost=None, **extra):
+    data = {
+        "name": "test",
+        "cost": cost or {"verify": {"base": 10, "perToken": 0.05}, "draftStep": {"base": 1.0},
+                         "draftExtend": {"base": 1.0}, "overhead": 0.5},
+        "phases": phases,
+        **extra,
+    }
+    return parse_scenario(data)
