@@ -484,7 +484,6 @@ def _worker(rank: int, cfg: dict) -> None:
             del g
         res["decode"] = decode
         save()
-        d_split = splits[0] if splits else None
         for k in cfg["ks"]:
             for bs in batches:
                 if not ctx.go(15):
@@ -531,8 +530,8 @@ def _worker(rank: int, cfg: dict) -> None:
 
                 row["full"] = stats(ctx.timed(cycle_full, cfg["cycle_reps"], samples))
                 del ge, gs
-                # (b) draft on S = {0..d-1} + one proposal broadcast per cycle.
-                if d_split is not None:
+                # (b) draft on S = {0..d-1} + one proposal broadcast per cycle, for every split size d.
+                for d_split in splits:
                     dg, m, bc = draft_groups[d_split], split_models.get(d_split), bcasters[d_split]
                     bc.set_layout(ProposalLayout(steps=k))
                     ge = ctx.graph(mk_extend(m), active=m is not None)

@@ -428,8 +428,13 @@ class ProposalBroadcaster:
         draft_tokens: torch.Tensor | None = None,
         parent_list: torch.Tensor | None = None,
         top_scores_index: torch.Tensor | None = None,
+        layout: ProposalLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """On the leader pass the proposals; elsewhere pass only ``bs``. Every rank gets the same views back."""
+        """On the leader pass the proposals; elsewhere pass only ``bs``. Every rank gets the same views back.
+
+        ``layout`` (optional) is the current step tier's layout; every rank must pass the same one."""
+        if layout is not None and layout != self.layout:
+            self.set_layout(layout)
         if bs > self.max_bs:
             raise ValueError(f"batch {bs} is larger than the broadcaster's max_bs {self.max_bs}")
         if _is_capturing():

@@ -22,6 +22,9 @@ LWS = {
 }
 RULE = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "r"},
         "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up == 0", "for": "10m"}]}]}}
+SMON = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "m", "labels": {"release": "kps"}},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "namespaceSelector": {"matchNames": ["ns"]},
+                 "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}]}}
 
 
 def mutated(obj, path, value):
@@ -38,12 +41,14 @@ def mutated(obj, path, value):
 
 def test_kinds():
     kinds = {k for _, k in supported_kinds()}
-    assert {"LeaderWorkerSet", "PrometheusRule", "ClusterKopfPeering", "KopfPeering"} <= kinds
+    assert {"LeaderWorkerSet", "PrometheusRule", "ServiceMonitor", "ClusterKopfPeering", "KopfPeering"} <= kinds
 
 
 def test_valid_objects_pass():
     validate_custom(LWS)
     validate_custom(RULE)
+    validate_custom(SMON)
+    validate_custom(mutated(SMON, ["spec", "endpoints", 0, "targetPort"], 9090))  # int-or-string
     validate_custom(mutated(RULE, ["spec", "groups", 0, "partial_response_strategy"], "WARN"))  # RE2 (?i) pattern
     validate_custom({"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "p", "namespace": "n"}})
 
@@ -54,6 +59,7 @@ WORKER = ["spec", "leaderWorkerTemplate", "workerTemplate", "spec"]
 @pytest.mark.parametrize("obj,path", [
     (mutated(LWS, ["spec", "replicas"], "two"), "$.spec.replicas"),
     (mutated(LWS, ["spec", "bogus"], 1), "$.spec"),
+    (mutated(LWS, ["spec", "leaderWorkerTemplate", "size"], "two"), "$.spec.leaderWorkerTemplate.size"),
     (mutated(LWS, ["spec", "leaderWorkerTemplate", "restartPolicy"], "Always"), "$.spec.leaderWorkerTemplate.restartPolicy"),
     (mutated(LWS, ["spec", "rolloutStrategy", "rollingUpdateConfiguration", "maxSurge"], 1.5), "$.spec.rolloutStrategy.rollingUpdateConfiguration.maxSurge"),
     (mutated(LWS, WORKER + ["containers", 0, "imagee"], "x"), "$.spec.leaderWorkerTemplate.workerTemplate.spec.containers[0]"),
@@ -61,6 +67,10 @@ WORKER = ["spec", "leaderWorkerTemplate", "workerTemplate", "spec"]
     (mutated(LWS, WORKER + ["containers", 0, "ports", 0, "containerPort"], "30000"), "$.spec.leaderWorkerTemplate.workerTemplate.spec.containers[0].ports[0].containerPort"),
     (mutated(RULE, ["spec", "groups", 0, "rules", 0, "for"], "10 minutes"), "$.spec.groups[0].rules[0].for"),
     (mutated(RULE, ["spec", "groups", 0, "rules", 0, "expr"], KeyError), "$.spec.groups[0].rules[0]"),
+    (mutated(SMON, ["spec", "endpoints", 0, "intervl"], "30s"), "$.spec.endpoints[0]"),
+    (mutated(SMON, ["spec", "endpoints", 0, "interval"], "30 seconds"), "$.spec.endpoints[0].interval"),
+    (mutated(SMON, ["spec", "endpoints", 0, "scheme"], "ftp"), "$.spec.endpoints[0].scheme"),
+    (mutated(SMON, ["spec", "selector"], KeyError), "$.spec"),
 ])
 def test_broken_objects_fail_with_their_path(obj, path):
     with pytest.raises(UpstreamSchemaError) as err:
@@ -76,3 +86,10 @@ def test_int_or_string_accepts_both():
 def test_unknown_kind_is_a_key_error():
     with pytest.raises(KeyError):
         validate_custom({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+
+
+def test_messages_name_the_object_the_path_and_the_culprit():
+    with pytest.raises(UpstreamSchemaError, match=r"^ServiceMonitor/m: \$\.spec\.endpoints\[0\]: .*'intervl' was unexpected"):
+        validate_custom(mutated(SMON, ["spec", "endpoints", 0, "intervl"], "30s"))
+    with pytest.raises(UpstreamSchemaError, match=r"^LeaderWorkerSet/llama: \$\.spec\.leaderWorkerTemplate\.size: 'two' is not of type 'integer'"):
+        validate_custom(mutated(LWS, ["spec", "leaderWorkerTemplate", "size"], "two"))

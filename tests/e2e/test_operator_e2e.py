@@ -219,3 +219,19 @@ def test_operator_restart_resumes_without_duplicate_writes(cluster_factory):
     writes = [(r.verb, r.resource, r.name) for r in cluster.emulator.writes(since=mark) if r.resource != "events"]
     assert writes == []
     assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"
+
+
+def test_every_api_call_is_covered_by_the_declared_rbac(emulated):
+    from specdecode_operator.rbac import allowed
+
+    cluster = emulated
+    cluster.create_sdd(sdd())
+    wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"))
+    cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 16}}})
+    wait_for(lambda: cluster.get(LWS, "leaderworkersets", "llama") and not cluster.get(APPS, "deployments", "llama"))
+    operator_calls = {(r.group, r.resource + (f"/{r.subresource}" if r.subresource else ""), r.verb)
+                      for r in cluster.emulator.log if "kopf" in r.user_agent.lower() or r.field_manager
+                      or r.user_agent.startswith("OpenAPI-Generator") and r.field_manager != "e2e-user"}
+    operator_calls = {c for c in operator_calls if c[1] != "specdecodedeployments" or c[2] != "create"}
+    missing = sorted(c for c in operator_calls if not allowed(*c))
+    assert missing == []

@@ -59,9 +59,9 @@ def cluster_factory():
         return cluster
 
     yield build
-    for cluster, server, op, finalize in reversed(opened):
-        if op is not None:
-            op.__exit__(None, None, None)
+    for cluster, server, _op, finalize in reversed(opened):
+        if cluster.operator is not None:  # the current one: a test may have restarted it
+            cluster.operator.__exit__(None, None, None)
         if finalize:
             finalize()
         cluster.close()

@@ -48,6 +48,7 @@ class KubeClient:
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="kube-api")
         self.calls = 0
+        self.writes = 0
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -76,6 +77,8 @@ class KubeClient:
         delay = self.backoff
         for attempt in range(self.retries + 1):
             self.calls += 1
+            if method in ("POST", "PUT", "PATCH", "DELETE"):
+                self.writes += 1
             if self.metrics:
                 self.metrics.api_requests.labels(verb).inc()
             call = functools.partial(self._call, method, path, query or [], body, content_type)

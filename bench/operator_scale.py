@@ -1,0 +1,133 @@
+"""Operator at scale on the API emulator: N SpecDecodeDeployments created at once.
+
+Measures time until every object has its workload child and a status for generation 1, per-reconcile latency,
+operator API calls per reconcile, writes per CR (initial) and in steady state (goal: zero), and the RSS of the
+process that runs the operator (the emulator runs in a separate process so its memory is not counted).
+
+    python bench/operator_scale.py --count 500 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import kubernetes
+
+from specdecode_operator.opconfig import OperatorConfig
+from specdecode_operator.reconcile.apply import resource_path
+from specdecode_operator.testbed.runner import OperatorThread
+
+
+def rss_mb() -> tuple[float, float]:
+    fields = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def body(i: int) -> dict:
+    return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
+            "metadata": {"name": f"sdd-{i:04d}", "namespace": "default"},
+            "spec": {"replicas": 1, "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": 8},
+                     "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1 + (i % 2)}}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--resync", type=float, default=10.0, help="operator resync period (s)")
+    parser.add_argument("--steady-seconds", type=float, default=12.0, help="window for steady-state writes")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    emulator = subprocess.Popen([sys.executable, "-m", "specdecode_operator.testbed.serve"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    url = emulator.stdout.readline().strip()
+    cfg = kubernetes.client.Configuration()
+    cfg.host = url
+    cfg.connection_pool_maxsize = 16
+    api = kubernetes.client.ApiClient(cfg)
+
+    def call(method, path, body=None, query=None):
+        m, u, h, b, _ = api.param_serialize(method, path, query_params=query or [],
+                                            header_params={"Accept": "application/json"}, body=body)
+        r = api.call_api(m, u, h, b, _request_timeout=30)
+        r.read()
+        return json.loads(r.data)
+
+    config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
+                            resync_seconds=args.resync, request_timeout=10)
+    rss_before = rss_mb()[0]
+    try:
+        with OperatorThread(config) as op:
+            rec = op.registry.reconciler
+            started = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda i: call("POST", resource_path("specdecode.io/v1alpha1", "specdecodedeployments",
+                                                                    "default"), body(i)), range(args.count)))
+            created = time.monotonic() - started
+            while True:
+                sdds = call("GET", resource_path("specdecode.io/v1alpha1", "specdecodedeployments", "default"))["items"]
+                deps = call("GET", resource_path("apps/v1", "deployments", "default"))["items"]
+                with_status = sum(1 for s in sdds if (s.get("status") or {}).get("observedGeneration") == 1
+                                  and s["status"].get("conditions"))
+                if with_status == args.count and len(deps) == args.count:
+                    break
+                if time.monotonic() - started > args.timeout:
+                    raise SystemExit(f"timeout: {with_status}/{args.count} with status, {len(deps)} deployments")
+                time.sleep(0.25)
+            ready_s = time.monotonic() - started
+            initial_writes, initial_calls = rec.client.writes, rec.client.calls
+            initial_reconciles = len(rec.durations)
+            durations_ms = [d * 1000 for d in rec.durations]
+            time.sleep(1.0)  # let the last events of the creation wave drain
+            mark_writes, mark_calls, mark_n = rec.client.writes, rec.client.calls, len(rec.durations)
+            time.sleep(args.steady_seconds)
+            steady_writes = rec.client.writes - mark_writes
+            steady_reconciles = len(rec.durations) - mark_n
+            steady_calls = rec.client.calls - mark_calls
+            rss, hwm = rss_mb()
+    finally:
+        emulator.stdin.close()
+        emulator.wait(10)
+    result = {
+        "count": args.count,
+        "seconds_to_create": round(created, 2),
+        "seconds_to_all_ready": round(ready_s, 2),
+        "reconciles_initial": initial_reconciles,
+        "reconcile_p50_ms": round(percentile(durations_ms, 0.5), 2),
+        "reconcile_p99_ms": round(percentile(durations_ms, 0.99), 2),
+        "reconcile_mean_ms": round(statistics.fmean(durations_ms), 2) if durations_ms else 0,
+        "api_calls_per_reconcile_initial": round(initial_calls / max(1, initial_reconciles), 2),
+        "writes_per_cr_initial": round(initial_writes / args.count, 2),
+        "steady_window_seconds": args.steady_seconds,
+        "steady_reconciles": steady_reconciles,
+        "writes_steady_state": steady_writes,
+        "api_calls_steady_state": steady_calls,
+        "rss_mb": round(rss, 1),
+        "rss_peak_mb": round(hwm, 1),
+        "rss_before_operator_mb": round(rss_before, 1),
+        "resync_seconds": args.resync,
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""``specdecode-runtime``: launch (the patched SGLang), check-sglang, and simulate (when that package exists)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from .launch import EXIT_UNSUPPORTED, launch
+
+
+def _cmd_launch(ns: argparse.Namespace) -> int:
+    return launch(ns.config, ns.sglang_args, dry_run=ns.dry_run)
+
+
+def _cmd_check(ns: argparse.Namespace) -> int:
+    from . import SGLANG_VERSION
+    from .sglang_patch import check_patch_points, installed_sglang_version
+
+    version = installed_sglang_version()
+    if version is None:
+        print(f"sglang is not installed (the runtime patches sglang=={SGLANG_VERSION})")
+        return EXIT_UNSUPPORTED
+    if version != SGLANG_VERSION:
+        print(f"sglang {version} installed; the patches are written for {SGLANG_VERSION}")
+        return EXIT_UNSUPPORTED
+    from .torchvision_stub import install
+
+    stubbed = install()
+    if stubbed:
+        print(f"note: torchvision stubbed for import ({len(stubbed)} modules)")
+    results = check_patch_points()
+    width = max(len(r.point.target) for r in results)
+    for r in results:
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.point.role:6} {r.point.target:<{width}}  {r.detail}")
+    bad = [r for r in results if not r.ok]
+    print(f"{len(results) - len(bad)} of {len(results)} patch points match sglang {version}")
+    if not bad and ns.apply:
+        from .sglang_patch import SplitConfig, apply_patches, remove_patches
+
+        ps = apply_patches(SplitConfig(draft_tp=1), {})
+        n = len(ps.bindings)
+        remove_patches()
+        print(f"applied and removed {n} bindings")
+    return 0 if not bad else EXIT_UNSUPPORTED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="specdecode-runtime", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("launch", help="start the patched SGLang server from runtime.yaml")
+    p.add_argument("--config", required=True, help="runtime.yaml written by the operator's renderer")
+    p.add_argument("--dry-run", action="store_true", help="print the environment and SGLang arguments, then exit")
+    p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- followed by extra SGLang arguments")
+    p.set_defaults(func=_cmd_launch)
+    c = sub.add_parser("check-sglang", help="verify every patch point against the installed SGLang")
+    c.add_argument("--apply", action="store_true", help="also apply and remove the patches once")
+    c.set_defaults(func=_cmd_check)
+    try:  # another helper's package; registered only when present
+        simulate_cli = importlib.import_module("specdecode_runtime.simulate.cli")
+    except ImportError:
+        simulate_cli = None
+    if simulate_cli is not None and hasattr(simulate_cli, "add_parser"):
+        simulate_cli.add_parser(sub)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    ns = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if getattr(ns, "sglang_args", None) and ns.sglang_args[:1] == ["--"]:
+        ns.sglang_args = ns.sglang_args[1:]
+    return int(ns.func(ns) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
