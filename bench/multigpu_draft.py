@@ -548,6 +548,18 @@ def _worker(rank: int, cfg: dict) -> None:
                         gv()
 
                     row[f"split{d_split}"] = stats(ctx.timed(cycle_split, cfg["cycle_reps"], samples))
+
+                    # The same cycle without the broadcast (the others verify stale proposals; the verify's
+                    # all-reduces still line the ranks up): split - this = the broadcast's cost inside a cycle,
+                    # where its host-side launch overlaps the draft graphs already queued on the GPU.
+                    def cycle_nobcast(ge=ge, gs=gs, m=m):
+                        if m is not None:
+                            ge()
+                            for f in gs:
+                                f()
+                        gv()
+
+                    row[f"split{d_split}_nobcast"] = stats(ctx.timed(cycle_nobcast, cfg["cycle_reps"], samples))
                     del ge, gs
                 del gv
                 cycles.setdefault(k, {})[bs] = row
@@ -633,7 +645,9 @@ def run_profile(name: str, cfg: dict, budget_s: float, log_dir: Path) -> dict:
     lines: list[str] = []
     for f in sorted(nccl_log.glob("*.log")):
         for ln in f.read_text(errors="replace").splitlines():
-            if re.search(r"via |NCCL version|P2P|SHM|Using network|NCCL_P2P|NCCL_PROTO|nchannels|channels", ln):
+            if re.search(r"Channel \d+", ln) and not re.search(r"Channel 00\b", ln):
+                continue  # one channel line per direction says the transport
+            if re.search(r"via |NCCL version|P2P|SHM|Using network|NCCL_PROTO|channels", ln):
                 lines.append(re.sub(r"^\S+:\d+:\d+ ", "", ln.strip()))
     out["nccl_log_lines"] = sorted(set(lines))[:60]
     return out
@@ -666,8 +680,16 @@ def derive(report: dict) -> dict:
                 per = [(row(b)[key]["median_ms"] - row(b)["split1_step"]["median_ms"] / n) / colls * 1e3 for b in bss]
                 d[f"effective_collective_us_{key}"] = {"per_batch": dict(zip(bss, per)), "mean": sum(per) / len(per),
                                                         "collectives": colls, "tp": n}
+            fb, fs = fit_line([float(b) for b in bss], [row(b)["full"]["median_ms"] for b in bss])
+            d[f"tp{n}_sharded_step_fit_ms"] = {"base": fb, "perSeq": fs}
             bc = [v["median_ms"] * 1e3 for b in bss for kk, v in row(b).items() if kk.startswith("split1_bcast")]
             d["broadcast_us_median"] = statistics.median(bc) if bc else None
+        cyc = p.get("cycles") or {}
+        inc = [(r["split1"]["median_ms"] - r["split1_nobcast"]["median_ms"]) * 1e3
+               for kv in cyc.values() for r in kv.values() if r.get("split1") and r.get("split1_nobcast")]
+        if inc:
+            d["broadcast_in_cycle_us"] = {"median": statistics.median(inc), "min": min(inc), "max": max(inc),
+                                          "n": len(inc)}
         out[name] = d
     return out
 
@@ -747,15 +769,20 @@ def to_markdown(report: dict) -> str:
                 L.append("")
             bss = sorted({int(b) for kv in cyc.values() for b in kv})
             if bss:
-                L += ["| k | " + " | ".join(f"bs {b} full | bs {b} S=1 | ratio" for b in bss) + " |",
-                      "|---:|" + "---:|" * (3 * len(bss))]
+                L += ["Per batch: full = draft sharded over all N; S=1 = draft on rank 0 + broadcast; ratio = "
+                      "S=1 / full; bc µs = the broadcast's cost inside the cycle (S=1 minus the same cycle without "
+                      "the broadcast; differences of medians, can be noise-negative).", "",
+                      "| k | " + " | ".join(f"bs {b} full | bs {b} S=1 | ratio | bc µs" for b in bss) + " |",
+                      "|---:|" + "---:|" * (4 * len(bss))]
                 for k in sorted(cyc, key=int):
                     cells = []
                     for b in bss:
                         r = cyc[k].get(str(b)) or cyc[k].get(b) or {}
                         fu, sp = r.get("full"), r.get("split1")
+                        nb = r.get("split1_nobcast")
                         cells += [f(fu, nd=2), f(sp, nd=2),
-                                  f"{sp['median_ms'] / fu['median_ms']:.3f}" if fu and sp else "n/a"]
+                                  f"{sp['median_ms'] / fu['median_ms']:.3f}" if fu and sp else "n/a",
+                                  f"{(sp['median_ms'] - nb['median_ms']) * 1e3:.0f}" if sp and nb else "n/a"]
                     L.append(f"| {k} | " + " | ".join(cells) + " |")
                 L.append("")
     der = report.get("derived") or {}
@@ -770,7 +797,13 @@ def to_markdown(report: dict) -> str:
                      f"step (full - TP1/N)/3 = {d.get('effective_collective_us_full', {}).get('mean', float('nan')):.1f} µs "
                      f"(per batch: " + ", ".join(f"{b}: {v:.1f}" for b, v in d.get('effective_collective_us_full', {}).get('per_batch', {}).items())
                      + f"); with the embedding all-reduce, /4 = {d.get('effective_collective_us_full_embed_ar', {}).get('mean', float('nan')):.1f} µs; "
-                     f"proposal broadcast median {d.get('broadcast_us_median') or float('nan'):.1f} µs.")
+                     f"proposal broadcast back-to-back median {d.get('broadcast_us_median') or float('nan'):.1f} µs"
+                     + (f"; inside a cycle (split - split without broadcast, over all k and batches) median "
+                        f"{d['broadcast_in_cycle_us']['median']:.1f} µs (range {d['broadcast_in_cycle_us']['min']:.1f}"
+                        f" .. {d['broadcast_in_cycle_us']['max']:.1f})" if d.get("broadcast_in_cycle_us") else "")
+                     + (f"; sharded TP{p_n} step fit {d[f'tp{p_n}_sharded_step_fit_ms']['base']:.4f} ms + "
+                        f"{d[f'tp{p_n}_sharded_step_fit_ms']['perSeq']:.5f} ms/seq"
+                        if (p_n := report['meta']['world']) and f"tp{p_n}_sharded_step_fit_ms" in d else "") + ".")
         L.append("")
     L += m.get("notes", [])
     return "\n".join(L) + "\n"

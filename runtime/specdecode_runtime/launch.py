@@ -190,7 +190,7 @@ def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a mode
     from .sglang_patch import apply_patches, run_scheduler_process
 
     cfg = load_config(plan.config_path)
-    apply_patches(split_config(cfg), nccl_environment(cfg))  # the main process: env re-apply + hooks
+    apply_patches(split_config(cfg), nccl_environment(cfg), main_process=True)  # env re-apply + hooks
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 

@@ -133,14 +133,29 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
 )
 
 
+class _ImportBlocked(ImportError):
+    """The module exists but importing it needs a package this machine lacks (e.g. a GPU-only dependency)."""
+
+    def __init__(self, module: str, cause: BaseException):
+        super().__init__(f"{module}: {type(cause).__name__}: {cause}")
+        self.module = module
+
+
 def _resolve(path: str) -> tuple[Any, str, Any]:
     """(owner, attribute, value) for a dotted path whose prefix is an importable module."""
+    import importlib.util
+
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:i])
         try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name or (e.name and name.startswith(e.name + ".")) or importlib.util.find_spec(name) is None:
+                continue
+            raise _ImportBlocked(name, e) from e
+        except ImportError as e:
+            raise _ImportBlocked(name, e) from e
         owner = obj
         for name in parts[i:-1]:
             owner = getattr(owner, name)
@@ -162,6 +177,9 @@ def check_patch_points(points: Sequence[PatchPoint] = PATCH_POINTS) -> list[Chec
     for p in points:
         try:
             owner, attr, value = _resolve(p.target)
+        except _ImportBlocked as e:
+            out.append(_static_check(p, e))
+            continue
         except Exception as e:  # noqa: BLE001
             out.append(CheckResult(p, False, f"missing: {type(e).__name__}: {e}"))
             continue
@@ -189,6 +207,34 @@ def check_patch_points(points: Sequence[PatchPoint] = PATCH_POINTS) -> list[Chec
         else:
             out.append(CheckResult(p, True, type(value).__name__))
     return out
+
+
+def _static_check(p: PatchPoint, blocked: "_ImportBlocked") -> CheckResult:
+    """Check a function's parameters from the module's source when the module cannot be imported here (the
+    server entry points import GPU-only packages such as xgrammar); the pod imports them for real."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(blocked.module)
+    if spec is None or not spec.origin:
+        return CheckResult(p, False, f"missing module {blocked.module}")
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read())
+    rest = p.target[len(blocked.module) + 1 :].split(".")
+    body: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    for name in rest:
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == name), None)
+        if node is None:
+            return CheckResult(p, False, f"{name} not defined in {spec.origin} (static check)")
+        body = getattr(node, "body", [])
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return CheckResult(p, True, "defined (static check)")
+    a = node.args
+    names = tuple(x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs])
+    if names[: len(p.params)] != p.params:
+        return CheckResult(p, False, f"parameters {names} != expected {p.params} (static check)")
+    return CheckResult(p, True, f"({', '.join(names)}) [static: {blocked}]")
 
 
 def installed_sglang_version() -> str | None:
@@ -508,9 +554,13 @@ def _create_groups(split: SplitConfig, target_worker: Any):
     return groups, bcaster
 
 
-def apply_patches(split: SplitConfig | None = None, nccl_env: dict[str, str] | None = None) -> PatchSet:
+def apply_patches(
+    split: SplitConfig | None = None, nccl_env: dict[str, str] | None = None, *, main_process: bool = False
+) -> PatchSet:
     """Install every patch (idempotent: an active set is returned as is). ``split=None`` (or a draft TP equal to
-    the target TP) installs only the hooks and the NCCL re-apply."""
+    the target TP) installs only the hooks and the NCCL re-apply. ``main_process``: also wrap SGLang's
+    ``_set_envs_and_config`` (the launcher's own process, before the schedulers are spawned; spawned schedulers
+    re-apply the profile in :func:`bootstrap_from_env` instead)."""
     global _ACTIVE, _ORIG_BUILD
     if _ACTIVE is not None:
         return _ACTIVE
@@ -533,7 +583,8 @@ def apply_patches(split: SplitConfig | None = None, nccl_env: dict[str, str] | N
 
         return _set_envs_and_config
 
-    ps.wrap("sglang.srt.entrypoints.engine._set_envs_and_config", wrap_set_envs)
+    if main_process:
+        ps.wrap("sglang.srt.entrypoints.engine._set_envs_and_config", wrap_set_envs)
 
     # -- hooks -------------------------------------------------------------------------------------------------
     def wrap_verify(orig):
@@ -703,7 +754,7 @@ def remove_patches() -> None:
 
 @contextlib.contextmanager
 def patched(split: SplitConfig | None = None, nccl_env: dict[str, str] | None = None) -> Iterator[PatchSet]:
-    ps = apply_patches(split, nccl_env)
+    ps = apply_patches(split, nccl_env, main_process=False)
     try:
         yield ps
     finally:

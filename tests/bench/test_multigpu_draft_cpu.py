@@ -62,7 +62,7 @@ def test_cpu_run_writes_every_part(tmp_path):
         row = p["draft_step"][bs]
         assert {"full", "full_embed_ar", "split1_step", "split1_bcast_k1"} <= set(row)
         assert row["split1_bcast_k1"]["bytes"] == int(bs) * 8
-    assert set(p["cycles"]) == {"1", "2"} and set(p["cycles"]["2"]["2"]) == {"full", "split1"}
+    assert set(p["cycles"]) == {"1", "2"} and set(p["cycles"]["2"]["2"]) == {"full", "split1", "split1_nobcast"}
     assert set(p["decode"]) == {"1", "2"} and p["verify_layers"] >= 1
     md = (tmp_path / "multigpu_draft_cpu.md").read_text()
     assert "Split draft" in md and "| 2 |" in md

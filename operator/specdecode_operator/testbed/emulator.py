@@ -382,7 +382,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         body = copy.deepcopy(body)
         md = body.setdefault("metadata", {})
         if not md.get("name") and md.get("generateName"):
-            md["name"] = md["generateName"] + uuid.uuid4().hex[:5]
+            md["name"] = md["generateName"] + uuid.uuid4().hex[:10]
         if not md.get("name"):
             raise _Reject(422, f"{meta.kind} is invalid: metadata.name: Required value: name is required", "Invalid")
         if meta.namespaced and request.namespace and md.get("namespace", request.namespace) != request.namespace:

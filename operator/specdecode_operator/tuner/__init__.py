@@ -1,0 +1,1 @@
+"""Step autotuner: metrics -> estimator -> policy -> decision; see docs/tuner.md."""
