@@ -20,7 +20,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="watch this namespace (repeatable); default: SPECDECODE_NAMESPACES or all")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     run.add_argument("--metrics-port", type=int, help="port of /metrics (0: off; default 8080)")
-    run.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="kopf liveness endpoint URL")
+    live = run.add_mutually_exclusive_group()
+    live.add_argument("--liveness", default=None, help="kopf liveness endpoint URL (default http://0.0.0.0:8081/healthz)")
+    live.add_argument("--liveness-port", type=int, default=None, help="serve kopf's liveness endpoint /healthz on this port")
     run.add_argument("--default-image", help="runtime image when spec.runtime.image is empty")
     run.add_argument("--label-selector", help="only handle objects with these labels (k=v,k2=v2)")
     run.add_argument("--peering", dest="peering_name", help="kopf peering name (HA: one active replica)")
@@ -28,7 +30,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     run.add_argument("--priority", type=int, help="peering priority of this replica")
     run.add_argument("--resync-seconds", type=float, help="level-based resync period per object (default 30)")
     run.add_argument("--operator-namespace", help="namespace the operator runs in (NetworkPolicy peer)")
-    run.add_argument("--verbose", "-v", action="store_true")
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    run.add_argument("--verbose", "-v", action="store_true", help="same as --log-level debug")
     run.set_defaults(func=run_operator)
     return operator
 
@@ -43,7 +46,10 @@ def config_from_args(args) -> "OperatorConfig":
         overrides["namespaces"] = ()
     elif getattr(args, "namespaces", None):
         overrides["namespaces"] = tuple(args.namespaces)
-    overrides["liveness_endpoint"] = getattr(args, "liveness", None) or None
+    if getattr(args, "liveness_port", None):
+        overrides["liveness_endpoint"] = f"http://0.0.0.0:{args.liveness_port}/healthz"
+    else:
+        overrides["liveness_endpoint"] = getattr(args, "liveness", None) or "http://0.0.0.0:8081/healthz"
     config = OperatorConfig.from_env(**{k: v for k, v in overrides.items() if v is not None})
     if getattr(args, "all_namespaces", False):
         config = __import__("dataclasses").replace(config, namespaces=())
@@ -56,7 +62,8 @@ def run_operator(args) -> int:
     from .reconcile.handlers import make_registry
 
     config = config_from_args(args)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    level = "DEBUG" if args.verbose else getattr(args, "log_level", "info").upper()
+    logging.basicConfig(level=getattr(logging, level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kwargs = dict(registry=make_registry(config), clusterwide=not config.namespaces,
                   namespaces=list(config.namespaces), standalone=config.standalone, priority=config.priority,

@@ -15,6 +15,9 @@ class Rule(NamedTuple):
     verbs: tuple[str, ...]
     why: str
 
+    def to_dict(self) -> dict:
+        return {"apiGroups": [self.api_group], "resources": [self.resource], "verbs": list(self.verbs)}
+
 
 RULES: list[Rule] = [
     Rule("specdecode.io", "specdecodedeployments", READ + ("patch",), "watch the CRs; kopf's finalizer"),
@@ -34,7 +37,6 @@ RULES: list[Rule] = [
     Rule("kopf.dev", "clusterkopfpeerings", READ + ("patch",), "peering when cluster-wide"),
     Rule("", "pods", READ, "tuner: pod IPs of runtime pods"),
     Rule("discovery.k8s.io", "endpointslices", READ, "tuner: endpoints of runtime pods"),
-    Rule("coordination.k8s.io", "leases", READ + WRITE, "reserved for lease-based leader election"),
 ]
 
 
