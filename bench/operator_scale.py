@@ -13,6 +13,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,16 @@ def rss_mb() -> tuple[float, float]:
             key, _, value = line.partition(":")
             fields[key] = value.strip()
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of this process (pid None) or of another one (the emulator)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def body(i: int) -> dict:
@@ -73,6 +84,8 @@ def main() -> int:
     config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
                             resync_seconds=args.resync, request_timeout=10)
     rss_before = rss_mb()[0]
+    cpu_before, emu_cpu_before = cpu_seconds(), cpu_seconds(emulator.pid)
+    load_before = os.getloadavg()[0]
     try:
         with OperatorThread(config) as op:
             rec = op.registry.reconciler
@@ -92,6 +105,7 @@ def main() -> int:
                     raise SystemExit(f"timeout: {with_status}/{args.count} with status, {len(deps)} deployments")
                 time.sleep(0.25)
             ready_s = time.monotonic() - started
+            cpu_ready, emu_cpu_ready = cpu_seconds() - cpu_before, cpu_seconds(emulator.pid) - emu_cpu_before
             initial_writes, initial_calls = rec.client.writes, rec.client.calls
             initial_reconciles = len(rec.durations)
             durations_ms = [d * 1000 for d in rec.durations]
@@ -123,6 +137,9 @@ def main() -> int:
         "rss_peak_mb": round(hwm, 1),
         "rss_before_operator_mb": round(rss_before, 1),
         "resync_seconds": args.resync,
+        "cpu_s_operator_process_to_ready": round(cpu_ready, 1),
+        "cpu_s_emulator_to_ready": round(emu_cpu_ready, 1),
+        "loadavg_1m_before": round(load_before, 2),
         "cpus": os.cpu_count(),
     }
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

@@ -37,6 +37,13 @@ class OperatorConfig:
     server: str | None = None
     token: str | None = None
     settle_seconds: float = 2.0  # trust our last write over a watch cache that has not caught up yet
+    # Tuner (reconcile/tuning_loop.py). None: scrape each pod's /metrics; a URL: read the same counters from there.
+    prometheus_url: str | None = None
+    scrape_timeout: float = 5.0  # per pod scrape, push or Prometheus query
+    tune_restart_seconds: float = 300.0  # Rollout: tokens/s lost for this long per restart, unless a profile says
+    # TEST/DEMO ONLY: the tuner sleeps intervalSeconds x this in wall time and its clock runs 1/this as fast, so a
+    # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
+    tune_interval_scale: float = 1.0
     identity: str = dataclasses.field(default_factory=socket.gethostname)
 
     @property
@@ -70,6 +77,10 @@ class OperatorConfig:
             ("resync_seconds", "RESYNC_SECONDS", float),
             ("request_timeout", "REQUEST_TIMEOUT", float),
             ("priority", "PRIORITY", int),
+            ("prometheus_url", "PROMETHEUS_URL", str),
+            ("scrape_timeout", "SCRAPE_TIMEOUT", float),
+            ("tune_restart_seconds", "TUNE_RESTART_SECONDS", float),
+            ("tune_interval_scale", "TUNE_INTERVAL_SCALE", float),
         ]:
             if get(name):
                 values[field] = conv(get(name))
@@ -78,4 +89,6 @@ class OperatorConfig:
         values.update({k: v for k, v in overrides.items() if v is not None})
         config = cls(**values)
         config.labels  # fail early on a selector kopf cannot express
+        if config.tune_interval_scale <= 0:
+            raise ValueError(f"tune_interval_scale must be > 0, got {config.tune_interval_scale}")
         return config

@@ -29,6 +29,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     run.add_argument("--standalone", action="store_true", default=None, help="no peering (a single replica)")
     run.add_argument("--priority", type=int, help="peering priority of this replica")
     run.add_argument("--resync-seconds", type=float, help="level-based resync period per object (default 30)")
+    run.add_argument("--prometheus-url", help="tuner: read runtime counters from this Prometheus server "
+                     "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
+    run.add_argument("--tune-restart-seconds", type=float,
+                     help="Rollout mode: seconds of serving a restart costs, unless a tuner profile says (default 300)")
     run.add_argument("--operator-namespace", help="namespace the operator runs in (NetworkPolicy peer)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.add_argument("--verbose", "-v", action="store_true", help="same as --log-level debug")
@@ -41,7 +45,7 @@ def config_from_args(args) -> "OperatorConfig":
 
     overrides = {k: getattr(args, k, None) for k in (
         "metrics_port", "default_image", "label_selector", "peering_name", "standalone", "priority",
-        "resync_seconds", "operator_namespace")}
+        "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds")}
     if getattr(args, "all_namespaces", False):
         overrides["namespaces"] = ()
     elif getattr(args, "namespaces", None):

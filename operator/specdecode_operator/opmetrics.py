@@ -30,6 +30,19 @@ class OperatorMetrics:
             "specdecode_operator_child_writes", "Writes to child objects by kind and action.", ["kind", "action"],
             registry=self.registry,
         )
+        self.tuner_decisions = Counter(
+            "specdecode_tuner_decisions", "Tuner decisions per bucket and interval, by action (hold, wait, switch, "
+            "explore, rollback, return, recommend in mode Off, rollout, skipped without usable metrics).", ["action"],
+            registry=self.registry,
+        )
+        self.tuner_rollbacks = Counter(
+            "specdecode_tuner_rollbacks", "Step changes undone because measured goodput fell after them.",
+            registry=self.registry,
+        )
+        self.tuner_pushes = Counter(
+            "specdecode_tuner_table_pushes", "Step-table PUTs to pods by result (ok, unauthorized, error).", ["result"],
+            registry=self.registry,
+        )
         self._server = None
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:

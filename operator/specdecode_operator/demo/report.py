@@ -68,7 +68,8 @@ def summary_table(rows: list[tuple[str, float, str]]) -> Table:
     return t
 
 
-def plot(timeline: Timeline, reference: dict[str, float], path: Path) -> Path | None:
+def plot(timeline: Timeline, reference: dict[str, list[tuple[float, float]]], path: Path) -> Path | None:
+    """``reference``: label -> [(simulated seconds, tokens/s)] of fixed configurations on the same scenario."""
     try:
         import matplotlib
 
@@ -80,8 +81,8 @@ def plot(timeline: Timeline, reference: dict[str, float], path: Path) -> Path | 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     ax1.plot(xs, [s.tokens_per_s for s in timeline.samples], label="tuned, draft on rank 0 (live)")
     styles = ["--", ":", "-."]
-    for (name, value), style in zip(reference.items(), styles):
-        ax1.axhline(value, linestyle=style, color="grey", label=f"{name}: {value:.0f}")
+    for (name, series), style in zip(reference.items(), styles):
+        ax1.plot([t for t, _ in series], [v for _, v in series], linestyle=style, color="grey", label=name)
     ax1.set_ylabel("tokens/s (SIMULATED)")
     ax1.legend(loc="lower right", fontsize=8)
     ax1.set_title("specdecode demo - SIMULATED runtime, seed PCIe box, workload shift")
@@ -93,7 +94,7 @@ def plot(timeline: Timeline, reference: dict[str, float], path: Path) -> Path | 
         if s.phase != last:
             for ax in (ax1, ax2):
                 ax.axvline(s.sim, color="lightgrey", linewidth=0.8)
-            ax2.annotate(s.phase, (s.sim, 0.5), fontsize=8, color="grey")
+            ax2.annotate(s.phase, (s.sim, 0.02), xycoords=("data", "axes fraction"), fontsize=8, color="grey")
             last = s.phase
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import kubernetes
 from ..api.models import GROUP, PLURAL, VERSION
 from ..opmetrics import OperatorMetrics
 from ..render.names import MANAGED_BY
-from . import children, tuning
+from . import children, tuning_loop
 from .apply import KubeClient
 from .reconciler import Reconciler
 
@@ -128,6 +128,10 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
     @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry, labels=labels)
     async def resync(body, memo, **kwargs):
         await run(body, memo, kwargs)
-        await tuning.maybe_tune(reconciler, body, memo)
+
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, labels=labels, cancellation_timeout=5.0)
+    async def tune(body, memo, stopped, **kwargs):
+        """The step tuner, one loop per object (reconcile/tuning_loop.py); it re-renders through ``run``."""
+        await tuning_loop.run(reconciler, body, memo, stopped, reconcile=lambda: run(body, memo, kwargs))
 
     return registry

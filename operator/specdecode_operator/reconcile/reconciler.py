@@ -52,6 +52,7 @@ class Reconciler:
             desired_replicas=spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 0,
             selector=names.selector_string(md["name"]),
             paused=(md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused",
+            extra=tuning.conditions(memo),
         )
         result = "ok"
         live = {children.key_of(o): o for o in live_children(md["namespace"], md["uid"])}
@@ -132,7 +133,7 @@ class Reconciler:
     async def _sync_children(self, body: dict, sdd, memo, live: dict, obs: conditions.Observation) -> None:
         md = body["metadata"]
         ns, name, uid = md["namespace"], md["name"], md["uid"]
-        rendered = render(sdd, self.options(tuning.tuned_steps(memo, sdd)))
+        rendered = render(sdd, self.options(tuning.tuned_steps(memo, sdd, body)))
         secret_key = ("v1", "Secret", names.control_secret(name))
         secret_live = await self._resolve(memo, secret_key, "secrets", ns, live)
         if secret_live is not None and not children.is_ours(secret_live, uid):

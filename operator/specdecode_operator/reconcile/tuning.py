@@ -1,24 +1,41 @@
-"""The hook between reconciliation and the step-count tuner (operator/specdecode_operator/tuner).
+"""The hooks between reconciliation and the step-count tuner (the loop itself is reconcile/tuning_loop.py).
 
-``tuned_steps`` feeds Rollout mode's decision into RenderOptions; the tuner's own loop (scrape pods, decide,
-push tables, write status.speculative under field manager specdecode-tuner) is started from the resync timer
-through ``maybe_tune``. Both read spec and never write it.
+``tuned_steps`` feeds Rollout mode's decision into RenderOptions; ``conditions`` hands the tuner's
+MetricsAvailable condition to the reconciler, the single writer of ``status.conditions``. Both read spec and
+never write it; the tuner's loop keeps its state in the per-object kopf memo under the keys below.
 """
 
 from __future__ import annotations
+
+TUNED_STEPS = "tuned_steps"  # Rollout: the step count the tuner rolled out (None: spec.speculative.numSteps)
+CONDITION = "tuner_condition"  # the tuner's MetricsAvailable condition (dict), reported by the reconciler
 
 
 def mode_of(sdd) -> str:
     return sdd.spec.speculative.autotune.mode
 
 
-def tuned_steps(memo, sdd) -> int | None:
-    """The step count Rollout mode decided for this object, if any (spec.speculative.numSteps otherwise)."""
+def tuned_steps(memo, sdd, body=None) -> int | None:
+    """The step count Rollout mode decided for this object, if any (spec.speculative.numSteps otherwise).
+
+    Until the tuning loop has started after an operator restart, memo has no entry: the value the tuner last wrote
+    to ``status.speculative.numSteps`` is used then, so a restarted operator does not roll the pods back to the
+    spec's starting value and forward again."""
     if sdd is None or mode_of(sdd) != "Rollout":
         return None
-    return memo.get("tuned_steps")
+    if TUNED_STEPS in memo:
+        return memo[TUNED_STEPS]
+    return resumed_steps(sdd, body)
 
 
-async def maybe_tune(reconciler, body: dict, memo) -> None:
-    """Run one tuner step for this object when autotune is on. Wired by the tuner issue; a no-op until then."""
+def resumed_steps(sdd, body) -> int | None:
+    at = sdd.spec.speculative.autotune
+    steps = (((body or {}).get("status") or {}).get("speculative") or {}).get("numSteps")
+    if isinstance(steps, int) and at.minSteps <= steps <= at.maxSteps and steps != sdd.spec.speculative.numSteps:
+        return steps
     return None
+
+
+def conditions(memo) -> list[dict]:
+    cond = memo.get(CONDITION)
+    return [cond] if cond else []

@@ -25,6 +25,9 @@ class Observation:
     desired_replicas: int = 0
     selector: str | None = None
     replaced: list[str] = dataclasses.field(default_factory=list)  # stale children removed in this pass
+    # Conditions observed elsewhere and reported here (the tuner's MetricsAvailable): the conditions list has one
+    # writer, so a status apply never drops an entry another writer added.
+    extra: list[dict] = dataclasses.field(default_factory=list)
 
 
 def workload_state(workload: dict | None, desired: int) -> tuple[int, int, bool]:
@@ -93,6 +96,7 @@ def compute(obs: Observation) -> dict:
         ready_c = _cond("Ready", False, progressing["reason"] if healthy else degraded["reason"],
                         progressing["message"] if healthy else degraded["message"])
     conditions.insert(0, ready_c)
+    conditions.extend(dict(c) for c in obs.extra if c.get("type") not in TYPES)
     for c in conditions:
         c["observedGeneration"] = obs.generation
     status = {"observedGeneration": obs.generation, "conditions": conditions,

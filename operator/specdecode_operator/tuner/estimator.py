@@ -117,6 +117,7 @@ class ObserveReport:
     invalid: dict[str, list[str]] = field(default_factory=dict)
     changed_buckets: list[str] = field(default_factory=list)
     tokens_per_s: float | None = None
+    bucket_cycles: dict[str, float] = field(default_factory=dict)  # cycles per bucket in this interval
 
     @property
     def usable(self) -> bool:
@@ -198,6 +199,7 @@ class Estimator:
                 memory.clear()
                 report.changed_buckets.append(label)
             window.append(d)
+            report.bucket_cycles[label] = d.cycles
             for pos, att in d.attempts.items():
                 m = memory.setdefault(pos, [0.0, 0.0])
                 m[0] = m[0] * self.memory_decay + d.accepted.get(pos, 0.0)
@@ -273,6 +275,11 @@ class Estimator:
         if w.draft_steps > 0:
             out["draft_step"] = 1000.0 * w.phase_s.get("draft", 0.0) / w.draft_steps
         return out
+
+    def measured_cycle_s(self, label: str) -> float | None:
+        """Seconds of decode time per cycle in the bucket's latest interval."""
+        d = self.last_interval.get(label)
+        return d.busy_s / d.cycles if d is not None and d.cycles > 0 and d.busy_s > 0 else None
 
     def measured_goodput(self, label: str, latest_only: bool = False) -> float | None:
         """Tokens per second of decode busy time in this bucket (what the goodput model predicts)."""

@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 from typing import Callable, Literal, Mapping
 
 from specdecode_runtime.config import DEFAULT_BUCKETS, bucket_label, candidate_steps
-from specdecode_runtime.goodput import CycleCost, goodput
+from specdecode_runtime.goodput import CycleCost, expected_tokens, goodput
 
 from ..api.models import Condition, HistoryEntry, SpeculativeStatus
 from .estimator import Acceptance, Estimator, ObserveReport
-from .policy import BucketState, Choice, PolicyConfig, choose
+from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose
 
 Mode = Literal["Off", "Live", "Rollout"]
 CONDITION_TYPE = "MetricsAvailable"
@@ -167,10 +167,11 @@ class Tuner:
         max_k = max(cfg.policy.allowed() or [0]) + 1
         recommended: dict[str, int] = {}
         if report.usable:
+            aggregates = self._aggregates(now, max_k, report)
             for label, lo in self.labels.items():
                 if label not in self.estimator.windows:
                     continue
-                rep = self._decide_bucket(label, lo, now, max_k, report)
+                rep = self._decide_bucket(label, lo, now, max_k, report, aggregates.get(label))
                 if rep is None:
                     continue
                 reports[label] = rep
@@ -215,7 +216,34 @@ class Tuner:
             recommended_table=rec_table,
         )
 
-    def _decide_bucket(self, label: str, lo: int, now: float, max_k: int, report: ObserveReport) -> BucketReport | None:
+    def _aggregates(self, now: float, max_k: int, report: ObserveReport) -> dict[str, Aggregate]:
+        """Deployment tokens/s of decode time at every bucket's current k (the model's prediction, weighted by the
+        cycles each bucket ran this interval) and each bucket's share of the time: the policy then picks the k that
+        maximises the deployment's throughput, not each bucket's own (see policy.Aggregate)."""
+        if self.config.policy.objective != "Throughput" or len(self.labels) < 2:
+            return {}
+        est = self.estimator
+        parts: dict[str, tuple[float, float, float]] = {}
+        for label, n in report.bucket_cycles.items():
+            if label not in self.labels or n <= 0:
+                continue
+            batch = est.batch_mean(label)
+            cost, _ = est.cost(label, self._profile(label))
+            if batch is None or cost is None:
+                continue
+            k = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
+            acc = self._acceptance(label, now, max_k)
+            tok = batch * (expected_tokens(acc.alphas, k) if k > 0 else 1.0)
+            parts[label] = (n, tok, cost.cycle_ms(k, batch) / 1000.0)
+        time_total = sum(n * sec for n, _, sec in parts.values())
+        if time_total <= 0:
+            return {}
+        rate = sum(n * tok for n, tok, _ in parts.values()) / time_total
+        return {label: Aggregate(rate, parts[label][0] * parts[label][2] / time_total if label in parts else 0.0)
+                for label in self.labels}
+
+    def _decide_bucket(self, label: str, lo: int, now: float, max_k: int, report: ObserveReport,
+                       aggregate: Aggregate | None = None) -> BucketReport | None:
         est = self.estimator
         batch = est.batch_mean(label)
         if batch is None:
@@ -231,6 +259,8 @@ class Tuner:
             self.config.policy, state, acc, cost, batch, est.samples(label), now,
             measured_goodput=est.measured_goodput(label, latest_only=True),
             workload_changed=label in report.changed_buckets,
+            aggregate=aggregate,
+            measured_cycle_s=est.measured_cycle_s(label),
         )
         if state.steps == 0 and choice.steps == 0 and acc.observed == 0 and choice.kind in ("hold", "wait"):
             # Nothing is drafted at k=0, so acceptance goes stale; re-probe the smallest k>0 now and then.
