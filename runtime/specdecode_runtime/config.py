@@ -87,6 +87,9 @@ class SpeculativeConfig(_Model):
 class NcclConfig(_Model):
     profile: Literal["PCIe", "NVLink", "None"]
     env: dict[str, str] = {}
+    # Start-up NCCL preflight over the TP group (``preflight.run_preflight``, exported as
+    # ``specdecode_nccl_latency_seconds``). None = on; omitted from the dump so existing runtime.yaml files are unchanged.
+    preflight: bool | None = None
 
 
 class ServerConfig(_Model):

@@ -7,12 +7,21 @@ Order matters and is fixed here:
 2. put the NCCL profile into ``os.environ`` (SGLang and NCCL read it at import / communicator creation);
 3. record the config path in ``SPECDECODE_RUNTIME_CONFIG`` so every spawned scheduler process re-applies the
    profile and installs the same patches (:func:`specdecode_runtime.sglang_patch.run_scheduler_process`);
-4. parse the translated arguments with SGLang's own ``prepare_server_args`` and start
+4. Live autotune only: write SGLang's ``--speculative-adaptive-config`` JSON (:func:`adaptive_config`) so SGLang
+   captures exactly the ``speculative.candidateSteps`` tiers at start-up;
+5. create/clean ``PROMETHEUS_MULTIPROC_DIR`` (our series and SGLang's share it, so SGLang's ``/metrics`` serves
+   both);
+6. parse the translated arguments with SGLang's own ``prepare_server_args`` and start
    ``sglang.srt.entrypoints.http_server.launch_server`` in this process.
+
+Tiers are captured in **Live** mode only. Off never changes the step count, and Rollout changes it by restarting
+pods with a new ``numSteps``; capturing extra tiers there would only cost GPU memory (each tier holds its own
+draft and target-verify CUDA graphs for every captured batch size) and start-up time.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -43,6 +52,28 @@ _ALWAYS_REFUSED = {
 }
 
 
+# SGLang's adaptive tiers are refused by SGLang itself (adaptive_unsupported_reason: adaptive is then silently turned
+# off) under these flags; Live step control needs the tiers, so the launcher refuses them with Live.
+_LIVE_REFUSED = {
+    "--enable-dp-attention": "SGLang's adaptive tiers are not synchronized across DP ranks",
+    "--enable-multi-layer-eagle": "MultiLayerEagleWorkerV2 has no adaptive tiers",
+    "--enable-two-batch-overlap": "a tier swap would discard the two-batch-overlap attention wrapper",
+    "--enable-pdmux": "a tier swap does not update the PD-multiplexing backend group",
+}
+# The runtime owns SGLang's adaptive machinery: a user-supplied controller would change the step count behind the
+# metrics' and the step table's back.
+_OWNED_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
+
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+DEFAULT_METRICS_DIR = "/tmp/specdecode-metrics"
+STATE_DIR_ENV = "SPECDECODE_STATE_DIR"
+DEFAULT_STATE_DIR = "/tmp/specdecode"
+ADAPTIVE_CONFIG_NAME = "adaptive-config.json"
+# SGLang's EMA controller decides only after ``warmup_batches`` verifies; with this it never decides, even if our
+# wrapper around on_verify_complete_cpu were missing (the wrapper already never feeds it in Live mode).
+NEVER = 2**62
+
+
 class UnsupportedConfig(Exception):
     """A config the runtime refuses before any GPU work (exit code 2)."""
 
@@ -68,6 +99,47 @@ def split_config(cfg: RuntimeConfig):
     from .sglang_patch import SplitConfig
 
     return SplitConfig.from_runtime_config(cfg) if is_split(cfg) else None
+
+
+def live(cfg: RuntimeConfig) -> bool:
+    """Whether step tiers are captured and the step table is the actuator (autotune mode Live)."""
+    return cfg.speculative.autotune.mode == "Live"
+
+
+def captured_steps(cfg: RuntimeConfig) -> list[int]:
+    """Step counts with CUDA graphs at start-up: ``candidateSteps`` in Live mode, else only ``numSteps``."""
+    if live(cfg):
+        return sorted(set(int(k) for k in cfg.speculative.candidate_steps))
+    return [int(cfg.speculative.num_steps)]
+
+
+def adaptive_config(cfg: RuntimeConfig) -> dict:
+    """SGLang's ``--speculative-adaptive-config`` for Live mode.
+
+    One slot, keyed "1" (every batch size): SGLang prunes a tier's CUDA graphs to the batch sizes whose slot lists
+    it (``AdaptiveSpeculativeParams.cuda_graph_bs_for_step``), and our step table may put any candidate on any
+    bucket, so every tier must be captured for every graph batch size. ``warmup_batches`` = :data:`NEVER` keeps
+    SGLang's EMA controller from ever deciding; the runtime's step table is the only actuator."""
+    return {"1": {"candidate_steps": captured_steps(cfg), "warmup_batches": NEVER, "update_interval": 1}}
+
+
+def adaptive_config_path(environ: dict[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    return str(Path(environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR) / ADAPTIVE_CONFIG_NAME)
+
+
+def prepare_metrics_dir(path: str | os.PathLike[str]) -> int:
+    """Create prometheus-client's multiprocess directory and delete stale ``*.db`` files from an earlier run in the
+    same pod (a container restart keeps /tmp; stale counters would be summed into the new ones). Only ``*.db``
+    files are removed, never the directory or anything else in it. Returns how many files were removed."""
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    removed = 0
+    for f in d.glob("*.db"):
+        if f.is_file():
+            f.unlink()
+            removed += 1
+    return removed
 
 
 def _has_flag(args: Sequence[str], flag: str) -> bool:
@@ -113,6 +185,24 @@ def unsupported_reasons(cfg: RuntimeConfig, args: Sequence[str], sglang_version:
     algo = (flag_value(args, "--speculative-algorithm") or cfg.draft.algorithm).upper()
     if algo != cfg.draft.algorithm.upper():
         reasons.append(f"--speculative-algorithm {algo} contradicts draft.algorithm {cfg.draft.algorithm}")
+    for flag in _OWNED_FLAGS:
+        if flag_value(args, flag) is not None:
+            reasons.append(f"{flag}: the runtime writes SGLang's adaptive config itself (autotune mode Live, from "
+                           "speculative.candidateSteps); another controller would change steps behind the step table")
+    if live(cfg):
+        spec = cfg.speculative
+        if cfg.draft.algorithm not in ("EAGLE", "EAGLE3"):
+            reasons.append(f"autotune Live needs SGLang's adaptive step tiers, which support EAGLE/EAGLE3 only, "
+                           f"not {cfg.draft.algorithm}")
+        if spec.eagle_top_k != 1:
+            reasons.append(f"autotune Live needs SGLang's adaptive step tiers, which support eagleTopK 1 only, "
+                           f"not {spec.eagle_top_k}")
+        if spec.num_steps not in spec.candidate_steps:
+            reasons.append(f"numSteps {spec.num_steps} is not in candidateSteps {sorted(spec.candidate_steps)}: "
+                           "SGLang starts on numSteps and needs it captured")
+        for flag, why in _LIVE_REFUSED.items():
+            if _has_flag(args, flag):
+                reasons.append(f"{flag} with autotune Live: {why}")
     return reasons
 
 
@@ -124,6 +214,9 @@ class LaunchPlan:
     split: bool
     draft_ranks: tuple[int, ...] | None
     reasons: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # written by ``launch`` before SGLang starts (not by dry-run)
+    captured: list[int] = field(default_factory=list)  # step tiers SGLang captures
+    control_port: int = 0
 
 
 def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, str] | None = None,
@@ -136,15 +229,24 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
     environ = dict(os.environ if environ is None else environ)
     env = nccl_environment(cfg)
     env["SPECDECODE_RUNTIME_CONFIG"] = str(Path(config_path).resolve())
+    env[METRICS_DIR_ENV] = environ.get(METRICS_DIR_ENV) or DEFAULT_METRICS_DIR
     args = expand_env_refs(sglang_cli_args(cfg, list(extra)), environ)
-    version = installed_sglang_version() if sglang_version == "__detect__" else sglang_version
+    files: dict[str, str] = {}
+    # Refusal checks see the user's arguments only (our own adaptive flags are appended after them).
+    reasons = unsupported_reasons(cfg, args, installed_sglang_version() if sglang_version == "__detect__"
+                                  else sglang_version)
+    if live(cfg):
+        path = adaptive_config_path(environ)
+        files[path] = json.dumps(adaptive_config(cfg), indent=2, sort_keys=True) + "\n"
+        args = [*args, "--speculative-adaptive", "--speculative-adaptive-config", path]
     ranks = None
     if is_split(cfg):
         try:
             ranks = choose_draft_ranks(cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size, cfg.draft.ranks)
         except DraftGroupError:
             ranks = None
-    return LaunchPlan(config_path, args, env, is_split(cfg), ranks, unsupported_reasons(cfg, args, version))
+    return LaunchPlan(config_path, args, env, is_split(cfg), ranks, reasons, files, captured_steps(cfg),
+                      cfg.server.control_port)
 
 
 def format_plan(plan: LaunchPlan) -> str:
@@ -157,6 +259,17 @@ def format_plan(plan: LaunchPlan) -> str:
         lines.append(f"# draft: split, on TP ranks {where}; proposals broadcast from the first")
     else:
         lines.append("# draft: on the whole target TP group (stock SGLang placement)")
+    if plan.files:
+        lines.append(f"# step tiers captured at start-up: {plan.captured} (autotune Live; SGLang's own EMA "
+                     "controller never decides)")
+    else:
+        lines.append(f"# step tiers captured at start-up: {plan.captured} (no live step changes)")
+    for path, text in plan.files.items():
+        lines.append(f"# file written at launch (not by --dry-run): {path}")
+        lines += [f"#   {line}" for line in text.rstrip("\n").splitlines()]
+    lines.append(f"# metrics: {METRICS_DIR_ENV}={plan.env.get(METRICS_DIR_ENV)} (*.db files removed at launch); "
+                 "specdecode_* series on SGLang's /metrics")
+    lines.append(f"# step control: GET/PUT /specdecode/v1/steps on port {plan.control_port} (TP rank 0)")
     return "\n".join(lines)
 
 
@@ -185,8 +298,17 @@ def launch(config_path: str, extra: Sequence[str] = (), *, dry_run: bool = False
     return _start(plan)
 
 
+def write_launch_files(plan: LaunchPlan) -> None:
+    """The files the plan names (the adaptive config) and a clean metrics directory; before SGLang starts."""
+    for path, text in plan.files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    prepare_metrics_dir(plan.env[METRICS_DIR_ENV])
+
+
 def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a model
-    os.environ.update(plan.env)  # before SGLang is imported
+    write_launch_files(plan)
+    os.environ.update(plan.env)  # before SGLang (and prometheus-client) is imported
     from .sglang_patch import apply_patches, run_scheduler_process
 
     cfg = load_config(plan.config_path)

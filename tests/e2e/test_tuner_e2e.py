@@ -301,3 +301,72 @@ class _NanServer:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class _FakePrometheus:
+    """``/api/v1/query`` over the simulated pods' /metrics: what Prometheus would answer for an instant vector
+    selector with ``namespace`` and ``pod`` target labels, plus an NCCL preflight gauge the simulator lacks."""
+
+    def __init__(self, namespace: str):
+        from urllib.parse import parse_qs, urlparse
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        self.queries: list[str] = []
+        self.kubelet = None  # set once the simulated kubelet runs
+        outer = self
+
+        def series(metric: str) -> list[dict]:
+            out = []
+            for pods in (outer.kubelet.state.pods.values() if outer.kubelet else []):
+                for pod in pods:
+                    labels = {"namespace": namespace, "pod": pod.name}
+                    if metric == "specdecode_nccl_latency_seconds":
+                        out.append({"metric": {**labels, "op": "all_reduce", "bytes": "4096"}, "value": [0, "3.5e-05"]})
+                        continue
+                    for family in text_string_to_metric_families(pod.engine.metrics_text()):
+                        for s in family.samples:
+                            if s.name == metric:
+                                out.append({"metric": {**s.labels, **labels, "__name__": metric},
+                                            "value": [0, repr(s.value)]})
+            return out
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                query = parse_qs(urlparse(self.path).query)["query"][0]
+                outer.queries.append(query)
+                body = {"status": "success", "data": {"resultType": "vector", "result": series(query.split("{")[0])}}
+                data = __import__("json").dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_prometheus_url_reads_the_same_counters(tuned_factory):
+    prom = _FakePrometheus("default")
+    try:
+        cluster = tuned_factory(prometheus_url=prom.url)
+        created = cluster.create_sdd(sdd("prom", "Live", 3, next(_ports)))
+        prom.kubelet = kubelet = cluster.kubelet(HIGH_ACCEPTANCE)
+        wait_for(lambda: speculative(cluster, "prom").get("stepTable", [{}])[0].get("steps", 3) > 3, timeout=40,
+                 what="a step change decided from Prometheus data")
+        spec_status = wait_for(lambda: (s := speculative(cluster, "prom")).get("ncclLatencyMicroseconds") and s)
+        assert spec_status["ncclLatencyMicroseconds"] == {"all_reduce/4096": 35.0}
+        assert condition(cluster.get_sdd("prom"), "MetricsAvailable")["status"] == "True"
+        assert any(q.startswith('specdecode_verify_cycles_total{namespace="default"') for q in prom.queries)
+        wait_for(lambda: kubelet.engines()[0].table.lookup(1) > 3, timeout=10, what="the pushed table")
+        assert_spec_untouched(cluster, "prom", created)
+    finally:
+        prom.close()

@@ -89,7 +89,8 @@ def test_cli_offline_prints_simulated_json():
     "args, expect",
     [
         (["--scenario", "/nonexistent.yaml"], "cannot read file"),
-        (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--steps", "6"], "allowed: [0, 1, 3, 4, 7]"),
+        (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--candidates", "0,1,3,4,7", "--steps", "6"], "allowed: [0, 1, 3, 4, 7]"),
+        (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--steps", "9"], "allowed: [0, 1, 2, 3, 4, 5, 6, 7]"),
         (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--draft-tp", "3"], "allowed: [1, 2, 4, 8]"),
         (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--speed", "0"], "--speed: must be > 0"),
         (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--candidates", "a,b"], "comma-separated integers"),

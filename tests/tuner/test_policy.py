@@ -100,3 +100,97 @@ def test_latency_objective_switches_on_slo_violation_even_within_hysteresis():
 def test_latency_objective_needs_an_slo():
     with pytest.raises(ValueError, match="maxInterTokenLatencyMs"):
         PolicyConfig(objective="Latency")
+
+
+# -- deployment-level objective, judged climbs, the k=0 escape, exploration that stops --------------------------
+from specdecode_runtime.goodput import goodput  # noqa: E402
+
+from specdecode_operator.tuner.policy import Aggregate, coupled_gain  # noqa: E402
+
+CHEAP_DRAFT = CycleCost(8.0, 0.04, 0.19, 0.0, 0.2, 0.0, 0.3)
+
+
+def test_coupled_gain_is_the_goodput_ratio_for_a_bucket_alone():
+    tok_a, sec_a, tok_b, sec_b = 3.0, 0.011, 2.5, 0.010
+    own = (tok_a / sec_a) / (tok_b / sec_b) - 1.0
+    assert coupled_gain(tok_a, sec_a, tok_b, sec_b, None) == pytest.approx(own)
+    assert coupled_gain(tok_a, sec_a, tok_b, sec_b, Aggregate(rate=tok_b / sec_b, share=1.0)) == pytest.approx(own)
+    # a tiny share: the Dinkelbach limit (delta tokens - rate x delta time) / (rate x time)
+    r = 100.0
+    assert coupled_gain(tok_a, sec_a, tok_b, sec_b, Aggregate(rate=r, share=1e-9)) == pytest.approx(
+        ((tok_a - tok_b) - r * (sec_a - sec_b)) / (r * sec_b))
+
+
+def test_a_busy_bucket_in_a_slower_deployment_runs_deeper_than_its_own_optimum():
+    """A ms spent in a batch-8 bucket is worth the deployment's tokens/ms, well below the bucket's own: the extra
+    draft step that loses a little of the bucket's own goodput still raises the deployment's throughput."""
+    a = acc([0.8, 0.74, 0.7, 0.66, 0.62, 0.58, 0.55, 0.52])
+    own = {k: goodput(a.alphas, CHEAP_DRAFT, k, 8) for k in range(1, 8)}
+    own_best = max(own, key=own.get)
+    cfg = PolicyConfig(hysteresis=0.0, cooldown_s=0)
+    alone = choose(cfg, BucketState(steps=own_best), a, CHEAP_DRAFT, 8, 1e4, 100.0)
+    assert alone.steps == own_best and alone.kind == "hold"
+    coupled = choose(cfg, BucketState(steps=own_best), a, CHEAP_DRAFT, 8, 1e4, 100.0,
+                     aggregate=Aggregate(rate=own[own_best] / 3, share=0.2))
+    assert coupled.kind == "switch" and coupled.steps > own_best
+
+
+def test_coupled_rollback_judges_the_deployment_not_the_bucket():
+    """Moving deeper on purpose lowers the bucket's own goodput a little; that is not a reason to roll back."""
+    cfg = PolicyConfig(cooldown_s=1e9, rollback_margin=0.03)
+    agg = Aggregate(rate=700.0, share=0.2)
+    st = BucketState(steps=6, pending_rollback=(5, 2300.0, 0.8), rollback_cycle_s=0.0107, last_change=100.0)
+    # own goodput -3.5 %, cycle 5 % longer, tokens +1.3 %: worse alone, better for the deployment
+    ch = choose(cfg, st, HIGH, COST, 8, 1e4, 110.0, measured_goodput=2220.0, aggregate=agg,
+                measured_cycle_s=0.0107 * 1.05)
+    assert ch.kind != "rollback"
+    st = BucketState(steps=6, pending_rollback=(5, 2300.0, 0.8), rollback_cycle_s=0.0107, last_change=100.0)
+    assert choose(cfg, st, HIGH, COST, 8, 1e4, 110.0, measured_goodput=2220.0, aggregate=None).kind == "rollback"
+
+
+def test_a_judged_climb_continues_after_one_interval_but_a_reversal_waits_out_the_cooldown():
+    cfg = PolicyConfig(cooldown_s=20.0, hysteresis=0.02)
+    st = BucketState(steps=3)
+    first = choose(cfg, st, acc([0.95] * 8, observed=3), COST, 1, 1e4, 10.0, measured_goodput=100.0)
+    assert first.kind == "switch" and first.steps == 4
+    st.steps = 4
+    # one clean interval later: the change passed its rollback test, so the next step up is taken at once
+    nxt = choose(cfg, st, acc([0.95] * 8, observed=4), COST, 1, 1e4, 20.0, measured_goodput=110.0)
+    assert nxt.kind == "switch" and nxt.steps == 5
+    st.steps = 5
+    # a reversal inside the cooldown still waits, even after the climb was judged
+    st.pending_rollback, st.judged_at = None, 30.0
+    down = choose(cfg, st, acc([0.3] * 8), COST, 1, 1e4, 30.0)
+    assert down.kind == "hold" and "cooldown" in down.reason
+    assert choose(cfg, st, acc([0.3] * 8), COST, 1, 1e4, 41.0).kind == "switch"
+
+
+def test_speculation_is_not_switched_off_while_drafting_could_still_win_within_the_noise():
+    """k=0 ends the acceptance data, so it needs the upper bounds of the observed positions to lose too."""
+    cost = CycleCost(10.7, 0.11, 3.0, 0.0075, 3.0, 0.0075, 0.3)  # drafting barely pays at alpha ~ 0.55
+    alphas = [0.535, 0.52] + [0.5] * 6
+
+    def with_bounds(half):
+        return Acceptance(list(alphas), [a - half for a in alphas], [a + half for a in alphas], [400.0] * 8, 2)
+
+    assert max(range(8), key=lambda k: goodput(alphas, cost, k, 1)) == 0  # the point estimate says k=0
+    wide = choose(PolicyConfig(), BucketState(steps=3), with_bounds(0.05), cost, 1, 400, 100.0)
+    assert wide.kind == "switch" and wide.steps > 0
+    tight = choose(PolicyConfig(), BucketState(steps=3), with_bounds(0.002), cost, 1, 4e4, 100.0)
+    assert tight.kind == "switch" and tight.steps == 0
+
+
+def test_exploration_stops_once_the_censored_position_is_observed():
+    cfg = PolicyConfig(cooldown_s=0, explore_every_s=0, hysteresis=0.02)
+    alphas = [0.6] * 8
+
+    def state_at(observed, upper):
+        lo = [a - 0.01 for a in alphas]
+        up = [a + 0.01 if i < observed else upper for i, a in enumerate(alphas)]
+        return Acceptance(list(alphas), lo, up, [1e4 if i < observed else 0.0 for i in range(8)], observed)
+
+    cur = max(range(1, 4), key=lambda k: goodput(alphas, COST, k, 1))
+    unknown = choose(cfg, BucketState(steps=cur), state_at(cur, 1.0), COST, 1, 1e4, 100.0)
+    assert unknown.kind == "explore" and unknown.steps == cur + 1
+    known = choose(cfg, BucketState(steps=cur), state_at(8, 1.0), COST, 1, 1e4, 100.0)
+    assert known.kind == "hold"

@@ -113,3 +113,52 @@ def test_config_from_the_crd_autotune_block():
     cfg = TunerConfig.from_autotune(Autotune(mode="Live", minSteps=2, maxSteps=6, intervalSeconds=15), num_steps=3)
     assert cfg.policy.cooldown_s == 30 and cfg.policy.candidates[0] == 0
     assert all(2 <= k <= 6 for k in cfg.policy.allowed() if k)
+
+
+def _throughput(sc, phase, table):
+    """Analytic tokens/s of a step table for a phase whose batch size is drawn per cycle (the simulator's model)."""
+    import bisect
+
+    from specdecode_runtime.goodput import expected_tokens
+
+    cost, los = sc.cycle_cost(), [lo for lo, _ in table]
+    sizes, probs = phase.batch_distribution()
+    tok = tm = 0.0
+    for b, p in zip(sizes, probs):
+        k = table[bisect.bisect_right(los, b) - 1][1]
+        tok += p * b * (expected_tokens(phase.acceptance, k) if k else 1.0)
+        tm += p * cost.cycle_ms(k, b)
+    return tok / tm * 1000.0
+
+
+def test_buckets_are_tuned_for_the_deployments_throughput_not_each_their_own():
+    """Batch 1 and batch 8 share the decode time: the tuner's table reaches the deployment optimum (the bench's
+    Dinkelbach oracle), not the table of per-bucket optima."""
+    from specdecode_runtime.goodput import best_steps
+
+    from specdecode_operator.tuner.bench_tuner import oracle_table
+
+    cost = {"verify": {"base": 8.0, "perToken": 0.04}, "draftStep": {"base": 0.19}, "draftExtend": {"base": 0.2},
+            "overhead": 0.3}
+    sc = scenario([{"seconds": 400, "batchSize": {1: 0.6, 8: 0.4},
+                    "acceptance": [0.8, 0.74, 0.7, 0.66, 0.62, 0.58, 0.55]}], cost=cost)
+    ph = sc.phases[0]
+    per_bucket = [(lo, best_steps(ph.acceptance, sc.cycle_cost(), lo, ALL)[0] if lo in (1, 8) else 3)
+                  for lo in sc.buckets]
+    oracle = oracle_table(sc, ph, ALL)
+    assert _throughput(sc, ph, oracle) > _throughput(sc, ph, per_bucket) * 1.003  # the coupling matters here
+    cfg = TunerConfig(policy=PolicyConfig(candidates=ALL, cooldown_s=20), buckets=tuple(sc.buckets), initial_steps=3)
+    eng, tuner, ds = drive(sc, cfg, 400)
+    assert _throughput(sc, ph, ds[-1].table) >= _throughput(sc, ph, oracle) * 0.998
+
+
+def test_a_clearly_better_deeper_k_is_reached_one_position_per_interval():
+    """Censoring allows one unobserved position at a time; once a step up has passed its one-interval rollback
+    test the next step up need not wait out the rest of the cooldown."""
+    sc = scenario([{"seconds": 200, "batchSize": 1, "acceptance": [0.95] * 7}],
+                  cost={"verify": {"base": 10}, "draftStep": {"base": 0.2}, "draftExtend": {"base": 0.2},
+                        "overhead": 0.5})
+    cfg = TunerConfig(policy=PolicyConfig(candidates=ALL, cooldown_s=20), initial_steps=1)
+    eng, tuner, ds = drive(sc, cfg, 80)
+    steps = [d.table[0][1] for d in ds]  # after t = 0, 10, 20, ...
+    assert steps[1] == 2 and steps[6] == 7, steps

@@ -52,7 +52,7 @@ class Reconciler:
             desired_replicas=spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 0,
             selector=names.selector_string(md["name"]),
             paused=(md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused",
-            extra=tuning.conditions(memo),
+            extra=tuning.conditions(memo, body),
         )
         result = "ok"
         live = {children.key_of(o): o for o in live_children(md["namespace"], md["uid"])}

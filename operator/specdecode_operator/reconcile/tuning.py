@@ -36,6 +36,12 @@ def resumed_steps(sdd, body) -> int | None:
     return None
 
 
-def conditions(memo) -> list[dict]:
-    cond = memo.get(CONDITION)
-    return [cond] if cond else []
+def conditions(memo, body=None) -> list[dict]:
+    """The tuner's condition; before its loop's first interval (operator restart) the one already in status is
+    carried over, so a restart does not drop and re-add it (two needless writes)."""
+    if CONDITION in memo:
+        return [memo[CONDITION]] if memo[CONDITION] else []
+    for c in ((body or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "MetricsAvailable":
+            return [{k: c.get(k, "") for k in ("type", "status", "reason", "message")}]
+    return []

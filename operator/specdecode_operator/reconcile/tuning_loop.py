@@ -482,6 +482,10 @@ class TuningLoop:
         significant = json.dumps([{k: v for k, v in spec.items() if k in ("numSteps", "stepTable", "recommendation",
                                                                             "ncclLatencyMicroseconds")},
                                   st.history], sort_keys=True, default=str)
+        live = self.body.get("status") or {}
+        if live.get("speculative") == spec and (live.get("history") or []) == st.history:
+            st.written = (significant, now)  # already there (e.g. after an operator restart): no write
+            return
         if st.written and st.written[0] == significant and now - st.written[1] < max(
                 STATUS_REFRESH_S, float(sdd.spec.speculative.autotune.intervalSeconds)):
             return

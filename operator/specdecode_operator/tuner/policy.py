@@ -191,6 +191,13 @@ def choose(
             state.judged_at = now
 
     best = _objective_best(cfg, g, acc, cost, batch, score)
+    if best == 0 and cur > 0 and cfg.objective == "Throughput":
+        # k = 0 ends the flow of acceptance data (nothing is drafted), so it is taken only when drafting loses even
+        # with every observed position at its upper 95 % bound; within the noise the best k > 0 keeps measuring.
+        upper = acc.upper[: acc.observed] + acc.alphas[acc.observed :]
+        drafting = [k for k in g if 0 < k <= max(acc.observed, 1)]
+        if drafting and max(gain_of(k, upper) for k in drafting) >= score[0]:
+            best = max((k for k in g if k > 0), key=lambda k: (score[k], -k))
     gain = score[best]
     if cfg.objective == "Latency":
         itl_cur = inter_token_latency_ms(acc.alphas, cost, cur, batch)
