@@ -107,12 +107,16 @@ def main() -> int:
             ready_s = time.monotonic() - started
             cpu_ready, emu_cpu_ready = cpu_seconds() - cpu_before, cpu_seconds(emulator.pid) - emu_cpu_before
             initial_writes, initial_calls = rec.client.writes, rec.client.calls
+            initial_write_counts = dict(rec.client.write_counts)
             initial_reconciles = len(rec.durations)
             durations_ms = [d * 1000 for d in rec.durations]
             time.sleep(1.0)  # let the last events of the creation wave drain
             mark_writes, mark_calls, mark_n = rec.client.writes, rec.client.calls, len(rec.durations)
+            mark_write_counts = dict(rec.client.write_counts)
             time.sleep(args.steady_seconds)
             steady_writes = rec.client.writes - mark_writes
+            steady_write_counts = {k: v - mark_write_counts.get(k, 0) for k, v in rec.client.write_counts.items()
+                                   if v - mark_write_counts.get(k, 0)}
             steady_reconciles = len(rec.durations) - mark_n
             steady_calls = rec.client.calls - mark_calls
             rss, hwm = rss_mb()
@@ -131,7 +135,9 @@ def main() -> int:
         "writes_per_cr_initial": round(initial_writes / args.count, 2),
         "steady_window_seconds": args.steady_seconds,
         "steady_reconciles": steady_reconciles,
+        "writes_initial_by_resource": initial_write_counts,
         "writes_steady_state": steady_writes,
+        "writes_steady_by_resource": steady_write_counts,
         "api_calls_steady_state": steady_calls,
         "rss_mb": round(rss, 1),
         "rss_peak_mb": round(hwm, 1),

@@ -284,6 +284,9 @@ class StepControlChannel:
         import torch
         import torch.distributed as dist
 
+        if not dist.is_initialized() or dist.get_world_size(self.group) == 1:
+            self.decode(self.encode(iteration), iteration)  # a single rank: nothing to agree on
+            return
         rank = dist.get_rank()
         if rank == self.src:
             buf = torch.tensor(self.encode(iteration), dtype=torch.int64, device=self.device)

@@ -23,9 +23,11 @@ Shape of the patch (SGLang's own code runs unchanged on every rank; only the dra
   inside :func:`~specdecode_runtime.draft_group.draft_only_scope`: ``get_available_gpu_memory(distributed=True)``
   is answered locally there, and any other torch.distributed collective over a group reaching outside S raises at
   once instead of deadlocking.
-* **Hooks for the other helpers**: :func:`set_verify_callback` (per-position acceptance, after each verify, on the
-  CPU) and :func:`set_step_control` (which pre-captured step tier to run, chosen at the same iteration on every
-  rank) — see their docstrings.
+* **Hooks for the engine wiring** (:mod:`specdecode_runtime.engine`, installed per scheduler process by
+  :func:`bootstrap_from_env`): :func:`set_verify_callback` (per-position acceptance and host-side phase times,
+  after each verify, on the CPU), :func:`set_step_control` (which pre-captured step tier to run),
+  :func:`set_iteration_callback` (once per scheduler-loop pass on every rank, the step-table exchange) and
+  :func:`set_worker_ready_callback` (start-up, after every tier is captured) — see their docstrings.
 
 Every patch names the SGLang symbol it wraps (:data:`PATCH_POINTS`); :func:`apply_patches` installs them all and
 returns a :class:`PatchSet` whose ``remove()`` restores every original binding. ``check_patch_points`` verifies
@@ -71,12 +73,42 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                "wrap", "all-gather the target's vocab-sharded embedding/head once, on every rank"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.forward_batch_generation",
                ("self", "batch", "on_publish", "grammar_barrier", "pp_proxy_tensors"),
-               "use", "runs unchanged; calls draft_worker.draft / _draft_extend_for_decode on every rank"),
+               "wrap", "host timestamps of each decode cycle's launch, stamped on the returned result; runs "
+               "unchanged otherwise (calls draft_worker.draft / _draft_extend_for_decode on every rank)"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.verify", ("self", "batch", "pp_proxy_tensors", "grammar_barrier"),
+               "wrap", "host timestamps around the target verify launch, and the tier it ran with"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", ("self",),
+               "wrap", "worker ready on every rank (tiers captured): step channel, preflight, rank-0 metrics/server"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.build_adaptive_runtime_state",
+               ("self", "speculative_num_steps", "speculative_num_draft_tokens", "cuda_graph_bs"),
+               "use", "captures one tier per candidate step at start-up (--speculative-adaptive)"),
+    PatchPoint("sglang.srt.speculative.adaptive_runtime_state.AdaptiveController._activate",
+               ("self", "speculative_num_steps"), "use", "pointer swap to a captured tier; raises if uncaptured"),
+    PatchPoint("sglang.srt.speculative.adaptive_runtime_state.AdaptiveController.init_states",
+               ("self", "cuda_graph_bs"), "use", "builds a SpecRuntimeState for every candidate step"),
+    PatchPoint("sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams.__init__",
+               ("self", "initial_steps", "cfg_path"), "use", "reads the adaptive config the launcher writes"),
+    PatchPoint("sglang.srt.speculative.adaptive_spec_params._load_adaptive_config", ("cfg_path",), "use",
+               "SGLang's loader/validator of that config (the launcher tests call it)"),
+    PatchPoint("sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams.cuda_graph_bs_for_step",
+               ("self", "step"), "use", "one slot keyed '1' captures every tier for every graph batch size"),
+    PatchPoint("sglang.srt.managers.scheduler.Scheduler.ingest_requests", ("self", "stop_at_pause"), "wrap",
+               "once per scheduler-loop pass on every TP rank, same order, on the host: step-table exchange"),
+    PatchPoint("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+               "._resolve_spec_v2_tokens", ("self", "result", "batch"), "wrap",
+               "hands the result's launch stamp to on_verify_complete_cpu, which SGLang calls from here"),
+    PatchPoint("sglang.srt.managers.utils.GenerationBatchResult", (), "use",
+               "a plain dataclass (no slots): carries the cycle stamp from launch to result processing"),
+    PatchPoint("sglang.srt.utils.common.add_prometheus_middleware", ("app",), "use",
+               "SGLang's /metrics: MultiProcessCollector over PROMETHEUS_MULTIPROC_DIR, so our series appear"),
+    PatchPoint("sglang.srt.utils.common.set_prometheus_multiproc_dir", (), "use",
+               "keeps a user-set PROMETHEUS_MULTIPROC_DIR (only adds an unused subdirectory)"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2._forward_prefill_batch",
                ("self", "batch", "on_publish", "pp_proxy_tensors", "coordination_plan"),
                "use", "runs unchanged; calls draft_worker._draft_extend_for_prefill on every rank"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", ("self", "num_correct_drafts_per_req", "batch_size"),
-               "hook", "metrics hook: accepted drafts per request after each verify, already on the CPU"),
+               "hook", "metrics hook: accepted drafts per request after each verify, already on the CPU; with step "
+               "control installed SGLang's EMA controller is never fed"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.activate_step_by_batch", ("self", "batch_size"),
                "hook", "step-control hook: pick the pre-captured tier before each decode round, every rank"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.apply_runtime_state", ("self", "state"),
@@ -337,15 +369,23 @@ class _SplitState:
 
 _STATE: _SplitState | None = None
 _ACTIVE: PatchSet | None = None
-_verify_cb: Callable[[list[int], int, int], None] | None = None
+_verify_cb: Callable[[list[int], int, int, dict[str, float]], None] | None = None
 _step_cb: Callable[[int], int | None] | None = None
+_iteration_cb: Callable[[], None] | None = None
+_ready_cb: Callable[[Any], None] | None = None
+_CYCLE: Any = None  # CycleStamp of the decode cycle being launched (between forward entry and return)
+_RESULT_CYCLE: Any = None  # CycleStamp of the result being processed (inside _resolve_spec_v2_tokens)
+_CLOCK: Any = None  # engine.CycleClock, one per process
 
 
-def set_verify_callback(cb: Callable[[list[int], int, int], None] | None) -> None:
+def set_verify_callback(cb: Callable[[list[int], int, int, dict[str, float]], None] | None) -> None:
     """Metrics hook point: ``EAGLEWorkerV2.on_verify_complete_cpu``. After every decode verify, on every TP rank,
-    ``cb(num_correct_drafts_per_req, batch_size, num_steps)`` is called with the accepted draft count per request
-    (bonus token excluded), already on the CPU (no extra GPU sync). Per-position acceptance follows: position j was
-    accepted in a request iff its count >= j. Call it from one rank (tp_rank 0) to export."""
+    ``cb(num_correct_drafts_per_req, batch_size, num_steps, phase_seconds)`` is called with the accepted draft count
+    per request (bonus token excluded), already on the CPU (no extra GPU sync), the tier that verify ran with
+    (stamped at launch: under the overlap scheduler the worker may already run the next batch's tier), and the
+    host-side phase times of :class:`specdecode_runtime.engine.CycleClock` (empty if the result carries no stamp).
+    Per-position acceptance follows: position j was accepted in a request iff its count >= j. Export from one rank
+    (tp_rank 0)."""
     global _verify_cb
     _verify_cb = cb
 
@@ -353,12 +393,29 @@ def set_verify_callback(cb: Callable[[list[int], int, int], None] | None) -> Non
 def set_step_control(cb: Callable[[int], int | None] | None) -> None:
     """Step-control swap point: ``EAGLEWorkerV2.activate_step_by_batch``, called before every decode round on
     every TP rank. ``cb(batch_size)`` returns the step count to run, or None to keep the current one; the value
-    must be identical on every rank at the same iteration (deliver it through the scheduler's rank-0 broadcast, as
-    control messages are). The swap is SGLang's pointer swap to a pre-captured tier
+    must be identical on every rank at the same iteration (the engine's step table, exchanged in
+    :func:`set_iteration_callback`'s hook). The swap is SGLang's pointer swap to a pre-captured tier
     (``adaptive_controller._activate``), so the runtime must start with ``--speculative-adaptive`` and the tiers
-    (``speculative.candidateSteps``) pre-built; an uncaptured step count raises."""
+    (``speculative.candidateSteps``) pre-built; an uncaptured step count raises. While a callback is set, SGLang's
+    own EMA controller is neither consulted here nor fed in ``on_verify_complete_cpu``: the table is the only
+    actuator."""
     global _step_cb
     _step_cb = cb
+
+
+def set_iteration_callback(cb: Callable[[], None] | None) -> None:
+    """``Scheduler.ingest_requests``: ``cb()`` once per scheduler-loop pass, on every TP rank, in the same order,
+    before the pass chooses and launches its batch (outside any CUDA graph). The engine exchanges step tables
+    here."""
+    global _iteration_cb
+    _iteration_cb = cb
+
+
+def set_worker_ready_callback(cb: Callable[[Any], None] | None) -> None:
+    """``EAGLEWorkerV2.init_cuda_graphs`` (every rank, once, after the tiers are captured and before the event
+    loop): ``cb(worker)``. The engine starts its channel, preflight, metrics and control server here."""
+    global _ready_cb
+    _ready_cb = cb
 
 
 def active_patches() -> PatchSet | None:
@@ -547,8 +604,14 @@ def _create_groups(split: SplitConfig, target_worker: Any):
     graph_max = getattr(getattr(get_exec().graph, "cuda_graph_config", None), "decode", None)
     max_bs = max(getattr(graph_max, "max_bs", 0) or 0, get_schedule().max_running_requests or 0, 1)
     spec = get_spec()
-    widest = ProposalLayout(max(spec.speculative_num_steps, 1), spec.speculative_eagle_topk,
-                            spec.speculative_num_draft_tokens)
+    steps = spec.speculative_num_steps
+    if getattr(spec, "speculative_adaptive", False):  # size the buffer for the deepest captured tier, once
+        from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
+
+        steps = max([steps, *resolve_candidate_steps_from_config(spec.speculative_adaptive_config)])
+    widest = ProposalLayout(max(steps, 1), spec.speculative_eagle_topk,
+                            max(spec.speculative_num_draft_tokens, steps + 1) if spec.speculative_eagle_topk == 1
+                            else spec.speculative_num_draft_tokens)
     device = tp.device if hasattr(tp, "device") else torch.device("cuda", torch.cuda.current_device())
     bcaster = ProposalBroadcaster(groups, widest, max_bs=max_bs, device=device)
     return groups, bcaster
@@ -587,13 +650,87 @@ def apply_patches(
         ps.wrap("sglang.srt.entrypoints.engine._set_envs_and_config", wrap_set_envs)
 
     # -- hooks -------------------------------------------------------------------------------------------------
+    import time as _time
+
+    from .engine import CycleClock, CycleStamp
+
+    global _CLOCK
+    _CLOCK = CycleClock()
+
     def wrap_verify(orig):
         def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size=0):
             if _verify_cb is not None:
-                _verify_cb(list(num_correct_drafts_per_req), batch_size, self.speculative_num_steps)
+                stamp = _RESULT_CYCLE
+                steps = stamp.steps if stamp is not None and stamp.steps is not None else self.speculative_num_steps
+                _verify_cb(list(num_correct_drafts_per_req), batch_size, steps, _CLOCK.phases(stamp))
+            if _step_cb is not None:
+                return None  # the step table is the only actuator: SGLang's EMA controller is never fed
             return orig(self, num_correct_drafts_per_req, batch_size)
 
         return on_verify_complete_cpu
+
+    def wrap_forward(orig):
+        def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
+            global _CYCLE
+            decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) \
+                and not batch.forward_mode.is_idle()
+            if _verify_cb is None or not decode:
+                return orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            stamp = _CYCLE = CycleStamp(t_start=_time.perf_counter())
+            try:
+                out = orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            finally:
+                _CYCLE = None
+            stamp.t_end = _time.perf_counter()
+            try:
+                out.specdecode_cycle = stamp
+            except AttributeError:  # a result type with slots: phases are then not recorded
+                pass
+            return out
+
+        return forward_batch_generation
+
+    def wrap_verify_launch(orig):
+        def verify(self, batch, *a, **k):
+            stamp = _CYCLE
+            if stamp is None:
+                return orig(self, batch, *a, **k)
+            stamp.steps = self.speculative_num_steps
+            stamp.t_verify_start = _time.perf_counter()
+            try:
+                return orig(self, batch, *a, **k)
+            finally:
+                stamp.t_verify_end = _time.perf_counter()
+
+        return verify
+
+    def wrap_resolve(orig):
+        def _resolve_spec_v2_tokens(self, result, batch):
+            global _RESULT_CYCLE
+            _RESULT_CYCLE = getattr(result, "specdecode_cycle", None)
+            try:
+                return orig(self, result, batch)
+            finally:
+                _RESULT_CYCLE = None
+
+        return _resolve_spec_v2_tokens
+
+    def wrap_ready(orig):
+        def init_cuda_graphs(self):
+            out = orig(self)
+            if _ready_cb is not None:
+                _ready_cb(self)
+            return out
+
+        return init_cuda_graphs
+
+    def wrap_ingest(orig):
+        def ingest_requests(self, stop_at_pause=False):
+            if _iteration_cb is not None:
+                _iteration_cb()
+            return orig(self, stop_at_pause)
+
+        return ingest_requests
 
     def wrap_activate(orig):
         def activate_step_by_batch(self, batch_size):
@@ -610,6 +747,12 @@ def apply_patches(
 
     ps.wrap(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", wrap_verify)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.activate_step_by_batch", wrap_activate)
+    ps.wrap(f"{EW2}.EAGLEWorkerV2.forward_batch_generation", wrap_forward)
+    ps.wrap(f"{EW2}.EAGLEWorkerV2.verify", wrap_verify_launch)
+    ps.wrap(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", wrap_ready)
+    ps.wrap("sglang.srt.managers.scheduler.Scheduler.ingest_requests", wrap_ingest)
+    ps.wrap("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+            "._resolve_spec_v2_tokens", wrap_resolve)
 
     if split is None:
         _ACTIVE = ps
@@ -745,11 +888,12 @@ def apply_patches(
 
 
 def remove_patches() -> None:
-    """Undo :func:`apply_patches` (tests, and ``check-sglang``)."""
-    global _ACTIVE, _STATE, _ORIG_BUILD
+    """Undo :func:`apply_patches` (tests, and ``check-sglang``); also clears every hook callback."""
+    global _ACTIVE, _STATE, _ORIG_BUILD, _verify_cb, _step_cb, _iteration_cb, _ready_cb, _CYCLE, _RESULT_CYCLE
     if _ACTIVE is not None:
         _ACTIVE.remove()
     _ACTIVE, _STATE, _ORIG_BUILD = None, None, None
+    _verify_cb = _step_cb = _iteration_cb = _ready_cb = _CYCLE = _RESULT_CYCLE = None
 
 
 @contextlib.contextmanager
@@ -777,7 +921,11 @@ def bootstrap_from_env() -> PatchSet | None:
     cfg = load_config(path)
     env = nccl_environment(cfg)
     os.environ.update(env)
-    return apply_patches(split_config(cfg), env)
+    ps = apply_patches(split_config(cfg), env)
+    from .engine import EngineRuntime, EngineSettings
+
+    EngineRuntime(EngineSettings.from_runtime_config(cfg)).install()
+    return ps
 
 
 def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
@@ -807,6 +955,8 @@ __all__ = [
     "patched",
     "remove_patches",
     "run_scheduler_process",
+    "set_iteration_callback",
     "set_step_control",
     "set_verify_callback",
+    "set_worker_ready_callback",
 ]

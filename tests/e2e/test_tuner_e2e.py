@@ -196,6 +196,8 @@ def test_metrics_down_or_invalid_sets_condition_and_nothing_crashes(tuned):
             cluster.create("discovery.k8s.io/v1", "endpointslices", body)
 
     try:
+        cluster.make_ready(APPS, "deployments", "down")  # the tuner lists endpoints only while replicas are ready
+        wait_for(lambda: condition(cluster.get_sdd("down"), "Ready")["status"] == "True", timeout=15)
         publish(closed)
         c = wait_for(lambda: (c := condition(cluster.get_sdd("down"), "MetricsAvailable")) and
                      c["reason"] == "MetricsDown" and c, timeout=15, what="MetricsAvailable=False MetricsDown")
@@ -205,9 +207,9 @@ def test_metrics_down_or_invalid_sets_condition_and_nothing_crashes(tuned):
         c = wait_for(lambda: (c := condition(cluster.get_sdd("down"), "MetricsAvailable")) and
                      c["reason"] != "MetricsDown" and c, timeout=15, what="a different MetricsAvailable reason")
         assert c["status"] == "False" and c["reason"] == "MetricsInvalid", c
-        # the operator keeps reconciling: the workload becomes ready and status says so
-        cluster.make_ready(APPS, "deployments", "down")
-        wait_for(lambda: condition(cluster.get_sdd("down"), "Ready")["status"] == "True", timeout=15)
+        # the operator keeps reconciling (a spec change rolls out) and the loop keeps running
+        cluster.patch_sdd("down", {"spec": {"replicas": 2}})
+        wait_for(lambda: cluster.get(APPS, "deployments", "down")["spec"]["replicas"] == 2, timeout=15)
         assert cluster.operator.error is None
         assert metrics_of(cluster).value("specdecode_tuner_decisions_total", action="skipped") >= 2
         assert not (cluster.get_sdd("down")["status"].get("speculative") or {}).get("lastTuneTime")
@@ -314,7 +316,14 @@ class _FakePrometheus:
 
         self.queries: list[str] = []
         self.kubelet = None  # set once the simulated kubelet runs
+        scraped: dict[str, tuple[float, str]] = {}  # pod -> (when, text): one consistent scrape per 0.2 s
         outer = self
+
+        def text_of(pod) -> str:
+            when, text = scraped.get(pod.name, (0.0, ""))
+            if time.monotonic() - when > 0.2:
+                when, text = scraped[pod.name] = (time.monotonic(), pod.engine.metrics_text())
+            return text
 
         def series(metric: str) -> list[dict]:
             out = []
@@ -324,7 +333,7 @@ class _FakePrometheus:
                     if metric == "specdecode_nccl_latency_seconds":
                         out.append({"metric": {**labels, "op": "all_reduce", "bytes": "4096"}, "value": [0, "3.5e-05"]})
                         continue
-                    for family in text_string_to_metric_families(pod.engine.metrics_text()):
+                    for family in text_string_to_metric_families(text_of(pod)):
                         for s in family.samples:
                             if s.name == metric:
                                 out.append({"metric": {**s.labels, **labels, "__name__": metric},
@@ -364,7 +373,7 @@ def test_prometheus_url_reads_the_same_counters(tuned_factory):
                  what="a step change decided from Prometheus data")
         spec_status = wait_for(lambda: (s := speculative(cluster, "prom")).get("ncclLatencyMicroseconds") and s)
         assert spec_status["ncclLatencyMicroseconds"] == {"all_reduce/4096": 35.0}
-        assert condition(cluster.get_sdd("prom"), "MetricsAvailable")["status"] == "True"
+        wait_for(lambda: condition(cluster.get_sdd("prom"), "MetricsAvailable")["status"] == "True")
         assert any(q.startswith('specdecode_verify_cycles_total{namespace="default"') for q in prom.queries)
         wait_for(lambda: kubelet.engines()[0].table.lookup(1) > 3, timeout=10, what="the pushed table")
         assert_spec_untouched(cluster, "prom", created)

@@ -93,6 +93,24 @@ def _to_jsonschema(s: dict) -> dict:
     return out
 
 
+_VALIDATORS: dict[int, tuple[dict, jsonschema.Draft202012Validator]] = {}
+
+
+def _validator_of(schema: dict) -> jsonschema.Draft202012Validator:
+    """The validator of a schema object; keyed by identity first (the same CRD dict is passed on every call), so
+    the schema is not serialised per validation."""
+    hit = _VALIDATORS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    import json
+
+    validator = _validator_for(json.dumps(schema, sort_keys=True))
+    if len(_VALIDATORS) > 16:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, validator)  # holding the schema keeps its id from being reused
+    return validator
+
+
 @functools.lru_cache(maxsize=8)
 def _validator_for(schema_key: str) -> jsonschema.Draft202012Validator:
     import json
@@ -189,7 +207,7 @@ def validate_object(obj: dict, crd: dict | None = None, old: dict | None = None)
     schema = openapi_of(crd)
     defaulted = apply_defaults(obj, crd)
     defaulted.setdefault("metadata", {})
-    validator = _validator_for(json.dumps(schema, sort_keys=True))
+    validator = _validator_of(schema)
     for err in validator.iter_errors(defaulted):
         problems.append(Problem(*_schema_message(err)))
     if not problems:
@@ -198,9 +216,11 @@ def validate_object(obj: dict, crd: dict | None = None, old: dict | None = None)
     return sorted(set(problems))
 
 
-def parse(obj: dict, crd: dict | None = None) -> SpecDecodeDeployment:
-    """Validate like the API server, then build the typed object; raises InvalidSpec with every problem."""
-    problems = validate_object(obj, crd)
+def parse(obj: dict, crd: dict | None = None, *, validated: bool = False) -> SpecDecodeDeployment:
+    """Validate like the API server, then build the typed object; raises InvalidSpec with every problem.
+
+    ``validated=True``: the caller has just run ``validate_object`` on ``obj`` and found nothing; skip the repeat."""
+    problems = [] if validated else validate_object(obj, crd)
     if problems:
         raise InvalidSpec(problems)
     try:

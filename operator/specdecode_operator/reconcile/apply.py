@@ -9,6 +9,7 @@ with capped exponential backoff and jitter; everything else surfaces as ApiError
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import json
@@ -49,6 +50,7 @@ class KubeClient:
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="kube-api")
         self.calls = 0
         self.writes = 0
+        self.write_counts: collections.Counter = collections.Counter()  # "verb plural[/subresource]" -> writes
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -79,6 +81,9 @@ class KubeClient:
             self.calls += 1
             if method in ("POST", "PUT", "PATCH", "DELETE"):
                 self.writes += 1
+                manager = dict(query or []).get("fieldManager", FIELD_MANAGER)
+                self.write_counts[f"{verb} {_resource_of(path)}"
+                                  + ("" if manager == FIELD_MANAGER else f" ({manager})")] += 1
             if self.metrics:
                 self.metrics.api_requests.labels(verb).inc()
             call = functools.partial(self._call, method, path, query or [], body, content_type)
@@ -121,6 +126,16 @@ class KubeClient:
         except ApiError as e:
             if e.status not in (404, 409):  # gone already, or replaced by another object: nothing of ours to delete
                 raise
+
+
+def _resource_of(path: str) -> str:
+    """"plural" or "plural/subresource" of a resource path (for the per-resource write counts)."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
+        parts = parts[parts.index("namespaces") + 2:]
+    else:
+        parts = parts[2:] if parts[0] == "api" else parts[3:]
+    return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
 
 
 def _json(data: Any) -> Any:

@@ -7,6 +7,7 @@ without it is foreign and is never written or deleted (it is reported instead).
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Iterable
 
 from ..render import CHILD_KINDS
@@ -19,6 +20,12 @@ ALL_KINDS: list[tuple[str, str, str, bool]] = [*CHILD_KINDS, SECRET_KIND]
 PLURALS = {(api_version, kind): plural for api_version, kind, plural, _ in ALL_KINDS}
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
+
+# The watch cache keeps a slim record per child (see ``cache_record``), not the whole object.
+FIELDS = "x-specdecode-fields"  # key of the compact JSON of the child's own fields (spec, data, ...) in a record
+_KEEP_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
+                  "ownerReferences", "deletionTimestamp")
+_KEEP_STATUS = ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas", "observedGeneration")
 
 
 def key_of(obj: dict) -> ChildKey:
@@ -57,15 +64,48 @@ def contains(desired: Any, live: Any) -> bool:
     return desired == live
 
 
+def cache_record(obj: dict) -> dict:
+    """What the operator keeps of a child between passes (kopf index values, our last write's answer).
+
+    Identity, ownership, labels and annotations (input hash) and the replica counts of ``status`` stay plain
+    fields; everything else the drift check may need (``spec``, ``data``, ...) is kept as one compact JSON string
+    and parsed only when a check runs (``expand``). managedFields and the rest of status are dropped: a whole
+    Deployment with its managedFields is ~10x the memory of this record.
+    """
+    md = obj.get("metadata") or {}
+    rec: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                           "metadata": {k: md[k] for k in _KEEP_METADATA if k in md}}
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "replicas" in spec:
+        rec["spec"] = {"replicas": spec["replicas"]}
+    status = obj.get("status")
+    if isinstance(status, dict):
+        rec["status"] = {k: status[k] for k in _KEEP_STATUS if k in status}
+    rec[FIELDS] = json.dumps({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")},
+                             separators=(",", ":"))
+    return rec
+
+
+def expand(obj: dict | None) -> dict | None:
+    """A cache record as an object again (without managedFields and most of status); full objects pass through."""
+    if obj is None or FIELDS not in obj:
+        return obj
+    out = json.loads(obj[FIELDS])
+    out.update({k: obj[k] for k in ("apiVersion", "kind", "metadata", "status") if k in obj})
+    return out
+
+
+def input_hash(obj: dict | None) -> str | None:
+    return ((obj or {}).get("metadata", {}).get("annotations") or {}).get(INPUT_HASH_ANNOTATION)
+
+
 def needs_apply(desired: dict, live: dict | None) -> bool:
     """Write when missing, when the rendered input changed, or when someone drifted one of our fields."""
     if live is None:
         return True
-    want = desired["metadata"].get("annotations", {}).get(INPUT_HASH_ANNOTATION)
-    have = (live["metadata"].get("annotations") or {}).get(INPUT_HASH_ANNOTATION)
-    if want != have:
+    if input_hash(desired) != input_hash(live):
         return True
-    return not contains(_comparable(desired), live)
+    return not contains(_comparable(desired), expand(live))
 
 
 def _comparable(obj: dict) -> dict:

@@ -31,8 +31,9 @@ def _split(api_version: str) -> tuple[str, str]:
 
 
 def _index_fn(namespace, body, **_):
+    """Key children by (namespace, controller uid); keep a slim record (``children.cache_record``), not the body."""
     uid = children.controller_uid(body)
-    return {(namespace, uid): dict(body)} if uid else {}
+    return {(namespace, uid): children.cache_record(body)} if uid else {}
 
 
 def kube_configuration(config) -> kubernetes.client.Configuration:

@@ -78,12 +78,20 @@ class Reconciler:
             log.warning("reconcile %s/%s: %s", md["namespace"], md["name"], obs.error)
         try:
             computed = conditions.compute(obs)
+            # The watch may not show our last status write yet (seconds behind under load). Until it delivers
+            # that very resourceVersion, or settle_seconds pass, compare with (and carry lastTransitionTime from)
+            # what we wrote: comparing with the stale body would re-write, with fresh timestamps, and the
+            # resulting watch event would start the next redundant pass.
             last = memo.get("status_written")
-            recent = last and time.monotonic() - last[0] < self.config.settle_seconds
-            if not (recent and writer.unchanged(computed, last[1])):  # the watch may not show our last write yet
-                written = await writer.write(self.client, body, computed)
-                if written is not None:
-                    memo["status_written"] = (time.monotonic(), written.get("status") or {})
+            if last is not None and (md.get("resourceVersion") == last[2]
+                                     or time.monotonic() - last[0] >= self.config.settle_seconds):
+                memo.pop("status_written", None)
+                last = None
+            basis = last[1] if last is not None else body.get("status")
+            written = await writer.write(self.client, body, computed, basis)
+            if written is not None:
+                memo["status_written"] = (time.monotonic(), written.get("status") or {},
+                                          (written.get("metadata") or {}).get("resourceVersion"))
         except ApiError as e:
             result = "error"
             log.warning("status of %s/%s not written: %s", md["namespace"], md["name"], e)
@@ -105,24 +113,54 @@ class Reconciler:
         sdd = None
         if not problems:
             try:
-                sdd = parse(obj)
+                sdd = parse(obj, validated=True)  # validate_object ran just above: once per generation
             except InvalidSpec as e:
                 problems = [str(p) for p in e.problems]
         memo["validated"] = (gen, sdd, problems)
         return sdd, problems
 
     def _fresh(self, memo, key, indexed: dict | None) -> dict | None:
-        """The watch cache may lag our own write by a moment; within settle_seconds our write's answer wins."""
+        """The watch cache may lag our own write by a moment; within settle_seconds our write's answer wins.
+
+        Entries leave ``memo["applied"]`` once the cache shows our write or the window has passed, so the memo
+        holds only the writes of the last few seconds (and as slim records, see ``children.cache_record``)."""
         applied = memo.setdefault("applied", {})
         rec = applied.get(key)
         if rec is None:
             return indexed
         at, obj = rec
         if indexed is not None and indexed["metadata"].get("resourceVersion") == obj["metadata"].get("resourceVersion"):
+            del applied[key]
             return indexed
         if time.monotonic() - at < self.config.settle_seconds:
             return obj
+        del applied[key]
         return indexed
+
+    def _desired(self, body: dict, sdd, memo) -> list[dict]:
+        """Rendered children with our owner reference, cached per (generation, tuned steps): render is pure, reads
+        only name, namespace and spec (spec changes bump the generation), and owner references name this uid."""
+        md = body["metadata"]
+        steps = tuning.tuned_steps(memo, sdd, body)
+        key = (md.get("uid"), md.get("generation"), steps)
+        cached = memo.get("rendered")
+        if cached is not None and cached[0] == key and key[1] is not None:
+            return cached[1]
+        desired = [children.with_owner(m, body) for m in render(sdd, self.options(steps))]
+        memo["rendered"] = (key, desired)
+        return desired
+
+    def _unchanged_since_checked(self, memo, key, desired: dict, current: dict | None) -> bool:
+        """True when ``current`` is the very version (resourceVersion) we last found or made up to date for this
+        input hash: nothing can have drifted, so the field-by-field check (and parsing the record) is skipped."""
+        if current is None:
+            return False
+        checked = memo.setdefault("checked", {}).get(key)
+        return checked is not None and checked == (current["metadata"].get("resourceVersion"),
+                                                    children.input_hash(desired))
+
+    def _mark_checked(self, memo, key, desired: dict, current: dict) -> None:
+        memo.setdefault("checked", {})[key] = (current["metadata"].get("resourceVersion"), children.input_hash(desired))
 
     async def _resolve(self, memo, key, plural: str, namespace: str, live: dict) -> dict | None:
         found = self._fresh(memo, key, live.get(key))
@@ -133,7 +171,7 @@ class Reconciler:
     async def _sync_children(self, body: dict, sdd, memo, live: dict, obs: conditions.Observation) -> None:
         md = body["metadata"]
         ns, name, uid = md["namespace"], md["name"], md["uid"]
-        rendered = render(sdd, self.options(tuning.tuned_steps(memo, sdd, body)))
+        rendered = self._desired(body, sdd, memo)
         secret_key = ("v1", "Secret", names.control_secret(name))
         secret_live = await self._resolve(memo, secret_key, "secrets", ns, live)
         if secret_live is not None and not children.is_ours(secret_live, uid):
@@ -141,9 +179,10 @@ class Reconciler:
             secret_live = None
             rendered_secret = []
         else:
-            rendered_secret = [secret.control_secret(name, ns, secret_live)]
-        desired = [children.with_owner(m, body) for m in [*rendered, *rendered_secret]]
+            rendered_secret = [children.with_owner(secret.control_secret(name, ns, children.expand(secret_live)), body)]
+        desired = [*rendered, *rendered_secret]
         known = {secret_key: secret_live} if secret_live is not None else {}
+        created: list[str] = []
 
         async def sync(child: dict):
             key = children.key_of(child)
@@ -153,19 +192,26 @@ class Reconciler:
             if current is not None and not children.is_ours(current, uid):
                 obs.collisions.append(f"{kind}/{key[2]}")
                 return
-            if children.needs_apply(child, current):
-                written = await self.client.apply(child, plural)
+            if self._unchanged_since_checked(memo, key, child, current):
+                pass
+            elif children.needs_apply(child, current):
+                written = children.cache_record(await self.client.apply(child, plural))
                 memo["applied"][key] = (time.monotonic(), written)
                 self.metrics.child_writes.labels(kind, "create" if current is None else "update").inc()
                 if current is None:
-                    events.emit(body, "Created", f"created {kind} {key[2]}")
+                    created.append(f"{kind} {key[2]}")
                 elif kind in WORKLOAD_KINDS:
                     events.emit(body, "RolloutStarted", f"updated {kind} {key[2]}: pods roll to the new template")
                 current = written
+                self._mark_checked(memo, key, child, current)
+            else:
+                self._mark_checked(memo, key, child, current)
             if kind in WORKLOAD_KINDS:
                 obs.workload = current
 
         await asyncio.gather(*(sync(c) for c in desired))
+        if created:  # one Event per pass, not one per child: 7 POSTs per new object would double its API calls
+            events.emit(body, "Created", "created " + ", ".join(sorted(created)))
         if obs.collisions:
             obs.collisions.sort()
             events.once(memo, body, "NameCollision",
@@ -177,6 +223,7 @@ class Reconciler:
             key = children.key_of(old)
             await self.client.delete(key[0], children.PLURALS[(key[0], key[1])], ns, key[2], old["metadata"]["uid"])
             memo["applied"].pop(key, None)
+            memo.setdefault("checked", {}).pop(key, None)
             self.metrics.child_writes.labels(key[1], "delete").inc()
             obs.replaced.append(f"{key[1]}/{key[2]}")
             events.emit(body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",

@@ -8,7 +8,8 @@ runs two for one object. Everything an interval does is caught: bad metrics, unr
 a MetricsAvailable condition, an Event or a log line, never as a crash or a kopf retry storm.
 
 Per interval:
-1. pods: the EndpointSlices of the headless Service (ready endpoints; ports ``http`` and ``control``);
+1. pods: the EndpointSlices of the headless Service (ready endpoints; ports ``http`` and ``control``), listed
+   only while status.readyReplicas > 0, so objects without running pods cost no API call;
 2. counters: GET ``http://IP:http/metrics`` per pod, or the same series from ``--prometheus-url``;
 3. ``Tuner.step(now, snapshots)``;
 4. act by mode - Live: PUT the step table to every pod whose published table differs (after a change, and for
@@ -194,11 +195,13 @@ class TuningLoop:
         await self._ensure_tuner(sdd, paused)
         st = self.state
         now = self.clock()
-        try:
-            targets = await self._targets(ns, name)
-        except ApiError as e:
-            log.warning("tuner %s: EndpointSlices not listed: %s", self._ref(), e)
-            targets = None
+        targets: list[Target] | None = []
+        if (self.body.get("status") or {}).get("readyReplicas"):  # no ready replica: no endpoint, no LIST
+            try:
+                targets = await self._targets(ns, name)
+            except ApiError as e:
+                log.warning("tuner %s: EndpointSlices not listed: %s", self._ref(), e)
+                targets = None
         if targets is None:
             snaps, nccl = [], {}
         else:
@@ -400,18 +403,16 @@ class TuningLoop:
     # ------------------------------------------------------------------ reporting
     def _count(self, d: Decision) -> None:
         m = self.metrics
-        if d.restart and self.state.mode == "Rollout":
-            m.tuner_decisions.labels("rollout").inc()
         if not d.buckets:
-            if not d.restart:
-                m.tuner_decisions.labels("skipped").inc()
+            m.tuner_decisions.labels("skipped").inc()
+            return
+        if self.state.mode == "Rollout":  # one global choice; per-bucket choices are only advice there
+            m.tuner_decisions.labels("rollout" if d.restart else "hold").inc()
             return
         for rep in d.buckets.values():
             kind = rep.choice.kind
             if self.state.mode == "Off" and rep.choice.changed_from:
                 kind = "recommend"
-            elif self.state.mode == "Rollout":
-                continue  # per-bucket choices are advice there; the rollout is counted above
             m.tuner_decisions.labels(kind).inc()
             if kind == "rollback" and self.state.mode == "Live":
                 m.tuner_rollbacks.inc()
@@ -421,8 +422,7 @@ class TuningLoop:
         for ev in d.events:
             if ev.type == "Warning" and ev.reason == d.condition.reason:
                 if ev.reason not in QUIET_REASONS:
-                    self._warn_once("Metrics" + ev.reason if not ev.reason.startswith("Metrics") else ev.reason,
-                                    ev.message, key="metrics")
+                    self._warn_once(ev.reason, ev.message, key="metrics")
                 continue
             if ev.reason in ADVISORY_REASONS:
                 if now - st.advisory_at.get(ev.reason, -1e18) < ADVISORY_EVERY_INTERVALS * interval:

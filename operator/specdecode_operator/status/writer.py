@@ -39,9 +39,16 @@ def unchanged(desired: dict, current: dict | None) -> bool:
     return "selector" in desired or "selector" not in current
 
 
-async def write(client, body: dict, computed: dict) -> dict | None:
-    """Apply the status if it differs; returns the server's object, or None when nothing had to be written."""
-    current = body.get("status")
+_BODY = object()
+
+
+async def write(client, body: dict, computed: dict, current: dict | None | object = _BODY) -> dict | None:
+    """Apply the status if it differs; returns the server's object, or None when nothing had to be written.
+
+    ``current``: the status to compare with and to carry lastTransitionTime from; ``body``'s unless the caller
+    knows a newer one (our own last write, while the watch has not delivered it yet)."""
+    if current is _BODY:
+        current = body.get("status")
     if unchanged(computed, current):
         return None
     md = body["metadata"]

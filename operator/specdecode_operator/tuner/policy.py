@@ -191,13 +191,19 @@ def choose(
             state.judged_at = now
 
     best = _objective_best(cfg, g, acc, cost, batch, score)
-    if best == 0 and cur > 0 and cfg.objective == "Throughput":
-        # k = 0 ends the flow of acceptance data (nothing is drafted), so it is taken only when drafting loses even
-        # with every observed position at its upper 95 % bound; within the noise the best k > 0 keeps measuring.
-        upper = acc.upper[: acc.observed] + acc.alphas[acc.observed :]
-        drafting = [k for k in g if 0 < k <= max(acc.observed, 1)]
-        if drafting and max(gain_of(k, upper) for k in drafting) >= score[0]:
-            best = max((k for k in g if k > 0), key=lambda k: (score[k], -k))
+    if best < cur and cfg.objective == "Throughput":
+        # Moving down stops measuring the positions above the new k (k = 0 stops them all), and a censored position
+        # keeps its last estimate. So a downward move goes only as far as the data are sure of: a k in between
+        # that could be as good as the model's best with its measured positions past ``best`` at their upper 95 %
+        # bound is preferred (the best of those by the estimate), so it keeps measuring what decides it.
+        # Repeated from each new candidate, so the move stops at the first k no deeper k can plausibly beat.
+        while True:
+            upper = acc.alphas[:best] + [acc.upper[i] if i < acc.observed else acc.alphas[i]
+                                         for i in range(best, len(acc.alphas))]
+            near = [k for k in g if best < k <= cur and gain_of(k, upper) >= score[best]]
+            if not near:
+                break
+            best = max(near, key=lambda k: (score[k], -k))
     gain = score[best]
     if cfg.objective == "Latency":
         itl_cur = inter_token_latency_ms(acc.alphas, cost, cur, batch)

@@ -239,8 +239,9 @@ class Tuner:
         if time_total <= 0:
             return {}
         rate = sum(n * tok for n, tok, _ in parts.values()) / time_total
-        return {label: Aggregate(rate, parts[label][0] * parts[label][2] / time_total if label in parts else 0.0)
-                for label in self.labels}
+        # A bucket without traffic this interval keeps its own objective: the rate it would be traded against is
+        # the other buckets' present one, which says nothing about the traffic that will bring it back.
+        return {label: Aggregate(rate, n * sec / time_total) for label, (n, _, sec) in parts.items()}
 
     def _decide_bucket(self, label: str, lo: int, now: float, max_k: int, report: ObserveReport,
                        aggregate: Aggregate | None = None) -> BucketReport | None:

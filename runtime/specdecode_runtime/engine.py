@@ -1,0 +1,273 @@
+"""Engine-side wiring inside each SGLang scheduler process: metrics, live step control and the NCCL preflight.
+
+SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.sglang_patch.bootstrap_from_env` builds one
+:class:`EngineRuntime` per process and registers its methods on the patch's hook points:
+
+* **worker ready** (wrapped ``EAGLEWorkerV2.init_cuda_graphs``, every rank, after every tier is captured and before
+  the event loop): the :class:`~specdecode_runtime.control.StepControlChannel` on every rank; the NCCL preflight
+  over the TP group (every rank, it is a sequence of collectives); on TP rank 0 only, :class:`SpecMetrics` and the
+  control HTTP server (the only place a PUT is accepted).
+* **iteration** (wrapped ``Scheduler.ingest_requests``): ``channel.step(iteration)``. SGLang's docstring calls
+  ``ingest_requests`` "the one place a new per-iteration input source belongs": every TP rank calls it exactly
+  once per scheduler-loop pass, in the same order (it broadcasts the received requests from rank 0), on the host,
+  outside any CUDA graph, before the batch of that pass is chosen and launched. A table therefore takes effect at
+  the same iteration, hence on the same batch, on every rank.
+* **step control** (wrapped ``EAGLEWorkerV2.activate_step_by_batch``): the step table's entry for the batch size;
+  the patch swaps SGLang's pre-captured tier when it differs from the running one.
+* **verify** (wrapped ``EAGLEWorkerV2.on_verify_complete_cpu``): one ``record_cycle`` per decode verify on rank 0,
+  from ``num_correct_drafts_per_req`` that SGLang has already copied to the CPU.
+
+Phase times are host-side ``perf_counter`` stamps (:class:`CycleClock`), never a CUDA synchronize. What they mean
+under SGLang's overlap scheduler is documented in :class:`CycleClock` and docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+log = logging.getLogger("specdecode.engine")
+
+# A table submitted on rank 0 travels in the next exchange; exchanging every 4th iteration costs one small gloo
+# broadcast per 4 loop passes and delays a PUT by at most 4 passes (a few decode cycles).
+DEFAULT_EXCHANGE_EVERY = 4
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What a scheduler process needs from runtime.yaml (plain data: built once per process, no pydantic)."""
+
+    num_steps: int
+    captured: tuple[int, ...]  # step tiers SGLang captured; the only values a table may use
+    live: bool
+    buckets: tuple[int, ...]
+    draft_tp: int
+    control_port: int | None  # None: no endpoint; 0: any free port (tests)
+    token_file: str | None
+    preflight: bool = True
+    host: str = "0.0.0.0"
+    exchange_every: int = DEFAULT_EXCHANGE_EVERY
+    preflight_iterations: int = 200
+
+    @classmethod
+    def from_runtime_config(cls, cfg: Any) -> "EngineSettings":
+        from .launch import captured_steps, live
+
+        return cls(
+            num_steps=int(cfg.speculative.num_steps),
+            captured=tuple(captured_steps(cfg)),
+            live=live(cfg),
+            buckets=tuple(cfg.server.buckets),
+            draft_tp=int(cfg.draft.tensor_parallel_size),
+            control_port=int(cfg.server.control_port),
+            token_file=cfg.server.token_file,
+            preflight=cfg.nccl.preflight is not False,
+        )
+
+
+@dataclass
+class CycleStamp:
+    """Host timestamps of one decode cycle's launch, taken by the patched ``forward_batch_generation`` (start, end)
+    and ``verify`` (its start and end); ``steps`` is the tier the verify ran with."""
+
+    t_start: float
+    t_verify_start: float | None = None
+    t_verify_end: float | None = None
+    t_end: float | None = None
+    steps: int | None = None
+
+
+@dataclass
+class CycleClock:
+    """Turns a :class:`CycleStamp` and the host time its results arrived into the contract's four phases.
+
+    * ``draft``: host time from ``forward_batch_generation`` entry to ``verify`` entry (tier activation, draft
+      launch, proposal broadcast on a split draft, verify-input build);
+    * ``verify``: host time inside ``verify`` (target forward launch);
+    * ``draft_extend``: host time from ``verify`` return to ``forward_batch_generation`` return;
+    * ``other``: the rest of the cycle's busy interval, up to the moment SGLang hands the accepted counts to
+      ``on_verify_complete_cpu`` (results on the host).
+
+    The busy interval of a cycle starts at ``max(launch start, previous decode completion)`` and ends at its
+    completion, so consecutive intervals never overlap and their sum is the decode wall time. Under the overlap
+    scheduler with CUDA graphs the three launch phases are CPU launch costs (the GPU runs them asynchronously) and
+    the GPU time lands in ``other``; when the CPU is the bottleneck the launch phases dominate. Phases sum to
+    ``max(busy interval, launch time)``."""
+
+    now: Callable[[], float] = time.perf_counter
+    prev_done: float | None = None
+
+    def phases(self, stamp: CycleStamp | None, done: float | None = None) -> dict[str, float]:
+        done = self.now() if done is None else done
+        prev, self.prev_done = self.prev_done, done
+        if stamp is None or stamp.t_end is None:
+            return {}
+        vs = stamp.t_verify_start if stamp.t_verify_start is not None else stamp.t_end
+        ve = stamp.t_verify_end if stamp.t_verify_end is not None else vs
+        launch = {"draft": max(vs - stamp.t_start, 0.0), "verify": max(ve - vs, 0.0),
+                  "draft_extend": max(stamp.t_end - ve, 0.0)}
+        busy = done - (stamp.t_start if prev is None else max(stamp.t_start, prev))
+        launch["other"] = max(busy - sum(launch.values()), 0.0)
+        return launch
+
+
+@dataclass
+class ControlServer:
+    """The aiohttp step endpoint on its own event loop in a daemon thread (SGLang's scheduler loop is synchronous
+    and must never wait for HTTP)."""
+
+    app: Any
+    host: str
+    port: int
+    loop: Any = None
+    runner: Any = None
+    thread: threading.Thread | None = None
+    bound_port: int | None = None
+    error: BaseException | None = None
+
+    def start(self, timeout: float = 30.0) -> "ControlServer":
+        import asyncio
+
+        from aiohttp import web
+
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.loop = loop
+            try:
+                self.runner = web.AppRunner(self.app, access_log=None)
+                loop.run_until_complete(self.runner.setup())
+                site = web.TCPSite(self.runner, self.host, self.port)
+                loop.run_until_complete(site.start())
+                addrs = self.runner.addresses
+                self.bound_port = int(addrs[0][1]) if addrs else self.port
+            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+                self.error = e
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self.runner.cleanup())
+            loop.close()
+
+        self.thread = threading.Thread(target=serve, name="specdecode-control", daemon=True)
+        self.thread.start()
+        if not ready.wait(timeout):
+            raise TimeoutError(f"control server did not start on {self.host}:{self.port} within {timeout}s")
+        if self.error is not None:
+            raise RuntimeError(f"control server on {self.host}:{self.port}: {self.error}") from self.error
+        return self
+
+    def stop(self) -> None:
+        if self.loop is not None and self.thread is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+
+
+@dataclass
+class EngineRuntime:
+    """One per scheduler process. ``start`` on every rank once the worker is ready; the other methods are the
+    hook callbacks (cheap when there is nothing to do)."""
+
+    settings: EngineSettings
+    channel: Any = None  # StepControlChannel
+    metrics: Any = None  # SpecMetrics, TP rank 0 only
+    server: ControlServer | None = None
+    iteration: int = 0
+    preflight_results: list = field(default_factory=list)
+    tp_rank: int | None = None
+    _shown: Any = None  # the table last published on specdecode_num_steps
+
+    # ---- start-up ----------------------------------------------------------------------------------------------
+    def start(self, *, tp_rank: int, tp_size: int, cpu_group=None, src: int = 0, device_group=None, device=None,
+              registry=None, serve: bool = True) -> "EngineRuntime":
+        """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
+        ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
+        from .control import StepControlChannel, StepTable
+
+        s = self.settings
+        self.tp_rank = tp_rank
+        self.channel = StepControlChannel(group=cpu_group, src=src, lead=0, every=s.exchange_every,
+                                          initial=StepTable.single(s.num_steps), candidates=s.captured)
+        if tp_rank == 0:
+            from prometheus_client import CollectorRegistry
+
+            from .metrics import SpecMetrics
+
+            # A private registry: under PROMETHEUS_MULTIPROC_DIR the values live in the shared files whatever the
+            # registry, and SGLang's /metrics reads those files (MultiProcessCollector), not this process.
+            self.metrics = SpecMetrics(registry=registry if registry is not None else CollectorRegistry(),
+                                       buckets=s.buckets)
+            self.metrics.set_candidates(s.captured)
+            self.metrics.set_draft_tp(s.draft_tp)
+            self._publish(self.channel.table)
+        if s.preflight and tp_size > 1:
+            from . import preflight
+
+            self.preflight_results = preflight.run_preflight(group=device_group, device=device, src=src,
+                                                            iterations=s.preflight_iterations,
+                                                            warmup=max(s.preflight_iterations // 10, 1))
+            if self.metrics is not None:
+                preflight.export(self.preflight_results, self.metrics)
+                log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
+        if tp_rank == 0 and serve and s.control_port is not None:
+            from .control import create_control_app
+
+            self.server = ControlServer(create_control_app(self.channel, s.token_file), s.host, s.control_port)
+            self.server.start()
+            log.info("specdecode: step control on %s:%s (captured tiers %s)", s.host, self.server.bound_port,
+                     list(s.captured))
+        return self
+
+    def on_worker_ready(self, worker: Any) -> None:
+        """Hook for the wrapped ``EAGLEWorkerV2.init_cuda_graphs``: SGLang's TP group from its runtime context."""
+        import torch
+        from sglang.srt.runtime_context import get_parallel
+
+        par = get_parallel()
+        tp = par.tp_group
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        self.start(tp_rank=par.tp_rank, tp_size=par.tp_size, cpu_group=tp.cpu_group, src=tp.ranks[0],
+                   device_group=tp.device_group, device=device)
+
+    # ---- per iteration / per batch / per verify -----------------------------------------------------------------
+    def on_iteration(self) -> None:
+        if self.channel is None:
+            return
+        self.iteration += 1
+        table = self.channel.step(self.iteration)
+        if table is not self._shown and self.metrics is not None:
+            self._publish(table)
+
+    def steps_for_batch(self, batch_size: int) -> int | None:
+        table = self.channel.table if self.channel is not None else None
+        return table.lookup(batch_size) if table is not None else None
+
+    def on_verify(self, accepted_per_req: Sequence[int], batch_size: int, steps: int,
+                  phase_seconds: Mapping[str, float]) -> None:
+        if self.metrics is not None:
+            self.metrics.record_cycle(batch_size, steps, accepted_per_req, phase_seconds)
+
+    def _publish(self, table) -> None:
+        self._shown = table
+        if table is not None:
+            self.metrics.set_steps(table.lookup)
+
+    # ---- hook registration ---------------------------------------------------------------------------------------
+    def install(self) -> None:
+        from . import sglang_patch as sp
+
+        sp.set_worker_ready_callback(self.on_worker_ready)
+        sp.set_iteration_callback(self.on_iteration)
+        sp.set_step_control(self.steps_for_batch)
+        sp.set_verify_callback(self.on_verify)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
