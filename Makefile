@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   - install the operator, simulator and plot extras into .venv and run `specdecode demo`
+#   make demo   - install the operator, runtime and demo extras into .venv and run `specdecode demo`
 #   make test   - install everything the tests need (incl. CPU torch 2.13.0 and sglang 0.5.23 for contract tests)
 #                 into .venv and run the test suite
 PY ?= python3
@@ -16,9 +16,10 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 deps-demo: venv
-	$(PIP) install -q -e '.[operator,runtime,plot,test]'
+	$(PIP) install -q -e '.[operator,runtime,demo]'
 
-deps-test: deps-demo
+deps-test: venv
+	$(PIP) install -q -e '.[operator,runtime,demo,test]'
 	# CPU torch from the local wheel (never an unpinned torch: that pulls a multi-GB CUDA build)
 	$(PIP) install -q torch==2.13.0
 	# sglang 0.5.23 for contract tests against its real source: --no-deps plus the small packages it imports

@@ -426,15 +426,18 @@ def _rank(rank: int, port: int, token: str, queue) -> None:
         dist.destroy_process_group()
 
 
-def test_step_control_switches_on_the_same_iteration_on_every_rank(sglang, tmp_path):
+def test_step_control_switches_on_the_same_iteration_on_every_rank(sglang, tmp_path, monkeypatch):
     token = tmp_path / "token"
     token.write_text("tok")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("forkserver")
-    sys.path.insert(0, str(TESTS))
-    ctx.set_forkserver_preload(["_sglang_preload"])  # sglang imported once, in the server
+    # sglang imported once, in the server. Python 3.11's forkserver ignores the parent's sys.path, so the preload
+    # module is found through PYTHONPATH; if a forkserver is already running (another test started it), the
+    # children import sglang themselves (slower, same result).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(RUNTIME), os.environ.get("PYTHONPATH", "")]))
+    ctx.set_forkserver_preload(["_sglang_preload"])
     queue = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, port, str(token), queue)) for r in range(WORLD)]
     for p in procs:
