@@ -66,7 +66,7 @@ class DraftTpModel(_Model):
 
     @field_validator("all_reduce_us")
     @classmethod
-    def _positive(cls, v: dict[int, float]) -> dict[int, float]:
+    def positive_float(cls, v: dict[int, float]) -> dict[int, float]:
         for n, us in v.items():
             if n < 2:
                 raise ValueError(f"keys are draft TP sizes >= 2, got {n}")

@@ -25,7 +25,7 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _positive(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
@@ -39,7 +39,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--scenario", required=True, help="scenario YAML (docs/scenarios.md)")
     p.add_argument("--port", type=int, default=30000, help="HTTP port (default 30000)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--speed", type=_positive, default=1.0, help="simulated seconds per wall second (default 1)")
+    p.add_argument("--speed", type=positive_float, default=1.0, help="simulated seconds per wall second (default 1)")
     p.add_argument("--token-file", default=TOKEN_PATH,
                    help=f"bearer token for /specdecode/v1/steps (default {TOKEN_PATH}; missing/empty -> every request 401)")
     p.add_argument("--candidates", type=_int_list, default=DEFAULT_CANDIDATES,
@@ -49,7 +49,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--draft-tp", type=int, default=None, help="simulate the draft on this many ranks (needs draftTp)")
     p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     p.add_argument("--offline", action="store_true", help="no server: run the scenario in-process and print JSON")
-    p.add_argument("--duration", type=_positive, default=None, help="--offline: simulated seconds (default: scenario)")
+    p.add_argument("--duration", type=positive_float, default=None, help="--offline: simulated seconds (default: scenario)")
     p.set_defaults(func=run)
     return p
 
