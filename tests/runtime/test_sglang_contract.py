@@ -111,7 +111,7 @@ def test_hooks_reach_callbacks():
         adaptive_controller=types.SimpleNamespace(_activate=activated.append, on_verify_complete=lambda *a, **k: None),
     )
     with sp.patched():
-        sp.set_verify_callback(lambda counts, bs, steps: seen.append((counts, bs, steps)))
+        sp.set_verify_callback(lambda counts, bs, steps, phases: seen.append((counts, bs, steps, phases)))
         sp.set_step_control(lambda bs: 5 if bs >= 8 else None)
         try:
             ew2.EAGLEWorkerV2.on_verify_complete_cpu(fake, [0, 2, 3], 3)
@@ -120,7 +120,7 @@ def test_hooks_reach_callbacks():
         finally:
             sp.set_verify_callback(None)
             sp.set_step_control(None)
-    assert seen == [([0, 2, 3], 3, 3)]
+    assert seen == [([0, 2, 3], 3, 3, {})]  # no launch stamp on a bare call: no phase times invented
     assert activated == [5]
 
 
