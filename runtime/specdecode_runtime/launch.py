@@ -237,7 +237,7 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
                                   else sglang_version)
     if live(cfg):
         path = adaptive_config_path(environ)
-        files[path] = json.dumps(adaptive_config(cfg), indent=2, sort_keys=True) + "\n"
+        files[path] = json.dumps(adaptive_config(cfg), sort_keys=True) + "\n"
         args = [*args, "--speculative-adaptive", "--speculative-adaptive-config", path]
     ranks = None
     if is_split(cfg):

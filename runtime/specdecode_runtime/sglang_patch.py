@@ -120,6 +120,10 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                "wrap", "draft KV pool on S only, inside the draft-only guard"),
     PatchPoint(f"{EW2}.EagleDraftWorker.init_attention_backends", ("self",), "wrap", "S only, guarded"),
     PatchPoint(f"{EW2}.EagleDraftWorker.init_cuda_graphs", ("self",), "wrap", "draft CUDA graphs on S only, guarded"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.init_attention_backend", ("self",), "wrap",
+               "S only, guarded: also called per step tier by build_adaptive_runtime_state"),
+    PatchPoint(f"{EW2}.EagleDraftWorker._capture_cuda_graphs", ("self",), "wrap",
+               "S only, guarded: also called per step tier by build_adaptive_runtime_state"),
     PatchPoint(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", ("self",),
                "wrap", "S receives its |S|-way shard of the gathered target embedding/head"),
     PatchPoint(f"{EW2}.EagleDraftWorker.draft", ("self", "batch", "with_topology"),
@@ -877,6 +881,8 @@ def apply_patches(
         ("alloc_memory_pool", "draft KV pool allocation"),
         ("init_attention_backends", "draft attention backends"),
         ("init_cuda_graphs", "draft CUDA-graph capture"),
+        ("init_attention_backend", "draft attention backend of a step tier"),
+        ("_capture_cuda_graphs", "draft CUDA-graph capture of a step tier"),
     ):
         ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", lambda orig, what=what: _guarded(orig, what))
     ps.wrap(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", wrap_embed)

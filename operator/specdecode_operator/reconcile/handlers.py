@@ -24,6 +24,7 @@ from .apply import KubeClient
 from .reconciler import Reconciler
 
 log = logging.getLogger("specdecode.operator")
+FINALIZER = "specdecode.io/kopf-finalizer"  # kopf's, required by its timers and daemons
 
 
 def _split(api_version: str) -> tuple[str, str]:
@@ -71,7 +72,7 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
         settings.posting.level = logging.WARNING  # Events come from events.py, not from every log line
         settings.networking.request_timeout = config.request_timeout * 3
         settings.watching.server_timeout = 300
-        settings.persistence.finalizer = "specdecode.io/kopf-finalizer"
+        settings.persistence.finalizer = FINALIZER
         reconciler.client = KubeClient(kube_configuration(config), metrics=metrics, timeout=config.request_timeout,
                                        retries=config.retries, backoff=config.backoff_seconds,
                                        workers=config.api_workers)
@@ -123,6 +124,11 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, labels=labels)
     async def on_event(event, body, memo, **kwargs):
         if event.get("type") == "DELETED":
+            return
+        if FINALIZER not in (body["metadata"].get("finalizers") or []):
+            # A new object: kopf adds its finalizer after this handler, by a JSON patch that tests the
+            # resourceVersion it saw. A status write here would make that patch fail (422) and kopf would retry
+            # on every following event; the finalizer's own MODIFIED event starts the first pass instead.
             return
         await run(body, memo, kwargs)
 
