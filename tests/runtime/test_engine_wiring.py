@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RUNTIME, RUNTIME_YAML, sglang_or_skip
+from runtime_testlib import RUNTIME, RUNTIME_YAML, sglang_or_skip
 
 LIVE_YAML = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}",
                                  "candidateSteps: [1, 3, 5], autotune: {mode: Live}}")
@@ -371,6 +371,16 @@ ITERS = 14
 
 
 def _rank(rank: int, port: int, token: str, queue) -> None:
+    try:
+        _rank_body(rank, port, token, queue)
+    except BaseException:  # the parent reports it: a bare exit code says nothing
+        import traceback
+
+        queue.put((rank, "error", traceback.format_exc()))
+        raise
+
+
+def _rank_body(rank: int, port: int, token: str, queue) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     preloaded = "sglang.srt.speculative.eagle_worker_v2" in sys.modules
     from specdecode_runtime.torchvision_stub import install
@@ -448,6 +458,7 @@ def test_step_control_switches_on_the_same_iteration_on_every_rank(sglang, tmp_p
         while len(out) < WORLD:
             try:
                 rank, *rest = queue.get(timeout=2)
+                assert rest[0] != "error", f"rank {rank} failed:\n{rest[1]}"
                 out[rank] = rest
             except Exception:  # queue.Empty: fail fast if a rank died instead of waiting out the deadline
                 dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]

@@ -16,7 +16,7 @@ from specdecode_runtime.server_args import (
     sglang_cli_args,
 )
 
-from conftest import RUNTIME_YAML
+from runtime_testlib import RUNTIME_YAML
 
 
 def _cfg(**replace: str) -> RuntimeConfig:

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from conftest import RUNTIME_YAML, sglang_or_skip
+from runtime_testlib import RUNTIME_YAML, sglang_or_skip
 
 
 @pytest.fixture(scope="module", autouse=True)

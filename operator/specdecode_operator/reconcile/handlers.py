@@ -139,6 +139,8 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, labels=labels, cancellation_timeout=5.0)
     async def tune(body, memo, stopped, **kwargs):
         """The step tuner, one loop per object (reconcile/tuning_loop.py); it re-renders through ``run``."""
+        while FINALIZER not in (body["metadata"].get("finalizers") or []) and not stopped:
+            await stopped.wait(0.2)  # as in on_event: no status write before kopf's finalizer patch is in
         await tuning_loop.run(reconciler, body, memo, stopped, reconcile=lambda: run(body, memo, kwargs))
 
     return registry

@@ -23,6 +23,8 @@ from .apply import ApiError, KubeClient
 log = logging.getLogger("specdecode.operator")
 WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet"}
 
+STATUS_TRUST_SECONDS = 60.0  # at most this long our last status write is trusted over an older-looking body
+
 LiveChildren = Callable[[str, str], Iterable[dict]]  # (namespace, owner uid) -> children from the watch cache
 
 
@@ -78,13 +80,16 @@ class Reconciler:
             log.warning("reconcile %s/%s: %s", md["namespace"], md["name"], obs.error)
         try:
             computed = conditions.compute(obs)
-            # The watch may not show our last status write yet (seconds behind under load). Until it delivers
-            # that very resourceVersion, or settle_seconds pass, compare with (and carry lastTransitionTime from)
-            # what we wrote: comparing with the stale body would re-write, with fresh timestamps, and the
-            # resulting watch event would start the next redundant pass.
+            # The body kopf hands us may predate our last status write (kopf works through an object's events
+            # one after the other; under load that is many seconds behind). Until a body shows what we wrote, or
+            # STATUS_TRUST_SECONDS pass, compare with (and carry lastTransitionTime from) our write: comparing
+            # with the stale body would write again, with fresh timestamps, and that write's watch event would
+            # start the next redundant pass.
             last = memo.get("status_written")
             if last is not None and (md.get("resourceVersion") == last[2]
-                                     or time.monotonic() - last[0] >= self.config.settle_seconds):
+                                     or writer.unchanged(last[1], body.get("status"), ours_only=True)
+                                     or time.monotonic() - last[0] >= max(self.config.settle_seconds,
+                                                                          STATUS_TRUST_SECONDS)):
                 memo.pop("status_written", None)
                 last = None
             basis = last[1] if last is not None else body.get("status")

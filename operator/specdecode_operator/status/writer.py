@@ -23,8 +23,14 @@ def desired_status(computed: dict, current: dict | None) -> dict:
     return out
 
 
-def unchanged(desired: dict, current: dict | None) -> bool:
+def unchanged(desired: dict, current: dict | None, *, ours_only: bool = False) -> bool:
+    """Whether ``current`` already holds ``desired`` (conditions compared without timestamps).
+
+    ``ours_only``: ``desired`` is a status we wrote earlier (with its timestamps and the tuner's fields): compare
+    only the operator's fields."""
     current = current or {}
+    if ours_only:
+        desired = {k: v for k, v in desired.items() if k in OPERATOR_FIELDS}
     for key, value in desired.items():
         if key == "conditions":
             have = {c.get("type"): c for c in current.get("conditions") or []}
@@ -40,6 +46,7 @@ def unchanged(desired: dict, current: dict | None) -> bool:
 
 
 _BODY = object()
+OPERATOR_FIELDS = ("observedGeneration", "conditions", "replicas", "readyReplicas", "selector")
 
 
 async def write(client, body: dict, computed: dict, current: dict | None | object = _BODY) -> dict | None:

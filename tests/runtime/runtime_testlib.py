@@ -1,0 +1,39 @@
+"""Shared helpers of the runtime tests. A uniquely named module, not conftest: test modules (and the processes
+they spawn) import it by name, and several test folders have a conftest.py."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
+if str(RUNTIME) not in sys.path:
+    sys.path.insert(0, str(RUNTIME))
+
+
+def sglang_or_skip():
+    """Import sglang's worker stack (torchvision stubbed on CPU), or skip; with SPECDECODE_REQUIRE_SGLANG set a
+    missing sglang is a failure, never a skip (CI sets it)."""
+    from specdecode_runtime.sglang_patch import installed_sglang_version
+    from specdecode_runtime.torchvision_stub import install
+
+    if installed_sglang_version() is None:
+        if os.environ.get("SPECDECODE_REQUIRE_SGLANG"):
+            pytest.fail("SPECDECODE_REQUIRE_SGLANG is set but sglang is not installed "
+                        "(pip install --no-deps sglang==0.5.23 -r requirements/sglang-cpu.txt)")
+        pytest.skip("sglang is not installed and SPECDECODE_REQUIRE_SGLANG is unset")
+    install()
+    import sglang.srt.speculative.eagle_worker_v2  # noqa: F401
+
+
+RUNTIME_YAML = """\
+apiVersion: specdecode.io/runtime/v1
+name: demo
+target: {model: /models/llama-70b, tensorParallelSize: 8, quantization: fp8, contextLength: 8192}
+draft: {model: /models/eagle3, algorithm: EAGLE3, tensorParallelSize: 1}
+speculative: {numSteps: 3, eagleTopK: 1, candidateSteps: [1, 3, 5]}
+nccl: {profile: PCIe, env: {NCCL_DEBUG: WARN}}
+server: {port: 30000}
+topology: {nodes: 1, gpusPerNode: 8, interconnect: PCIe}
+"""
