@@ -100,7 +100,7 @@ def main() -> int:
 
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=globals().get("operator_process_target", operator_process), args=(url, args.resync, child), daemon=True)
+    proc = ctx.Process(target=operator_process, args=(url, args.resync, child), daemon=True)
     load_before = os.getloadavg()[0]
     try:
         proc.start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import zlib
 from typing import Any, Iterable
 
 from ..render import CHILD_KINDS
@@ -22,7 +23,7 @@ PLURALS = {(api_version, kind): plural for api_version, kind, plural, _ in ALL_K
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 
 # The watch cache keeps a slim record per child (see ``cache_record``), not the whole object.
-FIELDS = "x-specdecode-fields"  # key of the compact JSON of the child's own fields (spec, data, ...) in a record
+FIELDS = "x-specdecode-fields"  # key of the zlib-compressed JSON of the child's own fields (spec, data, ...)
 _KEEP_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
                   "ownerReferences", "deletionTimestamp")
 _KEEP_STATUS = ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas", "observedGeneration")
@@ -64,11 +65,21 @@ def contains(desired: Any, live: Any) -> bool:
     return desired == live
 
 
+STUB = "x-specdecode-stub"  # marks a rendered child reduced to its key and input hash (see ``stub``)
+
+
+def stub(manifest: dict) -> dict:
+    """A rendered child reduced to what a steady-state pass compares: apiVersion, kind, name, input hash."""
+    return {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], STUB: True,
+            "metadata": {"name": manifest["metadata"]["name"],
+                         "annotations": {INPUT_HASH_ANNOTATION: input_hash(manifest)}}}
+
+
 def cache_record(obj: dict) -> dict:
     """What the operator keeps of a child between passes (kopf index values, our last write's answer).
 
     Identity, ownership, labels and annotations (input hash) and the replica counts of ``status`` stay plain
-    fields; everything else the drift check may need (``spec``, ``data``, ...) is kept as one compact JSON string
+    fields; everything else the drift check may need (``spec``, ``data``, ...) is kept as one compressed JSON string
     and parsed only when a check runs (``expand``). managedFields and the rest of status are dropped: a whole
     Deployment with its managedFields is ~10x the memory of this record.
     """
@@ -81,8 +92,9 @@ def cache_record(obj: dict) -> dict:
     status = obj.get("status")
     if isinstance(status, dict):
         rec["status"] = {k: status[k] for k in _KEEP_STATUS if k in status}
-    rec[FIELDS] = json.dumps({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")},
-                             separators=(",", ":"))
+    rec[FIELDS] = zlib.compress(json.dumps({k: v for k, v in obj.items()
+                                            if k not in ("apiVersion", "kind", "metadata", "status")},
+                                           separators=(",", ":")).encode(), 1)
     return rec
 
 
@@ -90,7 +102,7 @@ def expand(obj: dict | None) -> dict | None:
     """A cache record as an object again (without managedFields and most of status); full objects pass through."""
     if obj is None or FIELDS not in obj:
         return obj
-    out = json.loads(obj[FIELDS])
+    out = json.loads(zlib.decompress(obj[FIELDS]))
     out.update({k: obj[k] for k in ("apiVersion", "kind", "metadata", "status") if k in obj})
     return out
 
