@@ -311,7 +311,7 @@ def test_verify_callback_records_positions_and_launch_tier(sglang, monkeypatch):
     ext = reg.get_sample_value("specdecode_cycle_seconds_sum", {**b, "phase": "draft_extend"})
     assert 0.02 <= verify < 0.5 and 0.01 <= draft < 0.5 and 0.005 <= ext < 0.5
     assert fed == []
-    assert sp._verify_cb is None and sp._step_cb is None  # removal clears the hooks
+    assert sp.process_state.verify_cb is None and sp.process_state.step_cb is None  # removal clears the hooks
 
 
 def test_patches_apply_and_remove_with_new_wrappers(sglang):

@@ -146,7 +146,7 @@ def test_layout_third_case_and_proposal_broadcast_on_s(monkeypatch):
 
     group = types.SimpleNamespace(world_size=2)
     with sp.patched(sp.SplitConfig(draft_tp=2)):
-        sp._STATE = sp._SplitState(
+        sp.process_state.split = sp._SplitState(
             groups=types.SimpleNamespace(in_draft=True, draft_group=group), broadcaster=FakeBcaster(), hidden=(8, None)
         )
         layout = ew2.resolve_draft_parallel_layout(types.SimpleNamespace(tp_execution=None))
@@ -171,7 +171,7 @@ def test_draft_only_guard_answers_memory_probe_locally():
         recorded["distributed"] = distributed
         return 1.0
 
-    wrapped = sp._local_memory(fake)
+    wrapped = sp.draft_layout.local_memory_probe(fake)
     with draft_only_scope([0], "test"):
         wrapped("cuda", 0, distributed=True)
     assert recorded["distributed"] is False

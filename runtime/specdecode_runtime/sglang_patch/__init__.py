@@ -1,0 +1,56 @@
+"""Binds :mod:`specdecode_runtime.draft_group` into SGLang 0.5.23: the EAGLE draft runs on a subset S of the
+target's TP ranks and broadcasts its proposals.
+
+SGLang's own code runs unchanged on every rank; only the draft worker differs. The patches, by responsibility:
+
+* :mod:`.patch_points` — every SGLang symbol the runtime wraps, re-binds or relies on (:data:`PATCH_POINTS`);
+  :mod:`.compat` checks them against the installed SGLang without starting anything (``check-sglang``).
+* :mod:`.patch_set` — the bookkeeping that replaces a binding and restores every original (:class:`PatchSet`);
+  :mod:`.apply` — :func:`apply_patches` / :func:`remove_patches`, the ordered list of what gets wrapped.
+* :mod:`.draft_layout` — the groups, the third layout case (draft weights and graphs on S only), the shared
+  embedding/head, and the draft-only guard; :mod:`.remote_draft_worker` — the stand-in outside S.
+* :mod:`.verify_broadcast` — on S, the proposals go out from S's leader before the verify input is built.
+* :mod:`.engine_hooks` — verify callback, step control, per-iteration and worker-ready hooks for
+  :mod:`specdecode_runtime.engine`.
+* :mod:`.bootstrap` — what each spawned scheduler process runs first (:func:`run_scheduler_process`,
+  :func:`bootstrap_from_env`, :func:`sglang_plugin`).
+* :mod:`.process_state` — the per-process state all of them share.
+
+Nothing here imports torch or sglang at import time (the operator image and CI use the pure-Python parts).
+"""
+
+from __future__ import annotations
+
+from .. import SGLANG_VERSION
+from . import draft_layout, process_state
+from .apply import active_patches, apply_patches, patched, remove_patches
+from .bootstrap import CONFIG_ENV, bootstrap_from_env, run_scheduler_process, sglang_plugin
+from .compat import CheckResult, check_patch_points, installed_sglang_version
+from .engine_hooks import (
+    set_iteration_callback,
+    set_step_control,
+    set_verify_callback,
+    set_worker_ready_callback,
+)
+from .patch_points import EW2, PATCH_POINTS, PatchPoint
+from .patch_set import PatchSet
+from .process_state import SplitConfig, _SplitState
+
+
+
+__all__ = [
+    "PATCH_POINTS",
+    "PatchPoint",
+    "PatchSet",
+    "SGLANG_VERSION",
+    "SplitConfig",
+    "apply_patches",
+    "check_patch_points",
+    "patched",
+    "remove_patches",
+    "run_scheduler_process",
+    "set_iteration_callback",
+    "set_step_control",
+    "set_verify_callback",
+    "set_worker_ready_callback",
+]

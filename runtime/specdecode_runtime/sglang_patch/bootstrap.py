@@ -1,0 +1,48 @@
+"""Scheduler-process entry points: SGLang spawns one scheduler per TP rank, and each must install the patches
+itself (a spawned child starts from a fresh interpreter, so the launcher's patches do not carry over).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .apply import apply_patches
+from .patch_set import PatchSet
+
+CONFIG_ENV = "SPECDECODE_RUNTIME_CONFIG"
+
+
+def bootstrap_from_env() -> PatchSet | None:
+    """In a spawned scheduler process: re-apply the NCCL profile and install the patches from the config file
+    named by ``SPECDECODE_RUNTIME_CONFIG`` (set by the launcher). No variable: nothing happens."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        return None
+    from ..launch import load_config, nccl_environment, split_config
+
+    cfg = load_config(path)
+    env = nccl_environment(cfg)
+    os.environ.update(env)
+    ps = apply_patches(split_config(cfg), env)
+    from ..engine import EngineRuntime, EngineSettings
+
+    EngineRuntime(EngineSettings.from_runtime_config(cfg)).install()
+    return ps
+
+
+def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
+    """Passed to SGLang as ``run_scheduler_process_func``: spawned children unpickle it by reference, so they
+    import this module, install the patches, then run SGLang's own ``run_scheduler_process``."""
+    bootstrap_from_env()
+    from sglang.srt.managers.scheduler import run_scheduler_process as orig
+
+    return orig(*args, **kwargs)
+
+
+def sglang_plugin() -> None:
+    """Entry point for SGLang's ``sglang.srt.plugins`` group (an alternative to ``run_scheduler_process``):
+    SGLang calls every general plugin at the start of each process; a no-op unless the launcher set
+    ``SPECDECODE_RUNTIME_CONFIG``."""
+    bootstrap_from_env()
+

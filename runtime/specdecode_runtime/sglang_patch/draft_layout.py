@@ -1,0 +1,198 @@
+"""The draft's third parallel layout: on the subset S of the target's TP ranks the draft loads its weights
+|S|-way sharded and captures its CUDA graphs; the other ranks get a :class:`.remote_draft_worker` stand-in.
+
+* **Groups.** ``EAGLEWorkerV2.__init__`` (every TP rank) first creates, in one fixed order, the draft
+  ``GroupCoordinator`` over S (singleton blocks for the other ranks) and the dedicated broadcast communicator over
+  the target group (:class:`~specdecode_runtime.draft_group.DraftGroups`).
+* **Layout, third case.** ``resolve_draft_parallel_layout`` (as bound in ``eagle_worker_v2``) returns
+  ``DraftParallelLayout(tp_group=<draft group>, attn_tp_size=|S|)`` on S, so SGLang's own
+  ``patch_tensor_parallel_group`` narrows tp/attn/moe sizes for the draft.
+* **Embedding / shared head.** ``EAGLEWorkerV2.alloc_memory_pool`` (every rank) all-gathers the target's
+  vocab-sharded embedding and head once; ``EagleDraftWorker._resolve_shared_embed_and_head`` hands S its |S|-way
+  shard of them.
+* **No group-wide collective on S alone.** Draft construction, memory-pool allocation, backend and graph set-up run
+  inside :func:`~specdecode_runtime.draft_group.draft_only_scope`: ``get_available_gpu_memory(distributed=True)``
+  is answered locally there, and any other torch.distributed collective over a group reaching outside S raises at
+  once instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from . import process_state as state
+from .process_state import SplitConfig, _SplitState
+
+logger = logging.getLogger("specdecode.sglang_patch")
+
+# EagleDraftWorker methods that run on S alone, each with the phase name a stray collective's error reports.
+DRAFT_ONLY_METHODS: tuple[tuple[str, str], ...] = (
+    ("__init__", "draft model construction"),
+    ("alloc_memory_pool", "draft KV pool allocation"),
+    ("init_attention_backends", "draft attention backends"),
+    ("init_cuda_graphs", "draft CUDA-graph capture"),
+    ("init_attention_backend", "draft attention backend of a step tier"),
+    ("_capture_cuda_graphs", "draft CUDA-graph capture of a step tier"),
+)
+
+
+def draft_only(orig: Callable, what: str) -> Callable:
+    """Run a draft-worker method inside the draft-only guard whenever this rank's TP group is split."""
+    from ..draft_group import draft_only_scope
+
+    def method(self, *a, **k):
+        st = state.split
+        if st is None:
+            return orig(self, *a, **k)
+        with draft_only_scope(st.groups.placement.draft_ranks, what):
+            return orig(self, *a, **k)
+
+    return method
+
+
+def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_worker: type):
+    """``EAGLEWorkerV2.__init__``: groups first (every rank, same order), then SGLang's own constructor with the
+    draft-worker name re-pointed to the stand-in outside S."""
+
+    def make(orig):
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):
+            from sglang.srt.runtime_context import get_parallel
+            from sglang.srt.speculative import eagle_worker_v2 as ew2
+
+            if split.draft_tp >= get_parallel().tp_size:
+                state.split = None
+                return orig(self, server_args, gpu_id, nccl_port, target_worker)
+            groups, bcaster = create_groups(split, target_worker)
+            state.split = _SplitState(groups=groups, broadcaster=bcaster, hidden=(None, None))
+            factory = real_draft_worker if groups.in_draft else remote_draft_worker
+            ew2.EagleDraftWorker = factory
+            try:
+                orig(self, server_args, gpu_id, nccl_port, target_worker)
+            finally:
+                ew2.EagleDraftWorker = real_draft_worker
+            from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec_from_config
+
+            runner = target_worker.model_runner
+            cfg = runner.spec_aux_config.draft_model_config
+            state.split.hidden = (
+                get_draft_recurrent_hidden_state_spec_from_config(cfg, runner.spec_algorithm)
+                if cfg is not None
+                else (None, None)
+            )
+            logger.info("specdecode: draft on ranks %s of %s (this rank %s S)", groups.placement.draft_ranks,
+                        groups.placement.target_ranks, "in" if groups.in_draft else "outside")
+
+        return __init__
+
+    return make
+
+
+def wrap_pool(orig):
+    def alloc_memory_pool(self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None):
+        st = state.split
+        if st is not None:
+            from sglang.srt.speculative.pp_draft_embedding import resolve_target_embed_and_head
+
+            vocab = self._target_worker.model_runner.model_config.vocab_size
+            embed, head = resolve_target_embed_and_head(self._target_worker.model_runner.model)
+            gathered = []
+            for t in (embed, head):
+                if t is None or t.shape[0] >= vocab:  # absent, or already replicated
+                    gathered.append(t)
+                    continue
+                full = st.groups.gather_vocab_shards(t.data)
+                gathered.append(st.groups.draft_shard(full) if full is not None else None)
+            st.gathered = (gathered[0], gathered[1])
+        return orig(self, memory_pool_config=memory_pool_config, req_to_token_pool=req_to_token_pool,
+                    token_to_kv_pool_allocator=token_to_kv_pool_allocator)
+
+    return alloc_memory_pool
+
+
+def wrap_embed(orig):
+    def _resolve_shared_embed_and_head(self):
+        st = state.split
+        if st is None or st.gathered == (None, None):
+            return orig(self)
+        embed, head = st.gathered
+        import torch
+
+        return (torch.nn.Parameter(embed, requires_grad=False) if embed is not None else None,
+                torch.nn.Parameter(head, requires_grad=False) if head is not None else None)
+
+    return _resolve_shared_embed_and_head
+
+
+def wrap_layout(orig):
+    def resolve_draft_parallel_layout(model_spec, *, collapse_cp=False):
+        st = state.split
+        if st is None or not st.groups.in_draft:
+            return orig(model_spec, collapse_cp=collapse_cp)
+        from sglang.srt.configs.draft_parallel import DraftParallelLayout
+
+        g = st.groups.draft_group
+        return DraftParallelLayout(tp_group=g, attn_tp_size=g.world_size)
+
+    return resolve_draft_parallel_layout
+
+
+def local_memory_probe(orig: Callable) -> Callable:
+    """``get_available_gpu_memory`` that drops ``distributed=True`` inside a draft-only phase."""
+    from ..draft_group import in_draft_only_scope
+
+    def get_available_gpu_memory(device, gpu_id, distributed=False, empty_cache=True, cpu_group=None):
+        if distributed and in_draft_only_scope():
+            distributed = False  # a world all-reduce issued on S alone would hang the other ranks
+        return orig(device, gpu_id, distributed=distributed, empty_cache=empty_cache, cpu_group=cpu_group)
+
+    return get_available_gpu_memory
+
+
+def create_groups(split: SplitConfig, target_worker: Any):
+    """Every TP rank, same order: draft GroupCoordinator (S + singletons), then the broadcast communicator."""
+    import torch
+    import torch.distributed as dist
+    from sglang.srt.distributed.parallel_state import init_model_parallel_group
+    from sglang.srt.runtime_context import get_parallel
+
+    from ..draft_group import (
+        DraftGroups,
+        DraftPlacement,
+        ProposalBroadcaster,
+        ProposalLayout,
+        choose_draft_ranks,
+        detect_topology,
+    )
+
+    par = get_parallel()
+    tp = par.tp_group
+    target_ranks = tuple(tp.ranks)
+    topo = detect_topology() if (split.use_topology and split.draft_ranks is None) else None
+    local = choose_draft_ranks(len(target_ranks), split.draft_tp, split.draft_ranks, topo)
+    placement = DraftPlacement.from_tp_ranks(target_ranks, local)
+    blocks = [list(b) for b in DraftGroups.partition(placement)]
+    backend = dist.get_backend(tp.device_group)
+    coordinator = init_model_parallel_group(
+        blocks, tp.local_rank, backend, use_pynccl=placement.draft_tp_size > 1 and backend == "nccl",
+        use_message_queue_broadcaster=False, group_name="specdecode_draft",
+    )
+    bcast = dist.new_group(ranks=list(target_ranks), backend=backend)
+    groups = DraftGroups(placement=placement, rank=dist.get_rank(), draft_group=coordinator, bcast_group=bcast,
+                         draft_backend=backend, bcast_backend=backend)
+    from sglang.srt.runtime_context import get_exec, get_schedule, get_spec
+
+    graph_max = getattr(getattr(get_exec().graph, "cuda_graph_config", None), "decode", None)
+    max_bs = max(getattr(graph_max, "max_bs", 0) or 0, get_schedule().max_running_requests or 0, 1)
+    spec = get_spec()
+    steps = spec.speculative_num_steps
+    if getattr(spec, "speculative_adaptive", False):  # size the buffer for the deepest captured tier, once
+        from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
+
+        steps = max([steps, *resolve_candidate_steps_from_config(spec.speculative_adaptive_config)])
+    widest = ProposalLayout(max(steps, 1), spec.speculative_eagle_topk,
+                            max(spec.speculative_num_draft_tokens, steps + 1) if spec.speculative_eagle_topk == 1
+                            else spec.speculative_num_draft_tokens)
+    device = tp.device if hasattr(tp, "device") else torch.device("cuda", torch.cuda.current_device())
+    bcaster = ProposalBroadcaster(groups, widest, max_bs=max_bs, device=device)
+    return groups, bcaster

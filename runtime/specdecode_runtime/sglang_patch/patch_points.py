@@ -1,0 +1,128 @@
+"""The SGLang symbols the runtime touches, each with the parameters it must have.
+
+Every patch in this package names its target here, so an SGLang upgrade that renames or re-signatures one fails
+``specdecode-runtime check-sglang`` (:mod:`.compat`) before a pod starts, not mid-capture on a GPU. Roles:
+``wrap`` (replaced by a wrapper calling the original), ``rebind`` (a module-level name re-pointed), ``hook``
+(wrapped to reach an engine callback) and ``use`` (relied on as is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EW2 = "sglang.srt.speculative.eagle_worker_v2"
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    """One SGLang symbol the runtime wraps, replaces or relies on, with the parameters it must have."""
+
+    target: str  # dotted path of the binding we touch / read
+    params: tuple[str, ...]  # expected parameter names, in order (empty: not a callable check)
+    role: str  # "wrap", "rebind", "use", "hook"
+    why: str
+    origin: str | None = None  # where the object is defined, when ``target`` is an imported binding
+
+
+PATCH_POINTS: tuple[PatchPoint, ...] = (
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.__init__", ("self", "server_args", "gpu_id", "nccl_port", "target_worker"),
+               "wrap", "create the draft group and broadcast communicator on every rank; RemoteDraftWorker outside S"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.alloc_memory_pool",
+               ("self", "memory_pool_config", "req_to_token_pool", "token_to_kv_pool_allocator"),
+               "wrap", "all-gather the target's vocab-sharded embedding/head once, on every rank"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.forward_batch_generation",
+               ("self", "batch", "on_publish", "grammar_barrier", "pp_proxy_tensors"),
+               "wrap", "host timestamps of each decode cycle's launch, stamped on the returned result; runs "
+               "unchanged otherwise (calls draft_worker.draft / _draft_extend_for_decode on every rank)"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.verify", ("self", "batch", "pp_proxy_tensors", "grammar_barrier"),
+               "wrap", "host timestamps around the target verify launch, and the tier it ran with"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", ("self",),
+               "wrap", "worker ready on every rank (tiers captured): step channel, preflight, rank-0 metrics/server"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.build_adaptive_runtime_state",
+               ("self", "speculative_num_steps", "speculative_num_draft_tokens", "cuda_graph_bs"),
+               "use", "captures one tier per candidate step at start-up (--speculative-adaptive)"),
+    PatchPoint("sglang.srt.speculative.adaptive_runtime_state.AdaptiveController._activate",
+               ("self", "speculative_num_steps"), "use", "pointer swap to a captured tier; raises if uncaptured"),
+    PatchPoint("sglang.srt.speculative.adaptive_runtime_state.AdaptiveController.init_states",
+               ("self", "cuda_graph_bs"), "use", "builds a SpecRuntimeState for every candidate step"),
+    PatchPoint("sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams.__init__",
+               ("self", "initial_steps", "cfg_path"), "use", "reads the adaptive config the launcher writes"),
+    PatchPoint("sglang.srt.speculative.adaptive_spec_params._load_adaptive_config", ("cfg_path",), "use",
+               "SGLang's loader/validator of that config (the launcher tests call it)"),
+    PatchPoint("sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams.cuda_graph_bs_for_step",
+               ("self", "step"), "use", "one slot keyed '1' captures every tier for every graph batch size"),
+    PatchPoint("sglang.srt.managers.scheduler.Scheduler.ingest_requests", ("self", "stop_at_pause"), "wrap",
+               "once per scheduler-loop pass on every TP rank, same order, on the host: step-table exchange"),
+    PatchPoint("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+               "._resolve_spec_v2_tokens", ("self", "result", "batch"), "wrap",
+               "hands the result's launch stamp to on_verify_complete_cpu, which SGLang calls from here"),
+    PatchPoint("sglang.srt.managers.utils.GenerationBatchResult", (), "use",
+               "a plain dataclass (no slots): carries the cycle stamp from launch to result processing"),
+    PatchPoint("sglang.srt.utils.common.add_prometheus_middleware", ("app",), "use",
+               "SGLang's /metrics: MultiProcessCollector over PROMETHEUS_MULTIPROC_DIR, so our series appear"),
+    PatchPoint("sglang.srt.utils.common.set_prometheus_multiproc_dir", (), "use",
+               "keeps a user-set PROMETHEUS_MULTIPROC_DIR (only adds an unused subdirectory)"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2._forward_prefill_batch",
+               ("self", "batch", "on_publish", "pp_proxy_tensors", "coordination_plan"),
+               "use", "runs unchanged; calls draft_worker._draft_extend_for_prefill on every rank"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", ("self", "num_correct_drafts_per_req", "batch_size"),
+               "hook", "metrics hook: accepted drafts per request after each verify, already on the CPU; with step "
+               "control installed SGLang's EMA controller is never fed"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.activate_step_by_batch", ("self", "batch_size"),
+               "hook", "step-control hook: pick the pre-captured tier before each decode round, every rank"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2.apply_runtime_state", ("self", "state"),
+               "use", "pointer-swap to a pre-captured SpecRuntimeState (adaptive tiers)"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.__init__", ("self", "server_args", "gpu_id", "nccl_port", "target_worker"),
+               "wrap", "draft model construction on S only, inside the draft-only guard"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.alloc_memory_pool",
+               ("self", "memory_pool_config", "req_to_token_pool", "token_to_kv_pool_allocator"),
+               "wrap", "draft KV pool on S only, inside the draft-only guard"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.init_attention_backends", ("self",), "wrap", "S only, guarded"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.init_cuda_graphs", ("self",), "wrap", "draft CUDA graphs on S only, guarded"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.init_attention_backend", ("self",), "wrap",
+               "S only, guarded: also called per step tier by build_adaptive_runtime_state"),
+    PatchPoint(f"{EW2}.EagleDraftWorker._capture_cuda_graphs", ("self",), "wrap",
+               "S only, guarded: also called per step tier by build_adaptive_runtime_state"),
+    PatchPoint(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", ("self",),
+               "wrap", "S receives its |S|-way shard of the gathered target embedding/head"),
+    PatchPoint(f"{EW2}.EagleDraftWorker.draft", ("self", "batch", "with_topology"),
+               "use", "mirrored by RemoteDraftWorker.draft"),
+    PatchPoint(f"{EW2}.EagleDraftWorker._draft_extend_for_decode", ("self", "batch", "batch_result", "kv_loc_plan"),
+               "use", "mirrored by RemoteDraftWorker (placeholders)"),
+    PatchPoint(f"{EW2}.EagleDraftWorker._draft_extend_for_prefill",
+               ("self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan"),
+               "use", "mirrored by RemoteDraftWorker (placeholders)"),
+    PatchPoint(f"{EW2}.EagleDraftWorker", (), "rebind", "EAGLEWorkerV2.__init__ builds its draft worker by this name"),
+    PatchPoint(f"{EW2}.resolve_draft_parallel_layout", ("model_spec", "collapse_cp"), "rebind",
+               "third case: DraftParallelLayout(tp_group=<S>) on S",
+               origin="sglang.srt.speculative.draft_parallel.resolve_draft_parallel_layout"),
+    PatchPoint(f"{EW2}.build_eagle_verify_input",
+               ("batch", "draft_input", "parent_list", "top_scores_index", "draft_tokens", "draft_probs",
+                "target_worker", "topk", "num_steps", "num_draft_tokens", "tree_mask_mode", "device"),
+               "rebind", "broadcast the proposals from S's leader before the verify input is built",
+               origin="sglang.srt.speculative.eagle_worker_common.build_eagle_verify_input"),
+    PatchPoint("sglang.srt.utils.common.get_available_gpu_memory",
+               ("device", "gpu_id", "distributed", "empty_cache", "cpu_group"), "rebind",
+               "answered locally inside draft-only phases (its distributed form is a world all-reduce)"),
+    PatchPoint("sglang.srt.distributed.parallel_state.patch_tensor_parallel_group", ("tp_group", "owns_attention"),
+               "use", "narrows tp/attn/moe sizes to the draft group (reused as is)"),
+    PatchPoint("sglang.srt.distributed.parallel_state.init_model_parallel_group",
+               ("group_ranks", "local_rank", "backend", "use_pynccl", "use_custom_allreduce",
+                "use_message_queue_broadcaster", "group_name"), "use", "creates the draft GroupCoordinator"),
+    PatchPoint("sglang.srt.configs.draft_parallel.DraftParallelLayout", (), "use",
+               "fields tp_group, attn_tp_size, disable_cp"),
+    PatchPoint("sglang.srt.speculative.base_spec_worker.EagleDraftWorkerBase._rebuild_topk1_chain_buffers", ("self",),
+               "use", "chain constants every rank rebuilds for topk=1"),
+    PatchPoint("sglang.srt.speculative.eagle_info.EagleDraftInput", (), "use", "placeholders outside S"),
+    PatchPoint("sglang.srt.speculative.pp_draft_embedding.resolve_target_embed_and_head", ("target_model", "draft_model"),
+               "use", "the target's (vocab-sharded) embedding and head"),
+    PatchPoint("sglang.srt.managers.scheduler.run_scheduler_process",
+               ("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank", "pipe_writer"),
+               "use", "spawned per rank; wrapped by run_scheduler_process below (patches re-applied in the child)"),
+    PatchPoint("sglang.srt.entrypoints.http_server.launch_server",
+               ("server_args", "init_tokenizer_manager_func", "run_scheduler_process_func"), "use",
+               "the launcher passes run_scheduler_process_func"),
+    PatchPoint("sglang.srt.entrypoints.engine._set_envs_and_config", ("server_args",), "wrap",
+               "re-apply the NCCL profile after SGLang sets NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE"),
+    PatchPoint("sglang.srt.server_args.prepare_server_args", ("argv",), "use", "SGLang's own CLI parser"),
+)

@@ -1,0 +1,136 @@
+"""The draft worker of a TP rank outside the draft subset S: no weights, no draft KV pool, no draft graphs.
+
+``EAGLEWorkerV2`` runs unchanged on every rank and calls its draft worker's ``draft()`` and draft-extend methods
+everywhere, so outside S it gets this stand-in (bound in :mod:`.draft_layout`). Its ``draft()`` receives S's
+broadcast and rebuilds this rank's own verify input with SGLang's original ``build_eagle_verify_input`` (every
+rank fills its own target verify buffers); its draft-extend methods return shape-valid placeholders, which the
+overlap FutureMap stores and nothing reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import process_state as state
+
+
+class _NullRunner:
+    """Just enough of a ModelRunner for EAGLEWorkerV2's bookkeeping outside S (no weights, no KV pool)."""
+
+    def __init__(self, target_runner: Any):
+        self.model_config = target_runner.spec_aux_config.draft_model_config or target_runner.model_config
+        self.spec_algorithm = target_runner.spec_algorithm
+        self.device = target_runner.device
+        self.attn_backend = None
+        self.draft_attn_backend = None
+        self.graph_memory_usage: dict[str, float] = {}
+        self.graph_time_usage: dict[str, float] = {}
+        self.weight_load_time = 0.0
+        self.preloaded_weights_bytes = 0
+        self.canary_manager = None
+        self.device_timer = None
+
+
+def _make_remote_draft_worker_cls() -> type:
+    from sglang.srt.configs.draft_parallel import DraftParallelLayout
+    from sglang.srt.runtime_context import get_device, get_parallel, get_spec
+    from sglang.srt.speculative import eagle_worker_v2 as ew2
+    from sglang.srt.speculative.base_spec_worker import EagleDraftWorkerBase
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from sglang.srt.speculative.eagle_utils import default_tree_mask_mode
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    import torch
+
+    from ..draft_group import ProposalLayout
+
+    class RemoteDraftWorker(EagleDraftWorkerBase):
+        """The draft worker of a rank outside S: receives proposals, never drafts."""
+
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):
+            super().__init__()
+            self.server_args, self.gpu_id, self.nccl_port = server_args, gpu_id, nccl_port
+            self.target_worker = target_worker
+            self.device = get_device().device
+            self.topk = get_spec().speculative_eagle_topk
+            self.speculative_num_steps = get_spec().speculative_num_steps
+            self.speculative_num_draft_tokens = get_spec().speculative_num_draft_tokens
+            self.speculative_algorithm = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)
+            self._rebuild_topk1_chain_buffers()
+            self.parallel_layout = DraftParallelLayout(tp_group=None, attn_tp_size=get_parallel().attn_tp_size)
+            self.draft_runner = _NullRunner(target_worker.model_runner)
+            self.draft_worker = None
+            self.draft_attn_backend = self.draft_extend_attn_backend = None
+            self.cuda_graph_runner = self.cuda_graph_runner_for_draft_extend = None
+            self.hot_token_id = None
+            self.tree_mask_mode = default_tree_mask_mode()
+
+        @property
+        def draft_runners(self):
+            return []
+
+        def alloc_memory_pool(self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None):
+            self.req_to_token_pool = req_to_token_pool
+            self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+
+        def init_attention_backends(self):
+            pass
+
+        def init_attention_backend(self):
+            pass
+
+        def init_cuda_graphs(self):
+            pass
+
+        def _capture_cuda_graphs(self):
+            pass
+
+        def draft_extend(self):
+            pass
+
+        def _placeholders(self, bs: int):
+            hidden, dtype = state.split.hidden if state.split is not None else (None, None)
+            topk_p = torch.zeros((bs, self.topk), dtype=torch.float32, device=self.device)
+            topk_index = torch.zeros((bs, self.topk), dtype=torch.int64, device=self.device)
+            hs = torch.zeros((bs, hidden), dtype=dtype, device=self.device) if hidden else None
+            return topk_p, topk_index, hs
+
+        def draft(self, batch, *, with_topology: bool = False):
+            draft_input = batch.spec_info
+            bs = batch.seq_lens.shape[0]
+            parents = scores = tokens = None
+            if not batch.forward_mode.is_idle():
+                layout = ProposalLayout(self.speculative_num_steps, self.topk, self.speculative_num_draft_tokens)
+                tokens, parents, scores = state.split.broadcaster.broadcast(bs, layout=layout)
+                if self.topk == 1:
+                    parents = self._topk1_parents_prealloc[:bs]
+                    scores = self._topk1_score_indices_prealloc[:bs]
+            verify_input = state.original_build_verify_input(
+                batch, draft_input, parents, scores, tokens, None,
+                target_worker=self.target_worker, topk=self.topk, num_steps=self.speculative_num_steps,
+                num_draft_tokens=self.speculative_num_draft_tokens, tree_mask_mode=self.tree_mask_mode,
+                device=self.device,
+            )
+            if with_topology:
+                return verify_input, parents, scores
+            return verify_input
+
+        def _draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None,
+                                      kv_loc_plan=None):
+            bs = next_token_ids.shape[0]
+            topk_p, topk_index, hs = self._placeholders(bs)
+            return EagleDraftInput(
+                topk_p=topk_p, topk_index=topk_index, hidden_states=hs, bonus_tokens=next_token_ids,
+                num_tokens_per_req=1, num_tokens_for_logprob_per_req=1,
+            )
+
+        def _draft_extend_for_decode(self, batch, batch_result, *, kv_loc_plan=None):
+            nd = batch_result.next_draft_input
+            nd.topk_p, nd.topk_index, hs = self._placeholders(batch.seq_lens.shape[0])
+            if hs is not None:
+                nd.hidden_states = hs
+            nd.cuda_graph_compatible = True
+
+    RemoteDraftWorker.__module__ = __name__
+    ew2  # noqa: B018 - imported for its side effect of being loaded before patching
+    return RemoteDraftWorker
