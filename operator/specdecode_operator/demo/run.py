@@ -99,6 +99,10 @@ class _Api:
 
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, Any]:
+    import logging
+
+    # kopf warns that it cannot install OS signal handlers outside the main thread: expected here, not news.
+    logging.getLogger("kopf").setLevel(logging.ERROR)
     console = console or Console()
     out = options.out_dir
     out.mkdir(parents=True, exist_ok=True)
