@@ -211,6 +211,8 @@ def test_operator_restart_resumes_without_duplicate_writes(cluster_factory):
     wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
     cluster.make_ready(APPS, "deployments", "llama")
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
+    # and the tuner's first report (status.speculative): a restart before it would rightly write it then
+    wait_for(lambda: (cluster.get_sdd("llama").get("status") or {}).get("speculative"))
     cluster.operator.__exit__(None, None, None)
     mark = len(cluster.emulator.log)
     cluster.operator = OperatorThread(operator_config(server=cluster.server.url)).__enter__()

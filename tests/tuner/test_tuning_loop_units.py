@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from specdecode_operator.api.models import SpecDecodeDeployment
 from specdecode_operator.reconcile import tuning
-from specdecode_operator.reconcile.tuning_loop import nccl_from_text, targets_from_slices
+from specdecode_operator.reconcile.tuner_pod_io import nccl_from_text
+from specdecode_operator.reconcile.tuner_pods import targets_from_slices
 
 
 def _sdd(mode: str = "Rollout", steps: int = 5) -> SpecDecodeDeployment:
@@ -60,3 +61,17 @@ def test_metrics_condition_carried_over_until_the_loop_reports():
     mine = {"type": "MetricsAvailable", "status": "False", "reason": "MetricsDown", "message": "m"}
     assert tuning.conditions({tuning.CONDITION: mine}, body) == [mine]
     assert tuning.conditions({}, {}) == []
+
+
+def test_initial_condition_is_what_the_first_interval_reports():
+    """Before the loop's first interval the reconciler reports the tuner's expected first condition (for a valid
+    spec only), so a new object's first status write already carries MetricsAvailable."""
+    from specdecode_operator.tuner.tuner import Tuner, TunerConfig
+
+    assert tuning.conditions({}, {}, tuned=False) == []
+    first = tuning.conditions({}, {}, tuned=True)
+    d = Tuner(TunerConfig.from_autotune(_sdd().spec.speculative.autotune, 5)).step(0.0, [])
+    assert first == [tuning.condition_dict(d.condition)]
+    assert first[0]["reason"] == "NoPods"
+    warming = tuning.conditions({}, {"status": {"readyReplicas": 1}}, tuned=True)
+    assert warming[0]["status"] == "Unknown" and warming[0]["reason"] == "WarmingUp"

@@ -19,7 +19,7 @@ import kubernetes
 from ..api.models import GROUP, PLURAL, VERSION
 from ..opmetrics import OperatorMetrics
 from ..render.names import MANAGED_BY
-from . import children, tuning_loop
+from . import children, tuner_pod_io, tuning_loop
 from .apply import KubeClient
 from .reconciler import Reconciler
 
@@ -76,12 +76,16 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
         reconciler.client = KubeClient(kube_configuration(config), metrics=metrics, timeout=config.request_timeout,
                                        retries=config.retries, backoff=config.backoff_seconds,
                                        workers=config.api_workers)
+        reconciler.http = tuner_pod_io.open_session()  # one for all tuner daemons, on kopf's loop
         metrics.serve(config.metrics_port)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
         if reconciler.client:
             reconciler.client.close()
+        if reconciler.http is not None:  # kopf has stopped the daemons before cleanup
+            await reconciler.http.close()
+            reconciler.http = None
         metrics.close()
 
     @kopf.on.probe(id="reconciles", registry=registry)

@@ -33,6 +33,7 @@ class Reconciler:
         self.config = config
         self.metrics = metrics
         self.client: KubeClient | None = None
+        self.http = None  # the tuner's shared aiohttp session (reconcile/tuner_pod_io.py), made at kopf startup
         self._gauge_at = 0.0
         self.durations: list[float] = []  # seconds per reconcile, for benchmarks (bounded below)
 
@@ -54,12 +55,14 @@ class Reconciler:
             desired_replicas=spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 0,
             selector=names.selector_string(md["name"]),
             paused=(md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused",
-            extra=tuning.conditions(memo, body),
         )
         result = "ok"
         live = {children.key_of(o): o for o in live_children(md["namespace"], md["uid"])}
         try:
-            sdd, problems = self._validated(body, memo)
+            sdd, problems = validated(body, memo)
+            # The tuner's MetricsAvailable (its expected first value before its loop has run, so a new object's
+            # first status write already holds it); a valid spec is one the tuner steps.
+            obs.extra = tuning.conditions(memo, body, tuned=sdd is not None)
             if problems:
                 obs.problems = problems
                 result = "invalid"
@@ -106,23 +109,6 @@ class Reconciler:
         if len(self.durations) < 200_000:
             self.durations.append(elapsed)
         return result
-
-    def _validated(self, body: dict, memo):
-        """Validation result per generation: spec changes bump it, so steady-state ticks reuse it."""
-        gen = body["metadata"].get("generation")
-        cached = memo.get("validated")
-        if cached and cached[0] == gen and cached[0] is not None:
-            return cached[1], cached[2]
-        obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
-        problems = [str(p) for p in validate_object(obj)]
-        sdd = None
-        if not problems:
-            try:
-                sdd = parse(obj, validated=True)  # validate_object ran just above: once per generation
-            except InvalidSpec as e:
-                problems = [str(p) for p in e.problems]
-        memo["validated"] = (gen, sdd, problems)
-        return sdd, problems
 
     def _fresh(self, memo, key, indexed: dict | None) -> dict | None:
         """The watch cache may lag our own write by a moment; within settle_seconds our write's answer wins.
@@ -248,6 +234,26 @@ class Reconciler:
             obs.replaced.append(f"{key[1]}/{key[2]}")
             events.emit(body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
                         f"deleted {key[1]} {key[2]}: the current spec no longer renders it")
+
+
+def validated(body: dict, memo) -> tuple:
+    """(parsed spec or None, problems) of ``body``, once per generation: spec changes bump it, so steady-state
+    passes reuse it. Kept in the object's kopf memo, which the tuner's daemon shares: whichever of the reconciler
+    and the tuning loop sees a generation first validates it, the other reuses the result."""
+    gen = body["metadata"].get("generation")
+    cached = memo.get("validated")
+    if cached and cached[0] == gen and cached[0] is not None:
+        return cached[1], cached[2]
+    obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+    problems = [str(p) for p in validate_object(obj)]
+    sdd = None
+    if not problems:
+        try:
+            sdd = parse(obj, validated=True)  # validate_object ran just above: once per generation
+        except InvalidSpec as e:
+            problems = [str(p) for p in e.problems]
+    memo["validated"] = (gen, sdd, problems)
+    return sdd, problems
 
 
 def _workload(objs: Iterable[dict]) -> dict | None:

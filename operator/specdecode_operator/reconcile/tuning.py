@@ -1,11 +1,14 @@
 """The hooks between reconciliation and the step-count tuner (the loop itself is reconcile/tuning_loop.py).
 
 ``tuned_steps`` feeds Rollout mode's decision into RenderOptions; ``conditions`` hands the tuner's
-MetricsAvailable condition to the reconciler, the single writer of ``status.conditions``. Both read spec and
-never write it; the tuner's loop keeps its state in the per-object kopf memo under the keys below.
+MetricsAvailable condition to the reconciler, the single writer of ``status.conditions`` (and its expected first
+value, before the loop has run). Both read spec and never write it; the tuner's loop keeps its state in the
+per-object kopf memo under the keys below.
 """
 
 from __future__ import annotations
+
+from ..tuner.tuner import CONDITION_TYPE, FIRST_SCRAPE, NO_PODS
 
 TUNED_STEPS = "tuned_steps"  # Rollout: the step count the tuner rolled out (None: spec.speculative.numSteps)
 CONDITION = "tuner_condition"  # the tuner's MetricsAvailable condition (dict), reported by the reconciler
@@ -36,12 +39,29 @@ def resumed_steps(sdd, body) -> int | None:
     return None
 
 
-def conditions(memo, body=None) -> list[dict]:
-    """The tuner's condition; before its loop's first interval (operator restart) the one already in status is
-    carried over, so a restart does not drop and re-add it (two needless writes)."""
+def condition_dict(c) -> dict:
+    """A tuner ``Condition`` as the reconciler reports it (no timestamps; ``writer`` stamps them)."""
+    return {"type": c.type, "status": c.status, "reason": c.reason, "message": (c.message or "")[:1024]}
+
+
+def initial_condition(body=None) -> dict:
+    """What the tuner's first interval will report, before it has run: without ready replicas there is no endpoint
+    to list (``NoPods``), with some the first scrape cannot decide yet (``WarmingUp``). Reporting it in the
+    reconciler's first pass means a new object's first status write already carries the condition, instead of a
+    second write when the tuner's first interval adds it (the tuner's own answer, when the same, changes nothing)."""
+    if not (((body or {}).get("status") or {}).get("readyReplicas")):
+        return condition_dict(NO_PODS)
+    return {"type": CONDITION_TYPE, "status": "Unknown", "reason": "WarmingUp",
+            "message": f"no decision this interval: {FIRST_SCRAPE}"}
+
+
+def conditions(memo, body=None, tuned: bool = False) -> list[dict]:
+    """The tuner's condition. Before its loop's first interval: the one already in status (operator restart: a
+    restart does not drop and re-add it, two needless writes), else, for an object the tuner will step
+    (``tuned``: a valid spec), ``initial_condition``."""
     if CONDITION in memo:
         return [memo[CONDITION]] if memo[CONDITION] else []
     for c in ((body or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "MetricsAvailable":
+        if c.get("type") == CONDITION_TYPE:
             return [{k: c.get(k, "") for k in ("type", "status", "reason", "message")}]
-    return []
+    return [initial_condition(body)] if tuned else []

@@ -20,6 +20,10 @@ from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose
 
 Mode = Literal["Off", "Live", "Rollout"]
 CONDITION_TYPE = "MetricsAvailable"
+# What an interval without pods reports; also the condition the reconciler reports before the tuner's first interval
+# (reconcile/tuning.py), so an object's first status write already carries it.
+NO_PODS = Condition(type=CONDITION_TYPE, status="False", reason="NoPods", message="no pods to scrape")
+FIRST_SCRAPE = "first scrape: a decision needs two snapshots of the counters"
 ProfileSource = Mapping[str, CycleCost] | Callable[[str], CycleCost | None] | CycleCost | None
 
 
@@ -317,7 +321,7 @@ class Tuner:
 
     def _condition(self, report: ObserveReport, snapshots: list) -> Condition:
         if not snapshots:
-            return Condition(type=CONDITION_TYPE, status="False", reason="NoPods", message="no pods to scrape")
+            return NO_PODS.model_copy()
         problems = []
         if report.down:
             problems.append("down: " + "; ".join(f"{p}: {e}" for p, e in sorted(report.down.items())))
@@ -328,7 +332,7 @@ class Tuner:
         if not report.usable:
             reason = ("MetricsDown" if report.down and not report.invalid else "MetricsInvalid" if report.invalid
                       else "CounterReset" if report.resets else "WarmingUp")
-            msg = "; ".join(problems) or "first scrape: a decision needs two snapshots of the counters"
+            msg = "; ".join(problems) or FIRST_SCRAPE
             return Condition(type=CONDITION_TYPE, status="False" if problems else "Unknown", reason=reason,
                              message=f"no decision this interval: {msg}")
         if problems:
