@@ -6,21 +6,13 @@ from __future__ import annotations
 import socket
 import urllib.request
 
-from k8s.cluster import condition, wait_for
+from k8s.cluster import condition, minimal_sdd, wait_for
 
 APPS = "apps/v1"
 
 
 def sdd(name: str = "llama") -> dict:
-    return {
-        "apiVersion": "specdecode.io/v1alpha1",
-        "kind": "SpecDecodeDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "target": {"model": "/models/llama-70b", "tensorParallelSize": 8},
-            "draft": {"model": "/models/llama-70b-eagle3", "tensorParallelSize": 1},
-        },
-    }
+    return minimal_sdd(name, tp=8)
 
 
 def _free_port() -> int:

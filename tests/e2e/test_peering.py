@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from k8s.cluster import wait_for
+from k8s.cluster import minimal_sdd, wait_for
 from k8s.fixtures import operator_config
 from specdecode_operator.testbed.runner import OperatorThread
 
 PEERING = "specdecode-operator"
 
 
-def sdd(name: str) -> dict:
-    return {
-        "apiVersion": "specdecode.io/v1alpha1",
-        "kind": "SpecDecodeDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "target": {"model": "/models/t", "tensorParallelSize": 4},
-            "draft": {"model": "/models/d", "tensorParallelSize": 1},
-        },
-    }
+def sdd(name: str = "llama") -> dict:
+    return minimal_sdd(name, tp=4)
 
 
 def test_peers_register_and_the_standby_takes_over(cluster_factory):

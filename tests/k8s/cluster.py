@@ -124,3 +124,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
 
 def unique_namespace() -> str:
     return f"e2e-{uuid.uuid4().hex[:8]}"
+
+
+def minimal_sdd(name: str, *, tp: int = 8, draft_tp: int = 1) -> dict:
+    """The smallest valid SpecDecodeDeployment: everything else defaulted by the CRD."""
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "target": {"model": "/models/target", "tensorParallelSize": tp},
+            "draft": {"model": "/models/draft-eagle3", "tensorParallelSize": draft_tp},
+        },
+    }
