@@ -31,7 +31,7 @@ EXPOSE 8080 8081
 ENTRYPOINT ["specdecode", "operator", "run"]
 
 # ---- runtime: the pinned SGLang CUDA image plus the `runtime` extra ----------------------------------------------
-# torch and sglang come from the base image; the `runtime` extra adds only prometheus-client and aiohttp.
+# torch and sglang come from the base image; the `runtime` extra adds only prometheus-client, aiohttp and numpy.
 FROM ${SGLANG_IMAGE} AS runtime
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
