@@ -1,0 +1,97 @@
+"""Choosing S, the draft ranks inside the target's TP group, and naming it in global ranks.
+
+Both halves run before any process group exists (the launcher validates ``draft.ranks`` with them), so they import
+neither torch nor SGLang: a placement that cannot be served is refused with :class:`DraftGroupError` up front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import DraftGroupError
+from .topology import GpuTopology
+
+
+def choose_draft_ranks(
+    tp_size: int,
+    draft_tp: int,
+    ranks: Sequence[int] | None = None,
+    topology: GpuTopology | None = None,
+) -> tuple[int, ...]:
+    """S as sorted TP ranks (0-based within the target group).
+
+    * ``ranks`` given: used as is after validation (length = ``draft_tp``, unique, inside the target group).
+    * else with a topology: rank 0 plus its nearest peers (its NVLink island or PCIe switch first, then by link
+      distance, ties to the lower rank), so the draft's own collectives stay on the shortest links.
+    * else: ``0 .. draft_tp-1``.
+
+    S always contains rank 0 unless ``ranks`` says otherwise: rank 0 is where SGLang's scheduler receives requests.
+    """
+    if tp_size < 1 or draft_tp < 1:
+        raise DraftGroupError(f"tp sizes must be >= 1 (target {tp_size}, draft {draft_tp})")
+    if draft_tp > tp_size:
+        raise DraftGroupError(f"draft TP {draft_tp} is larger than target TP {tp_size}: S must be inside the target group")
+    if tp_size % draft_tp:
+        raise DraftGroupError(f"draft TP {draft_tp} must divide target TP {tp_size}")
+    if ranks is not None:
+        chosen = [int(r) for r in ranks]
+        if len(chosen) != draft_tp:
+            raise DraftGroupError(f"draft.ranks has {len(chosen)} entries, draft TP is {draft_tp}")
+        if len(set(chosen)) != len(chosen):
+            raise DraftGroupError(f"draft.ranks {chosen} has duplicates")
+        outside = [r for r in chosen if not 0 <= r < tp_size]
+        if outside:
+            raise DraftGroupError(
+                f"draft.ranks {outside} are not inside the target TP group 0..{tp_size - 1}: "
+                "a draft outside the target group would need the verify hidden states moved every step"
+            )
+        return tuple(sorted(chosen))
+    if topology is not None and topology.size >= tp_size:
+        island = [r for r in topology.island(0) if r < tp_size]
+        rest = sorted((r for r in range(tp_size) if r not in island), key=lambda r: (topology.distance(0, r), r))
+        ordered = sorted(island, key=lambda r: (topology.distance(0, r), r)) + rest
+        return tuple(sorted(ordered[:draft_tp]))
+    return tuple(range(draft_tp))
+
+
+@dataclass(frozen=True)
+class DraftPlacement:
+    """S inside the target group, both as *global* ranks of the default process group.
+
+    ``target_ranks`` is in TP order (TP rank i is ``target_ranks[i]``); ``draft_ranks`` is sorted, and its first
+    entry is S's leader, the source of every proposal broadcast.
+    """
+
+    target_ranks: tuple[int, ...]
+    draft_ranks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.draft_ranks:
+            raise DraftGroupError("the draft group is empty")
+        missing = sorted(set(self.draft_ranks) - set(self.target_ranks))
+        if missing:
+            raise DraftGroupError(f"draft ranks {missing} are not inside the target group {list(self.target_ranks)}")
+
+    @classmethod
+    def from_tp_ranks(cls, target_ranks: Sequence[int], tp_local: Sequence[int]) -> "DraftPlacement":
+        target = tuple(int(r) for r in target_ranks)
+        return cls(target_ranks=target, draft_ranks=tuple(sorted(target[i] for i in tp_local)))
+
+    @property
+    def leader(self) -> int:
+        return self.draft_ranks[0]
+
+    @property
+    def draft_tp_size(self) -> int:
+        return len(self.draft_ranks)
+
+    @property
+    def is_split(self) -> bool:
+        return len(self.draft_ranks) < len(self.target_ranks)
+
+    def contains(self, rank: int) -> bool:
+        return rank in self.draft_ranks
+
+    def rank_in_draft(self, rank: int) -> int:
+        return self.draft_ranks.index(rank)
