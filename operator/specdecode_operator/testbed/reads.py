@@ -1,0 +1,74 @@
+"""GET, list and watch with label selectors, and the Scale view of GET /scale."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp.web
+
+from .errors import Reject
+from .resources import ResourceMeta
+from .selectors import compile_selector
+from .store import ObjectStore
+from .subresources import scale_of
+
+
+class ReadHandlers(ObjectStore):
+    """A mixin of ``ApiServerEmulator``; ``_serve_list`` and ``_serve_watch`` override kmock's."""
+
+    __slots__ = ()
+
+    async def _get(self, request, meta: ResourceMeta):
+        obj = self._live(self._key(request, meta))
+        if obj is None:
+            raise Reject(404, f'{meta.plural}.{meta.group} "{request.name}" not found', "NotFound",
+                         {"name": request.name, "group": meta.group, "kind": meta.plural})
+        if request.subresource == "scale":
+            return aiohttp.web.json_response(scale_of(obj, meta))
+        return aiohttp.web.json_response(obj)
+
+    async def _serve_list(self, request):  # type: ignore[override]
+        meta = self.metas.get((request.resource.group, request.resource.plural))
+        return json.loads((await self._list(request, meta)).text) if meta else {"items": []}
+
+    async def _list(self, request, meta: ResourceMeta):
+        try:
+            match = compile_selector(request.params.get("labelSelector"))
+        except ValueError as e:
+            raise Reject(400, str(e), "BadRequest")
+        items = []
+        async with self._lock:
+            for (res, ns, _name), obj in self._objects.items():
+                if res != request.resource or obj.deleted:
+                    continue
+                if request.namespace and ns != request.namespace:
+                    continue
+                raw = obj.raw
+                if match(raw.get("metadata", {}).get("labels") or {}):
+                    items.append(raw)
+        return aiohttp.web.json_response({
+            "apiVersion": meta.api_version, "kind": f"{meta.kind}List",
+            "metadata": {"resourceVersion": str(self._peek_rv())}, "items": items,
+        })
+
+    async def _serve_watch(self, request):  # type: ignore[override]
+        match = compile_selector(request.params.get("labelSelector"))
+        yield b""
+        async with self._lock:
+            events = [
+                {"type": "ADDED", "object": obj.raw}
+                for (res, ns, _n), obj in self._objects.items()
+                if res == request.resource and not obj.deleted
+                and (request.namespace is None or ns == request.namespace)
+                and match(obj.raw.get("metadata", {}).get("labels") or {})
+            ]
+        for event in events:
+            yield event
+        async for event in self._buses[request.resource]:
+            md = event.get("object", {}).get("metadata", {})
+            if request.namespace is not None and md.get("namespace") != request.namespace:
+                continue
+            if request.name is not None and md.get("name") != request.name:
+                continue
+            if match(md.get("labels") or {}):
+                yield event
