@@ -114,6 +114,7 @@ class Nccl(_Model):
     env: dict[str, str] = Field(
         default_factory=dict,
         max_length=64,
+        json_schema_extra={"additionalProperties": {"type": "string", "maxLength": 4096}},
         description="Extra NCCL_* variables; they win over the profile's values.",
     )
 
@@ -156,7 +157,11 @@ class Runtime(_Model):
         default=30001, ge=1, le=65535, description="Port of the step-control endpoint (operator only)."
     )
     extraArgs: list[str] = Field(
-        default_factory=list, max_length=128, description="Extra SGLang arguments; managed flags are refused."
+        default_factory=list,
+        max_length=128,
+        # bounded items keep the CEL rule over them cheap in the API server's cost estimate
+        json_schema_extra={"items": {"type": "string", "maxLength": 1024}},
+        description="Extra SGLang arguments; managed flags are refused.",
     )
     env: list[dict[str, Any]] = Field(
         default_factory=list, json_schema_extra={"items": PRESERVE}, description="core/v1 EnvVar list."
