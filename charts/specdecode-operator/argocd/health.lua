@@ -38,34 +38,23 @@ if generation ~= nil and (observed == nil or observed < generation) then
   return hs
 end
 
-local specValid = condition("SpecValid")
-if specValid ~= nil and specValid.status == "False" then
-  hs.status = "Degraded"
-  hs.message = text(specValid, "The spec is invalid")
-  return hs
-end
-
-local paused = condition("Paused")
-if paused ~= nil and paused.status == "True" then
-  hs.status = "Suspended"
-  hs.message = text(paused, "Reconciliation is paused")
-  return hs
-end
-
-local degraded = condition("Degraded")
-if degraded ~= nil and degraded.status == "True" then
-  hs.status = "Degraded"
-  hs.message = text(degraded, "Degraded")
-  return hs
+-- First match wins: an invalid spec outranks a pause, a pause outranks degradation, and Ready is last.
+local rules = {
+  {"SpecValid", "False", "Degraded", "The spec is invalid"},
+  {"Paused", "True", "Suspended", "Reconciliation is paused"},
+  {"Degraded", "True", "Degraded", "Degraded"},
+  {"Ready", "True", "Healthy", "Ready"},
+}
+for _, rule in ipairs(rules) do
+  local c = condition(rule[1])
+  if c ~= nil and c.status == rule[2] then
+    hs.status = rule[3]
+    hs.message = text(c, rule[4])
+    return hs
+  end
 end
 
 local ready = condition("Ready")
-if ready ~= nil and ready.status == "True" then
-  hs.status = "Healthy"
-  hs.message = text(ready, "Ready")
-  return hs
-end
-
 local progressing = condition("Progressing")
 hs.status = "Progressing"
 hs.message = text(progressing, text(ready, "Waiting for the workloads to become ready"))

@@ -74,25 +74,21 @@ def del_path(obj: dict, path: Path) -> None:
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: dicts merge, null deletes, everything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+    return _merge(target, patch, named_lists=False)
 
 
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
     """Merge patch that merges lists of named items by ``name`` (containers, ports, env), as the server does."""
-    if isinstance(patch, list) and isinstance(target, list) and _named(patch) and _named(target):
+    return _merge(target, patch, named_lists=True)
+
+
+def _merge(target: Any, patch: Any, *, named_lists: bool) -> Any:
+    if named_lists and isinstance(patch, list) and isinstance(target, list) and _named(patch) and _named(target):
         by_name = {item["name"]: item for item in target}
         order = [item["name"] for item in target]
         for item in patch:
             if item["name"] in by_name:
-                by_name[item["name"]] = strategic_merge_patch(by_name[item["name"]], item)
+                by_name[item["name"]] = _merge(by_name[item["name"]], item, named_lists=True)
             else:
                 by_name[item["name"]] = copy.deepcopy(item)
                 order.append(item["name"])
@@ -104,7 +100,7 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = strategic_merge_patch(out.get(key), value)
+            out[key] = _merge(out.get(key), value, named_lists=named_lists)
     return out
 
 
