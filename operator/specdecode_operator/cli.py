@@ -8,63 +8,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
-import yaml
+from specdecode_runtime import cli_common
+from specdecode_runtime.cli_common import EXIT_INVALID
+from specdecode_runtime.input_files import InputError
 
-from . import __version__
-
-EXIT_INVALID = 2
-
-# Subcommands that live in their own rooms; each module exposes add_parser(subparsers).
-_PLUGINS = (
-    "specdecode_operator.operator_cli",
-    "specdecode_operator.tuner.plan_cli",
-    "specdecode_operator.bench_cli",
-    "specdecode_operator.demo.cli",
-)
+# Commands defined in their own modules, each exposing add_parser(subparsers). Only the module of the command being
+# run is imported, so `specdecode validate` and `--help` never load kopf, aiohttp or matplotlib.
+_COMMANDS = {
+    "operator": ("specdecode_operator.operator_cli", "run the SpecDecodeDeployment operator"),
+    "plan": ("specdecode_operator.tuner.plan_cli", "predict tokens/s per draft TP x steps and recommend draft placement"),
+    "bench": ("specdecode_operator.bench_cli", "benchmarks (simulated unless stated otherwise)"),
+    "demo": ("specdecode_operator.demo.cli", "run operator + tuner against simulated runtime pods (no cluster, no GPU)"),
+}
 
 
 class UsageError(Exception):
     """A problem with the user's input: printed as is, exit code 2."""
 
 
-def load_documents(path: str) -> list[tuple[int, Any]]:
-    try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text)]
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML: {e}") from None
-    return [(i, d) for i, d in enumerate(docs) if d is not None]
-
-
-def _describe(index: int, doc: Any) -> str:
-    if isinstance(doc, dict):
-        name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-        return f"document {index + 1} ({doc.get('kind', '?')}/{name or '?'})"
-    return f"document {index + 1}"
-
-
 def parse_file(path: str) -> list:
-    """Every SpecDecodeDeployment in the file, validated; all problems of all documents in one error."""
-    from .api.validate import InvalidSpec, parse
+    """Every SpecDecodeDeployment in the file, validated as the API server would (schema + CEL)."""
+    from .api.documents import load_sdds
 
-    sdds, errors = [], []
-    docs = load_documents(path)
-    if not docs:
-        raise UsageError(f"{path}: no documents found")
-    for index, doc in docs:
-        try:
-            sdds.append(parse(doc))
-        except InvalidSpec as e:
-            errors.append(f"{path}: {_describe(index, doc)}:")
-            errors.extend(f"  {p}" for p in e.problems)
-    if errors:
-        raise UsageError("\n".join(errors))
-    return sdds
+    return load_sdds(path)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -74,8 +42,20 @@ def cmd_render(args: argparse.Namespace) -> int:
         default_image=args.default_image, operator_namespace=args.operator_namespace, tuned_steps=None
     )
     manifests = [m for sdd in parse_file(args.file) for m in render(sdd, options)]
-    sys.stdout.write(to_json(manifests) + "\n" if args.output == "json" else to_yaml(manifests))
+    if args.output == "runtime-config":
+        sys.stdout.write(runtime_configs(manifests))
+    else:
+        sys.stdout.write(to_json(manifests) + "\n" if args.output == "json" else to_yaml(manifests))
     return 0
+
+
+def runtime_configs(manifests: list[dict]) -> str:
+    """The ``runtime.yaml`` of every rendered runtime ConfigMap: the file ``specdecode-runtime launch`` reads."""
+    from specdecode_runtime.config import CONFIG_FILE_NAME
+
+    files = [m["data"][CONFIG_FILE_NAME] for m in manifests
+             if m.get("kind") == "ConfigMap" and CONFIG_FILE_NAME in (m.get("data") or {})]
+    return "---\n".join(files)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -92,17 +72,25 @@ def cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The parser; ``command`` names the one plugin command to load fully (``"*"``: all of them, for completion
+    and tests), the others appear in ``--help`` by name only."""
     from .images import RUNTIME_IMAGE
 
     parser = argparse.ArgumentParser(prog="specdecode", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"specdecode {__version__}")
+    cli_common.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     p = sub.add_parser("render", help="print the Kubernetes manifests for SpecDecodeDeployment documents")
     p.add_argument("-f", "--file", required=True, help="YAML file with one or more documents ('-' for stdin)")
-    p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    p.add_argument("-o", "--output", choices=("yaml", "json", "runtime-config"), default="yaml",
+                   help="yaml/json: every manifest; runtime-config: only the runtime.yaml each runtime pod reads")
     p.add_argument("--default-image", default=RUNTIME_IMAGE, help="runtime image when spec.runtime.image is empty")
     p.add_argument("--operator-namespace", default="specdecode-system", help="namespace allowed to reach the control port")
     p.set_defaults(func=cmd_render)
@@ -114,25 +102,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("crd", help="print the CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
 
-    for module in _PLUGINS:
-        try:
+    for name, (module, help_text) in _COMMANDS.items():
+        if command in ("*", name):
             importlib.import_module(module).add_parser(sub)
-        except ModuleNotFoundError as e:
-            if e.name and module.startswith(e.name):
-                continue  # that room is not installed in this image
-            raise
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
+    cli_common.add_completion_command(sub, "specdecode")
     return parser
 
 
-
-
 def main(argv: Iterable[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser("*" if cli_common.completing() else _command_in(argv))
+    cli_common.autocomplete(parser)
+    args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return int(func(args) or 0)
-    except UsageError as e:
+    except (UsageError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:

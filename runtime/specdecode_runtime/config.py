@@ -8,6 +8,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from .input_files import InputError, load_documents, parse_yaml_documents, validate_model
+
 CONFIG_MOUNT_DIR = "/etc/specdecode"
 CONFIG_FILE_NAME = "runtime.yaml"
 CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"
@@ -93,8 +95,8 @@ class NcclConfig(_Model):
 
 
 class ServerConfig(_Model):
-    port: int = 30000
-    control_port: int = Field(default=30001, alias="controlPort")
+    port: int = Field(default=30000, ge=1, le=65535)
+    control_port: int = Field(default=30001, ge=1, le=65535, alias="controlPort")
     token_file: str = Field(default=TOKEN_PATH, alias="tokenFile")
     buckets: list[int] = Field(default=list(DEFAULT_BUCKETS))
 
@@ -123,5 +125,23 @@ class RuntimeConfig(_Model):
         return yaml.dump(data, Dumper=_DUMPER, sort_keys=True)
 
     @classmethod
-    def from_yaml(cls, text: str) -> "RuntimeConfig":
-        return cls.model_validate(yaml.safe_load(text))
+    def from_yaml(cls, text: str, source: str = CONFIG_FILE_NAME) -> "RuntimeConfig":
+        """Parsed with the bounded loader; problems raise ``InputError`` with ``field.path: message`` lines."""
+        docs = parse_yaml_documents(text, source)
+        return _validate(docs[0] if len(docs) == 1 else docs or None, source)
+
+
+def _validate(data: object, source: str) -> RuntimeConfig:
+    if isinstance(data, dict) and (data.get("kind") == "SpecDecodeDeployment" or "spec" in data):
+        raise InputError(source, [
+            f"this is a {data.get('kind') or 'Kubernetes object'}, not a runtime config; runtime.yaml is rendered "
+            "from a SpecDecodeDeployment into its <name>-runtime ConfigMap (`specdecode render -f SDD -o runtime-config` prints it)"])
+    if isinstance(data, list):
+        raise InputError(source, [f"holds {len(data)} YAML documents; expected one runtime config"])
+    return validate_model(RuntimeConfig, data, source, what="runtime config")
+
+
+def load_runtime_config(path: str) -> RuntimeConfig:
+    """``runtime.yaml`` from disk through the bounded reader (size, UTF-8, depth, duplicate keys)."""
+    docs = load_documents(path)
+    return _validate(docs[0] if len(docs) == 1 else docs or None, str(path))

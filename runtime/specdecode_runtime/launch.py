@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Sequence
 
 from . import SGLANG_VERSION
-from .config import RuntimeConfig
+from .config import RuntimeConfig, load_runtime_config
+from .input_files import InputError
 from .nccl import profile_env
 from .server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
 
@@ -83,7 +84,7 @@ class UnsupportedConfig(Exception):
 
 
 def load_config(path: str | os.PathLike[str]) -> RuntimeConfig:
-    return RuntimeConfig.from_yaml(Path(path).read_text())
+    return load_runtime_config(str(path))
 
 
 def nccl_environment(cfg: RuntimeConfig) -> dict[str, str]:
@@ -283,8 +284,11 @@ def launch(config_path: str, extra: Sequence[str] = (), *, dry_run: bool = False
     out = out or sys.stdout
     try:
         plan = plan_launch(config_path, extra)
-    except (OSError, ValueError) as e:  # unreadable or invalid runtime.yaml (pydantic errors are ValueErrors)
-        print(f"specdecode-runtime: cannot read {config_path}: {e}", file=sys.stderr)
+    except InputError as e:  # unreadable or invalid runtime.yaml: one `field.path: message` line per problem
+        print(f"specdecode-runtime: error: {e}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    except (OSError, ValueError) as e:
+        print(f"specdecode-runtime: error: {config_path}: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     if plan.reasons:
         for r in plan.reasons:

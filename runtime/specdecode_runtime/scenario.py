@@ -8,45 +8,52 @@ draft's tensor-parallel size, so "draft on all 8 ranks" and "draft on rank 0" ca
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .config import DEFAULT_BUCKETS
 from .goodput import CycleCost
+from .input_files import InputError, format_validation_error, load_single
+
+__all__ = ["Scenario", "ScenarioError", "load_scenario", "parse_scenario", "cost_for_draft_tp", "allowed_draft_tps",
+           "format_validation_error"]
+
+# Bounds that keep the arithmetic meaningful: a cost above a minute per forward, a phase longer than a year or a
+# batch above a million sequences describes no real box, and would overflow the simulator's counters.
+MAX_COST_MS = 60_000.0
+MAX_SECONDS = 365 * 24 * 3600.0
+MAX_BATCH = 1_000_000
+MAX_STEPS = 64
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError):
     """A scenario that cannot be used; ``errors`` are ``field.path: what is wrong`` lines."""
-
-    def __init__(self, source: str, errors: list[str]) -> None:
-        self.source = source
-        self.errors = errors
-        super().__init__(f"invalid scenario {source}:\n  " + "\n  ".join(errors))
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LinearCost(_Model):
-    base: float = Field(ge=0, description="milliseconds")
-    per_token: float = Field(default=0.0, ge=0, alias="perToken", description="milliseconds per token")
+    base: float = Field(ge=0, le=MAX_COST_MS, description="milliseconds")
+    per_token: float = Field(default=0.0, ge=0, le=MAX_COST_MS, alias="perToken", description="milliseconds per token")
 
 
 class DraftStepCost(_Model):
-    base: float = Field(ge=0)
-    per_seq: float = Field(default=0.0, ge=0, alias="perSeq")
+    base: float = Field(ge=0, le=MAX_COST_MS)
+    per_seq: float = Field(default=0.0, ge=0, le=MAX_COST_MS, alias="perSeq")
 
 
 class CostModel(_Model):
     verify: LinearCost
     draft_step: DraftStepCost = Field(alias="draftStep")
     draft_extend: LinearCost = Field(alias="draftExtend")
-    overhead: float = Field(default=0.0, ge=0)
-    broadcast: float = Field(default=0.0, ge=0, description="proposal broadcast per cycle (draft on a subset)")
+    overhead: float = Field(default=0.0, ge=0, le=MAX_COST_MS)
+    broadcast: float = Field(default=0.0, ge=0, le=MAX_COST_MS,
+                             description="proposal broadcast per cycle (draft on a subset)")
 
 
 class DraftTpModel(_Model):
@@ -55,14 +62,14 @@ class DraftTpModel(_Model):
     on fewer ranks than the target. ``allReduceUs`` is the *effective* cost of one collective in the draft path
     (launch and synchronisation included), which is what the seed's profile measured, not an nccl-tests figure."""
 
-    current: int = Field(ge=1)
-    target_tp: int = Field(ge=1, alias="targetTp")
+    current: int = Field(ge=1, le=1024)
+    target_tp: int = Field(ge=1, le=1024, alias="targetTp")
     compute_ms: DraftStepCost = Field(alias="computeMs")
     extend_ms: LinearCost | None = Field(default=None, alias="extendMs", description="draft-extend forward at TP1 "
                                          "(base, perToken); defaults to computeMs")
-    collectives_per_step: int = Field(ge=0, alias="collectivesPerStep")
+    collectives_per_step: int = Field(ge=0, le=1024, alias="collectivesPerStep")
     all_reduce_us: dict[int, float] = Field(default_factory=dict, alias="allReduceUs")
-    broadcast_us: float = Field(default=0.0, ge=0, alias="broadcastUs")
+    broadcast_us: float = Field(default=0.0, ge=0, le=MAX_COST_MS * 1000, alias="broadcastUs")
 
     @field_validator("all_reduce_us")
     @classmethod
@@ -70,8 +77,8 @@ class DraftTpModel(_Model):
         for n, us in v.items():
             if n < 2:
                 raise ValueError(f"keys are draft TP sizes >= 2, got {n}")
-            if us < 0:
-                raise ValueError(f"latency for TP {n} must be >= 0, got {us}")
+            if not 0 <= us <= MAX_COST_MS * 1000:
+                raise ValueError(f"latency for TP {n} must be within 0..{MAX_COST_MS * 1000:g} microseconds, got {us}")
         return v
 
     @model_validator(mode="after")
@@ -84,25 +91,42 @@ class DraftTpModel(_Model):
 
 
 class Phase(_Model):
-    seconds: float = Field(gt=0)
+    seconds: float = Field(gt=0, le=MAX_SECONDS)
     batch_size: int | dict[int, float] = Field(alias="batchSize")
-    acceptance: list[float] = Field(min_length=1)
+    acceptance: list[float] = Field(min_length=1, max_length=MAX_STEPS)
     name: str | None = None
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_sizes_in_range(cls, v: Any) -> Any:
+        """Range-check sizes before the int-or-mapping union runs, so ``1e30`` gets one message with the bound
+        instead of one per union branch."""
+
+        def size(b: Any) -> Any:
+            if isinstance(b, bool) or not isinstance(b, (int, float)):
+                return b  # the type check below reports it
+            if not (math.isfinite(b) and float(b).is_integer() and 1 <= b <= MAX_BATCH):
+                raise ValueError(f"batch sizes must be whole numbers within 1..{MAX_BATCH}, got {b:g}")
+            return int(b)
+
+        if isinstance(v, dict):
+            return {size(b): p for b, p in v.items()}
+        return size(v)
 
     @field_validator("batch_size")
     @classmethod
     def _batch(cls, v: int | dict[int, float]) -> int | dict[int, float]:
         if isinstance(v, int):
-            if v < 1:
-                raise ValueError(f"batch size must be >= 1, got {v}")
+            if not 1 <= v <= MAX_BATCH:
+                raise ValueError(f"batch size must be within 1..{MAX_BATCH}, got {v}")
             return v
         if not v:
             raise ValueError("a batch-size distribution needs at least one entry, e.g. {1: 0.5, 8: 0.5}")
         for b, p in v.items():
-            if b < 1:
-                raise ValueError(f"batch sizes must be >= 1, got {b}")
-            if p < 0:
-                raise ValueError(f"probability of batch {b} must be >= 0, got {p}")
+            if not 1 <= b <= MAX_BATCH:
+                raise ValueError(f"batch sizes must be within 1..{MAX_BATCH}, got {b}")
+            if not 0 <= p <= 1:
+                raise ValueError(f"probability of batch {b} must be within 0..1, got {p}")
         total = sum(v.values())
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"probabilities must sum to 1, got {total:g}")
@@ -132,11 +156,13 @@ class Scenario(_Model):
     description: str | None = None
     cost: CostModel
     draft_tp: DraftTpModel | None = Field(default=None, alias="draftTp")
-    restart_seconds: float = Field(default=300.0, ge=0, alias="restartSeconds")
-    replicas: int = Field(default=1, ge=1)
-    phases: list[Phase] = Field(min_length=1)
-    seed: int = 0
-    buckets: list[int] = Field(default=list(DEFAULT_BUCKETS), min_length=1)
+    interconnect: Literal["PCIe", "NVLink"] | None = Field(
+        default=None, description="the box's GPU interconnect; `specdecode plan` refuses a deployment that differs")
+    restart_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS, alias="restartSeconds")
+    replicas: int = Field(default=1, ge=1, le=10_000)
+    phases: list[Phase] = Field(min_length=1, max_length=10_000)
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    buckets: list[int] = Field(default=list(DEFAULT_BUCKETS), min_length=1, max_length=64)
 
     @field_validator("buckets")
     @classmethod
@@ -226,28 +252,6 @@ def cost_for_draft_tp(scenario: Scenario, n: int) -> CycleCost:
     )
 
 
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif str(part).startswith(("function-", "int", "dict[")):
-            continue  # pydantic's union-branch markers say nothing to a user
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def format_validation_error(err: ValidationError) -> list[str]:
-    lines = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        lines.append(f"{_format_loc(tuple(e['loc']))}: {msg}")
-    return sorted(set(lines), key=lines.index)
-
-
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(source, [f"(top level): expected a mapping, got {type(data).__name__}"])
@@ -258,13 +262,11 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    p = Path(path)
+    """A scenario file through the bounded reader (size, UTF-8, depth, duplicate keys), then the model."""
     try:
-        text = p.read_text()
-    except OSError as err:
-        raise ScenarioError(str(p), [f"cannot read file: {err.strerror or err}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ScenarioError(str(p), [f"not valid YAML: {err}"]) from None
-    return parse_scenario(data, str(p))
+        data = load_single(str(path), what="scenario")
+    except ScenarioError:
+        raise
+    except InputError as err:
+        raise ScenarioError(err.source, err.errors) from None
+    return parse_scenario(data, str(path))

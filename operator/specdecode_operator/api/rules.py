@@ -41,6 +41,9 @@ class Rule:
     message: str
     field_path: str | None = None
     reason: str | None = None
+    # Where ``specdecode validate`` reports a rule the CRD cannot give a fieldPath (the API server allows none into
+    # ``metadata``, whose schema declares no properties).
+    report_path: str | None = None
 
     def to_crd(self) -> dict:
         out: dict = {"rule": self.rule, "message": self.message}
@@ -55,13 +58,20 @@ ROOT_RULES = (
     Rule(
         f"size(self.metadata.name) <= {NAME_MAX}",
         f"metadata.name must be at most {NAME_MAX} characters: child objects append suffixes and must stay DNS labels",
+        report_path="metadata.name",
     ),
     Rule(
         "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
         "metadata.name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter): "
         "it names Services",
+        report_path="metadata.name",
     ),
 )
+
+def report_path(rule: str) -> str | None:
+    """The field a root rule checks, for messages; None when the rule has its own fieldPath or none is known."""
+    return next((r.report_path for r in ROOT_RULES if r.rule == rule), None)
+
 
 SPEC_RULES = (
     Rule(

@@ -16,6 +16,7 @@ import jsonschema
 from pydantic import ValidationError
 
 from .models import API_VERSION, KIND, SpecDecodeDeployment
+from .rules import report_path
 
 
 @dataclass(frozen=True, order=True)
@@ -174,7 +175,8 @@ def _cel_problems(schema: dict, value: Any, old: Any, path: list) -> Iterator[Pr
             continue  # transition rules apply to updates only
         if not _cel_holds(v["rule"], value, old):
             field = v.get("fieldPath", "")
-            yield Problem(_path(path) + field if path else field.lstrip(".") or "<root>", v.get("message", v["rule"]))
+            where = _path(path) + field if path else field.lstrip(".") or report_path(v["rule"]) or "<root>"
+            yield Problem(where, v.get("message", v["rule"]))
     if isinstance(value, dict):
         for key, sub in schema.get("properties", {}).items():
             if key in value:

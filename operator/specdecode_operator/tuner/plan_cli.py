@@ -1,4 +1,8 @@
-"""``specdecode plan -f sdd.yaml --scenario FILE [--plot out.png] [--json]``: the draft-placement advice offline."""
+"""``specdecode plan -f sdd.yaml --scenario FILE [--plot out.png] [--json]``: the draft-placement advice offline.
+
+The SpecDecodeDeployment is validated exactly as ``specdecode validate`` does (schema and CEL rules), and the scenario
+must describe the same deployment shape (target TP, interconnect): advice computed for another box would be wrong.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +11,22 @@ import json
 import sys
 from typing import Sequence
 
-import yaml
-from pydantic import ValidationError
-
-from specdecode_runtime.scenario import ScenarioError, format_validation_error, load_scenario
-
-from ..api.models import SpecDecodeDeployment
-from .planner import format_plan, plan, plot_plan
+from specdecode_runtime.cli_common import EXIT_INVALID
+from specdecode_runtime.input_files import InputError
+from specdecode_runtime.scenario import Scenario, load_scenario
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-f", "--filename", required=True, help="SpecDecodeDeployment YAML")
+    p.add_argument("-f", "--file", "--filename", dest="file", required=True,
+                   help="SpecDecodeDeployment YAML (several documents: one plan each; '-' for stdin)")
     p.add_argument("--scenario", required=True, help="scenario YAML with a draftTp block (cost profile)")
     p.add_argument("--plot", metavar="PNG", help="write a plot of tokens/s by draft TP and steps")
     p.add_argument("--json", action="store_true", help="print the table and recommendation as JSON")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", help="predict tokens/s per draft TP x steps and recommend draft placement")
+    p = subparsers.add_parser("plan", help="predict tokens/s per draft TP x steps and recommend draft placement",
+                              description=__doc__.splitlines()[0])
     add_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -32,54 +34,75 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _error(msg: str) -> int:
     print(f"specdecode plan: error: {msg}", file=sys.stderr)
-    return 2
+    return EXIT_INVALID
 
 
-def load_sdd(path: str) -> SpecDecodeDeployment:
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise ValueError(f"-f {path}: cannot read file: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"-f {path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"-f {path}: expected a SpecDecodeDeployment mapping")
-    try:
-        return SpecDecodeDeployment.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"-f {path}: invalid SpecDecodeDeployment:\n  " + "\n  ".join(format_validation_error(err))) from None
+def shape_mismatches(sdd, scenario: Scenario) -> list[str]:
+    """How the scenario's box differs from the deployment's; empty when it describes the same shape."""
+    problems = []
+    target_tp = sdd.spec.target.tensorParallelSize
+    if scenario.draft_tp is not None and scenario.draft_tp.target_tp != target_tp:
+        problems.append(f"draftTp.targetTp is {scenario.draft_tp.target_tp} but spec.target.tensorParallelSize is "
+                        f"{target_tp}")
+    wanted = sdd.spec.placement.interconnect
+    if scenario.interconnect is not None and scenario.interconnect != wanted:
+        problems.append(f"interconnect is {scenario.interconnect} but spec.placement.interconnect is {wanted}")
+    return problems
 
 
 def run(args) -> int:
+    from ..api.documents import load_sdds
+    from .planner import format_plan, plan, plot_plan
+
     try:
-        sdd = load_sdd(args.filename)
-    except ValueError as exc:
-        return _error(str(exc))
-    try:
+        sdds = load_sdds(args.file)
         sc = load_scenario(args.scenario)
-    except ScenarioError as exc:
+    except InputError as exc:
         return _error(str(exc))
-    at = sdd.spec.speculative.autotune
-    steps = [0, *range(at.minSteps, at.maxSteps + 1)]
-    try:
-        p = plan(sc, steps, target_tp=sdd.spec.target.tensorParallelSize, current_tp=sdd.spec.draft.tensorParallelSize)
-    except ValueError as exc:
-        return _error(str(exc))
-    if args.plot:
+    results = []
+    for sdd in sdds:
+        name = sdd.metadata.name
+        mismatch = shape_mismatches(sdd, sc)
+        if mismatch:
+            return _error(f"scenario {sc.name!r} ({args.scenario}) describes another deployment than {name}: "
+                          + "; ".join(mismatch) + ". Use a scenario measured on this box's shape.")
+        if sc.interconnect is None:
+            print(f"specdecode plan: warning: scenario {sc.name!r} does not state its interconnect; assuming it "
+                  f"matches spec.placement.interconnect ({sdd.spec.placement.interconnect})", file=sys.stderr)
+        at = sdd.spec.speculative.autotune
+        steps = [0, *range(at.minSteps, at.maxSteps + 1)]
         try:
-            plot_plan(p, args.plot, sdd.metadata.name or sc.name)
-        except OSError as exc:
-            return _error(f"--plot {args.plot}: {exc.strerror or exc}")
+            p = plan(sc, steps, target_tp=sdd.spec.target.tensorParallelSize,
+                     current_tp=sdd.spec.draft.tensorParallelSize)
+        except ValueError as exc:
+            return _error(f"{name}: {exc}")
+        results.append((sdd, p))
+    if args.plot:
+        for sdd, p in results:
+            path = args.plot if len(results) == 1 else _suffixed(args.plot, sdd.metadata.name)
+            try:
+                plot_plan(p, path, sdd.metadata.name or sc.name)
+            except OSError as exc:
+                return _error(f"--plot {path}: {exc.strerror or exc}")
     if args.json:
-        print(json.dumps({"simulated": True, "scenario": sc.name,
-                          "tokens_per_s": {str(n): {str(k): v for k, v in row.items()} for n, row in p.tokens_per_s.items()},
-                          "recommendation": p.recommendation.model_dump()}, indent=2))
-    else:
+        out = [{"simulated": True, "scenario": sc.name, "name": sdd.metadata.name,
+                "tokens_per_s": {str(n): {str(k): v for k, v in row.items()} for n, row in p.tokens_per_s.items()},
+                "recommendation": p.recommendation.model_dump()} for sdd, p in results]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        return 0
+    for sdd, p in results:
+        if len(results) > 1:
+            print(f"== {sdd.metadata.namespace or 'default'}/{sdd.metadata.name}")
         print(format_plan(p))
-        if args.plot:
-            print(f"plot written to {args.plot}")
+    if args.plot:
+        print(f"plot written to {args.plot}" if len(results) == 1 else
+              "plots written to " + ", ".join(_suffixed(args.plot, s.metadata.name) for s, _ in results))
     return 0
+
+
+def _suffixed(path: str, name: str) -> str:
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}-{name}.{ext}" if dot else f"{path}-{name}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,57 @@
+"""What ``specdecode`` and ``specdecode-runtime`` share: the exit-code convention, ``--version`` from the installed
+package's metadata, and shell completion through argcomplete."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib import metadata
+
+EXIT_OK = 0
+EXIT_INVALID = 2  # the user's input (flag, file, field) is wrong; the message says which and what is allowed
+DISTRIBUTION = "specdecode-operator"  # both commands ship in this one distribution
+SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
+
+
+def package_version() -> str:
+    """The installed distribution's version; the source tree's when run without installing."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"{parser.prog} {package_version()}")
+
+
+def add_completion_command(subparsers, prog: str) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "completion", help="print the shell completion script",
+        description=f"Print a completion script for {prog}; e.g. `eval \"$({prog} completion bash)\"` in ~/.bashrc.")
+    p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+    p.set_defaults(func=lambda args: _print_completion(prog, args.shell))
+    return p
+
+
+def _print_completion(prog: str, shell: str) -> int:
+    import argcomplete
+
+    sys.stdout.write(argcomplete.shellcode([prog], shell=shell))
+    return EXIT_OK
+
+
+def completing() -> bool:
+    """Whether this process was started by a shell asking for completions (argcomplete's protocol)."""
+    return "_ARGCOMPLETE" in os.environ
+
+
+def autocomplete(parser: argparse.ArgumentParser) -> None:
+    """Answer a completion request and exit, or do nothing; argcomplete is only imported when asked."""
+    if completing():
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
