@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import inspect
-import json
 import logging
 import os
 import threading
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .http_limits import MAX_BODY_BYTES, BodyError, read_json
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,9 @@ class StepTableError(ValueError):
 
 class StepEntry(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
-    min_batch: int = Field(ge=1, alias="minBatch")
-    steps: int = Field(ge=0)
+    # strict: JSON integers only (``true``, ``3.0`` and ``"3"`` are refused, not coerced)
+    min_batch: int = Field(ge=1, le=1 << 20, alias="minBatch", strict=True)
+    steps: int = Field(ge=0, le=64, strict=True)
 
 
 class StepTable(BaseModel):
@@ -175,10 +177,11 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         if not tokens.authorized(request.headers.get("Authorization")):
             return _unauthorized()
         try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": "body must be JSON: {\"table\": [{\"minBatch\": 1, \"steps\": N}]}"},
-                                     status=400)
+            data = await read_json(request)
+        except BodyError as err:
+            return web.json_response(
+                {"error": err.message, "expected": "application/json: {\"table\": [{\"minBatch\": 1, \"steps\": N}]}"},
+                status=err.status)
         try:
             table = parse_step_table(data, sink.candidates)
         except StepTableError as err:
@@ -199,7 +202,7 @@ def create_control_app(sink: StepTableSink, token_file: str | os.PathLike | None
     """A standalone aiohttp app with only the step endpoint (the real runtime serves it on its control port)."""
     from aiohttp import web
 
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     add_step_routes(app, sink, token_file)
     return app
 

@@ -133,6 +133,8 @@ class ControlServer:
 
         from aiohttp import web
 
+        from .http_limits import SERVER_LIMITS
+
         ready = threading.Event()
 
         def serve() -> None:
@@ -140,7 +142,7 @@ class ControlServer:
             asyncio.set_event_loop(loop)
             self.loop = loop
             try:
-                self.runner = web.AppRunner(self.app, access_log=None)
+                self.runner = web.AppRunner(self.app, access_log=None, **SERVER_LIMITS)
                 loop.run_until_complete(self.runner.setup())
                 site = web.TCPSite(self.runner, self.host, self.port)
                 loop.run_until_complete(site.start())

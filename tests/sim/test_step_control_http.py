@@ -126,7 +126,7 @@ async def test_malformed_tables_are_422_with_field_paths(client, payload, expect
 
 
 async def test_body_that_is_not_json_is_400(client):
-    r = await client.put(STEPS_PATH, data=b"{nope", headers=AUTH)
+    r = await client.put(STEPS_PATH, data=b"{nope", headers={**AUTH, "Content-Type": "application/json"})
     assert r.status == 400
 
 

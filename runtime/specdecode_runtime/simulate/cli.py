@@ -10,6 +10,7 @@ import sys
 
 from ..config import TOKEN_PATH, candidate_steps
 from ..control import StepTable, StepTableError
+from ..http_limits import SERVER_LIMITS
 from ..scenario import ScenarioError, allowed_draft_tps, load_scenario
 
 DEFAULT_CANDIDATES = [0, *candidate_steps(1, 7, 3)]
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(engine, candidates, args.token_file, speed=args.speed)
     print(f"simulated runtime (SIMULATED numbers) for scenario {scenario.name!r} on http://{args.host}:{args.port} "
           f"at {args.speed}x", file=sys.stderr)
-    web.run_app(app, host=args.host, port=args.port, print=None)
+    web.run_app(app, host=args.host, port=args.port, print=None, **SERVER_LIMITS)
     return 0
 
 

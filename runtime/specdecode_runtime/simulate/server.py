@@ -13,6 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..control import StepTable, add_step_routes
+from ..http_limits import MAX_BODY_BYTES
 from .engine import SimEngine
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)
@@ -38,7 +39,7 @@ def create_app(engine: SimEngine, candidates: Sequence[int], token_file: str | N
                tick: float = 0.05, model: str = "simulated") -> web.Application:
     if speed <= 0:
         raise ValueError(f"speed must be > 0 (simulated seconds per wall second), got {speed}")
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[ENGINE_KEY] = engine
     add_step_routes(app, EngineSink(engine, candidates), token_file)
 
