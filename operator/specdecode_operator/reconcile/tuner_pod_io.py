@@ -29,6 +29,7 @@ from .apply import ApiError
 from .tuner_pods import Target
 
 HTTP_LIMIT = 256
+MAX_SCRAPE_BYTES = 4 * 1024 * 1024  # a runtime pod's /metrics is ~10-50 kB; anything near this is not ours
 HTTP_LIMIT_PER_HOST = 4
 
 
@@ -75,7 +76,16 @@ async def read_counters(session: aiohttp.ClientSession, config, ns: str, targets
             async with session.get(t.metrics_url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 if resp.status != 200:
                     return scrape.down(t.pod, now, f"GET {t.metrics_url} returned HTTP {resp.status}"), {}
-                text = await resp.text()
+                body = bytearray()  # bounded: a pod's answer is untrusted (the total timeout bounds the time)
+                if (resp.content_length or 0) <= MAX_SCRAPE_BYTES:
+                    async for chunk in resp.content.iter_chunked(64 * 1024):
+                        body += chunk
+                        if len(body) > MAX_SCRAPE_BYTES:
+                            break
+                if len(body) > MAX_SCRAPE_BYTES or (resp.content_length or 0) > MAX_SCRAPE_BYTES:
+                    return scrape.down(t.pod, now, f"GET {t.metrics_url}: body larger than {MAX_SCRAPE_BYTES} "
+                                       "bytes (metrics too large)"), {}
+                text = body.decode("utf-8")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, UnicodeDecodeError) as exc:
             return scrape.down(t.pod, now, f"GET {t.metrics_url} failed: {type(exc).__name__}: {exc}"), {}
         return scrape.parse_metrics(text, t.pod, now), nccl_from_text(text)

@@ -32,7 +32,7 @@ async def push_table(
     try:
         async with session.put(url, json=body, headers={"Authorization": f"Bearer {token}"},
                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            text = await resp.text()
+            text = (await resp.content.read(2048)).decode("utf-8", "replace")  # bounded: pods are untrusted
             return PushResult(pod, resp.status == 200, resp.status, text[:500])
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return PushResult(pod, False, None, f"{type(exc).__name__}: {exc}")
