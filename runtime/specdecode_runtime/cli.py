@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from typing import Sequence
 
+from . import cli_common
 from .launch import EXIT_UNSUPPORTED, launch
 
 
 def _cmd_launch(ns: argparse.Namespace) -> int:
-    return launch(ns.config, ns.sglang_args, dry_run=ns.dry_run)
+    try:
+        return launch(ns.config, ns.sglang_args, dry_run=ns.dry_run)
+    except ModuleNotFoundError as e:  # the runtime image provides SGLang's dependencies; a bare install may not
+        print(f"specdecode-runtime: error: cannot start SGLang: Python module {e.name!r} is not installed; run "
+              f"inside the runtime image, or install sglang=={_sglang_version()} with its dependencies "
+              f"(`specdecode-runtime check-sglang` checks the installation)", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+
+
+def _sglang_version() -> str:
+    from . import SGLANG_VERSION
+
+    return SGLANG_VERSION
 
 
 def _cmd_check(ns: argparse.Namespace) -> int:
@@ -30,7 +44,8 @@ def _cmd_check(ns: argparse.Namespace) -> int:
     stubbed = install()
     if stubbed:
         print(f"note: torchvision stubbed for import ({len(stubbed)} modules)")
-    results = check_patch_points()
+    with _quiet_imports(ns.verbose):
+        results = check_patch_points()
     width = max(len(r.point.target) for r in results)
     for r in results:
         print(f"{'ok  ' if r.ok else 'FAIL'} {r.point.role:6} {r.point.target:<{width}}  {r.detail}")
@@ -46,8 +61,33 @@ def _cmd_check(ns: argparse.Namespace) -> int:
     return 0 if not bad else EXIT_UNSUPPORTED
 
 
+@contextlib.contextmanager
+def _quiet_imports(verbose: bool):
+    """Importing SGLang on a machine without GPUs warns about CUDA, triton and kernels at length; none of it is about
+    the patch points, so it is held back (shown with --verbose)."""
+    import io
+    import logging
+    import warnings
+
+    if verbose:
+        yield
+        return
+    buffer = io.StringIO()
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(buffer):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="specdecode-runtime", description=__doc__)
+    ap = argparse.ArgumentParser(prog="specdecode-runtime", description=__doc__.splitlines()[0])
+    cli_common.add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("launch", help="start the patched SGLang server from runtime.yaml")
     p.add_argument("--config", required=True, help="runtime.yaml written by the operator's renderer")
@@ -56,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_launch)
     c = sub.add_parser("check-sglang", help="verify every patch point against the installed SGLang")
     c.add_argument("--apply", action="store_true", help="also apply and remove the patches once")
+    c.add_argument("--verbose", "-v", action="store_true", help="show SGLang's import-time warnings")
     c.set_defaults(func=_cmd_check)
     try:  # another helper's package; registered only when present
         simulate_cli = importlib.import_module("specdecode_runtime.simulate.cli")
@@ -63,11 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         simulate_cli = None
     if simulate_cli is not None and hasattr(simulate_cli, "add_parser"):
         simulate_cli.add_parser(sub)
+    cli_common.add_completion_command(sub, "specdecode-runtime")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
+    cli_common.autocomplete(ap)
     ns = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
     if getattr(ns, "sglang_args", None) and ns.sglang_args[:1] == ["--"]:
         ns.sglang_args = ns.sglang_args[1:]

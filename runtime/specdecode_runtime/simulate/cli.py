@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 
 from ..config import TOKEN_PATH, candidate_steps
@@ -38,7 +39,7 @@ def positive_float(text: str) -> float:
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--scenario", required=True, help="scenario YAML (docs/scenarios.md)")
-    p.add_argument("--port", type=int, default=30000, help="HTTP port (default 30000)")
+    p.add_argument("--port", type=int, default=30000, help="HTTP port (default 30000; 0: any free port, printed)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--speed", type=positive_float, default=1.0, help="simulated seconds per wall second (default 1)")
     p.add_argument("--token-file", default=TOKEN_PATH,
@@ -80,13 +81,12 @@ def run(args: argparse.Namespace) -> int:
     if steps < 0:
         return _fail(f"--steps must be >= 0, got {steps}")
     table = StepTable.single(steps)
-    try:
-        if not args.offline:  # offline runs capture nothing, so any step count may be simulated
-            table.check_candidates(candidates)
+    try:  # offline too: --candidates says which step counts the simulated pod has captured
+        table.check_candidates(candidates)
     except StepTableError:
         return _fail(f"--steps {steps} is not among --candidates; allowed: {candidates}")
-    if not 0 < args.port < 65536:
-        return _fail(f"--port must be within 1..65535, got {args.port}")
+    if not 0 <= args.port < 65536:
+        return _fail(f"--port must be within 0..65535 (0: any free port), got {args.port}")
 
     from .engine import SimEngine
 
@@ -106,10 +106,16 @@ def run(args: argparse.Namespace) -> int:
 
     from .server import create_app
 
+    try:  # bound before anything says "running": a busy port is the user's to fix, not a traceback
+        sock = socket.create_server((args.host, args.port))
+    except OSError as err:
+        return _fail(f"--host {args.host} --port {args.port}: cannot listen: {err.strerror or err}")
+    except (UnicodeError, ValueError) as err:
+        return _fail(f"--host {args.host!r}: {err}")
     app = create_app(engine, candidates, args.token_file, speed=args.speed)
-    print(f"simulated runtime (SIMULATED numbers) for scenario {scenario.name!r} on http://{args.host}:{args.port} "
-          f"at {args.speed}x", file=sys.stderr)
-    web.run_app(app, host=args.host, port=args.port, print=None, **SERVER_LIMITS)
+    print(f"simulated runtime (SIMULATED numbers) for scenario {scenario.name!r} on "
+          f"http://{args.host}:{sock.getsockname()[1]} at {args.speed}x", file=sys.stderr, flush=True)
+    web.run_app(app, sock=sock, print=None, **SERVER_LIMITS)
     return 0
 
 
