@@ -8,7 +8,8 @@ The pieces, one module each (every public name is re-exported here):
 
 * ``topology`` + ``placement``: :func:`choose_draft_ranks` picks S: ``draft.ranks`` when given, else the ranks
   that share rank 0's PCIe switch / NVLink island (:class:`GpuTopology`, parsed from ``nvidia-smi topo -m``), else
-  ranks ``0..d-1``; :class:`DraftPlacement` names S and the target group in global ranks.
+  ranks ``0..d-1``; :func:`decide_draft_ranks` makes that choice once, on the target group's first rank, and
+  broadcasts it; :class:`DraftPlacement` names S and the target group in global ranks.
 * ``groups``: :class:`DraftGroups` creates, on **every** rank and in a fixed order, the draft group (S) and a
   dedicated broadcast communicator over the whole target group. Group creation is collective over the default
   group, so a rank that skipped it or changed the order would hang everyone: the order is fixed there, once.
@@ -34,7 +35,7 @@ from .collective_hooks import COLLECTIVES, CollectiveCounter
 from .draft_only import draft_only_scope, in_draft_only_scope
 from .errors import DraftGroupError, SubsetCollectiveError
 from .groups import DraftGroups
-from .placement import DraftPlacement, choose_draft_ranks
+from .placement import DraftPlacement, choose_draft_ranks, decide_draft_ranks
 from .proposal_layout import ProposalLayout
 from .topology import GpuTopology, detect_topology, parse_nvidia_smi_topo
 
@@ -49,6 +50,7 @@ __all__ = [
     "ProposalLayout",
     "SubsetCollectiveError",
     "choose_draft_ranks",
+    "decide_draft_ranks",
     "detect_topology",
     "draft_only_scope",
     "in_draft_only_scope",

@@ -2,12 +2,13 @@
 
 Both halves run before any process group exists (the launcher validates ``draft.ranks`` with them), so they import
 neither torch nor SGLang: a placement that cannot be served is refused with :class:`DraftGroupError` up front.
+:func:`decide_draft_ranks` (in the scheduler processes) imports torch when called.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import DraftGroupError
 from .topology import GpuTopology
@@ -95,3 +96,35 @@ class DraftPlacement:
 
     def rank_in_draft(self, rank: int) -> int:
         return self.draft_ranks.index(rank)
+
+
+def decide_draft_ranks(
+    tp_size: int,
+    draft_tp: int,
+    ranks: Sequence[int] | None = None,
+    *,
+    group: Any = None,
+    src: int = 0,
+    detect: Callable[[], GpuTopology | None] | None = None,
+) -> list[int]:
+    """S, decided once on the target group's first rank and broadcast to every rank (TP-local ranks, sorted).
+
+    Group creation is collective: if two ranks chose different S they would create different groups and hang.
+    Each rank reading ``nvidia-smi topo`` itself can disagree (a timeout on one rank falls back to ``0..d-1``), so
+    only ``src`` reads the topology (``detect``, default :func:`~.topology.detect_topology`, called only when
+    ``ranks`` is None) and its choice is broadcast over ``group`` (a CPU/gloo group: SGLang's TP ``cpu_group``).
+    Every rank of ``group`` must call this together."""
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.zeros(draft_tp, dtype=torch.int64)
+    if dist.get_rank() == src:
+        topo = None
+        if ranks is None:
+            from .topology import detect_topology
+
+            topo = (detect or detect_topology)()
+        buf.copy_(torch.tensor(choose_draft_ranks(tp_size, draft_tp, ranks, topo), dtype=torch.int64))
+    dist.broadcast(buf, src=src, group=group)
+    chosen = [int(r) for r in buf.tolist()]
+    return list(choose_draft_ranks(tp_size, draft_tp, chosen))  # validated on every rank

@@ -19,7 +19,8 @@ class ProposalLayout:
 
     topk=1 (a chain): only ``draft_tokens [bs, steps]``; the parents and score indices are constants every rank
     rebuilds itself. topk>1: ``draft_tokens [bs, n-1]``, ``parent_list [bs, topk*(steps-1)+1]`` and
-    ``top_scores_index [bs, n-1]`` (SGLang's ``organize_draft_results`` shapes).
+    ``top_scores_index [bs, n-1]`` (SGLang's ``organize_draft_results`` shapes). A single-step tree has no
+    parents at all: SGLang's ``parent_list`` is then ``[bs, 0]``.
     """
 
     steps: int
@@ -38,7 +39,9 @@ class ProposalLayout:
 
     @property
     def parent_cols(self) -> int:
-        return 0 if self.topk == 1 else self.topk * (self.steps - 1) + 1
+        if self.topk == 1 or self.steps == 1:
+            return 0
+        return self.topk * (self.steps - 1) + 1
 
     @property
     def score_cols(self) -> int:

@@ -161,15 +161,16 @@ def create_groups(split: SplitConfig, target_worker: Any):
         DraftPlacement,
         ProposalBroadcaster,
         ProposalLayout,
-        choose_draft_ranks,
+        decide_draft_ranks,
         detect_topology,
     )
 
     par = get_parallel()
     tp = par.tp_group
     target_ranks = tuple(tp.ranks)
-    topo = detect_topology() if (split.use_topology and split.draft_ranks is None) else None
-    local = choose_draft_ranks(len(target_ranks), split.draft_tp, split.draft_ranks, topo)
+    # S is decided on the first TP rank alone and broadcast: a rank whose nvidia-smi failed must not choose another S.
+    local = decide_draft_ranks(len(target_ranks), split.draft_tp, split.draft_ranks, group=tp.cpu_group,
+                               src=target_ranks[0], detect=detect_topology if split.use_topology else (lambda: None))
     placement = DraftPlacement.from_tp_ranks(target_ranks, local)
     blocks = [list(b) for b in DraftGroups.partition(placement)]
     backend = dist.get_backend(tp.device_group)
