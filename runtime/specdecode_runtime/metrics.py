@@ -33,6 +33,7 @@ CANDIDATE_STEPS = "specdecode_candidate_steps"
 DRAFT_TP = "specdecode_draft_tp"
 TOKENS_GENERATED = "specdecode_tokens_generated"
 NCCL_LATENCY = "specdecode_nccl_latency_seconds"
+COST_SECONDS = "specdecode_cost_seconds"  # start-up cost probe (cost_probe.py): {stage,steps,bucket,batch}
 
 PHASES = ("draft", "verify", "draft_extend", "other")
 SIMULATED_LABELS = {"simulated": "true"}
@@ -126,6 +127,11 @@ class SpecMetrics:
             NCCL_LATENCY, "Startup preflight: mean latency of one collective on the TP group", ("op", "bytes") + extra,
             registry=reg, multiprocess_mode="mostrecent",
         )
+        self.cost_seconds = Gauge(
+            COST_SECONDS, "Start-up cost probe: median seconds of one stage (draft_step|verify|draft_extend|overhead|"
+            "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture",
+            ("stage", "steps", "bucket", "batch") + extra, registry=reg, multiprocess_mode="mostrecent",
+        )
         self._children: dict[tuple, object] = {}
         self.registry = registry
 
@@ -216,6 +222,9 @@ class SpecMetrics:
 
     def set_nccl_latency(self, op: str, nbytes: int, seconds: float) -> None:
         self._child(self.nccl_latency, op, str(int(nbytes))).set(float(seconds))
+
+    def set_cost(self, stage: str, steps: int, bucket: str, batch: int, seconds: float) -> None:
+        self._child(self.cost_seconds, stage, str(int(steps)), bucket, str(int(batch))).set(float(seconds))
 
     def bucket_names(self) -> list[str]:
         return bucket_labels(self.buckets)

@@ -225,6 +225,23 @@ class Recommendation(_Model):
     reason: str = ""
 
 
+class CostProfileEntry(_Model):
+    """The cycle-cost model the tuner uses for one batch-size bucket, evaluated at the bucket's live mean batch."""
+
+    bucket: str = Field(description="Batch-size bucket label, e.g. 8-31.")
+    source: Literal["MeasuredAtStart", "RefinedOnline", "Override", "PhaseAverages"] = Field(
+        description="MeasuredAtStart: the pods' start-up cost probe; RefinedOnline: that probe corrected by live cycle "
+        "timings; Override: the profile ConfigMap (also checked against live timings); PhaseAverages: no profile, "
+        "per-cycle averages of the step count that ran.")
+    batch: float | None = Field(default=None, description="Mean batch size the figures are evaluated at.")
+    plainCycleMs: float | None = Field(default=None, description="Predicted milliseconds of a decode step without "
+                                       "speculation.")
+    cycleMs: float | None = Field(default=None, description="Predicted milliseconds of a cycle at the bucket's "
+                                  "current step count.")
+    stepMs: float | None = Field(default=None, description="Predicted milliseconds one more draft step adds.")
+    observedSteps: list[int] | None = Field(default=None, description="Step counts whose live timings refined it.")
+
+
 class SpeculativeStatus(_Model):
     """What the tuner measured and decided; spec is never written."""
 
@@ -238,6 +255,10 @@ class SpeculativeStatus(_Model):
     lastTuneTime: str | None = None
     recommendation: Recommendation | None = None
     ncclLatencyMicroseconds: dict[str, float] | None = None
+    costSource: Literal["MeasuredAtStart", "RefinedOnline", "Override", "PhaseAverages"] | None = Field(
+        default=None, description="Where the cost model of the busiest bucket comes from (see costProfile).")
+    costProfile: list[CostProfileEntry] | None = Field(
+        default=None, max_length=16, description="The cost model in use, per batch-size bucket.")
 
 
 class HistoryEntry(_Model):

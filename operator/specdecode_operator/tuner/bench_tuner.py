@@ -1,9 +1,15 @@
 """``specdecode bench tuner``: our tuner against no speculation, every static k, the per-phase oracle and SGLang's
-own adaptive controller, all in the in-process simulator (every number it prints is simulated).
+own adaptive controller (its default candidate list, and candidates 0..7), all in the in-process simulator (every
+number it prints is simulated).
 
 Each policy runs the same scenario with the same seed (common random numbers), so ratios compare controllers, not
 luck. Ours is driven the way the operator drives it: the metrics text is scraped every ``intervalSeconds`` of
 simulated time, parsed, fed to ``Tuner.step`` and the resulting table pushed; SGLang's controller is fed per batch.
+
+What ours is given is what a cluster gives it (``--profile measured``, the default): the simulated pod's metrics,
+including its start-up cost probe, which carries a per-stage systematic error drawn per pod (``--probe-bias``) and
+per-sample noise (simulate/probe.py). ``--profile exact`` hands it the scenario's true cost block instead: an upper
+bound no cluster can reach, labelled so; ``--profile none`` serves no probe (per-cycle phase averages only).
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ import argparse
 import glob
 import json
 import math
+import os
 import sys
+import tempfile
 import time
 from typing import Sequence
 
@@ -20,13 +28,17 @@ from specdecode_runtime.config import candidate_steps
 from specdecode_runtime.goodput import expected_tokens
 from specdecode_runtime.scenario import Scenario, ScenarioError, load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
+from specdecode_runtime.simulate.probe import DEFAULT_BIAS, DEFAULT_NOISE
 
+from ..api.models import Autotune
 from .policy import PolicyConfig
 from .scrape import parse_metrics
 from .sglang_baseline import SglangAdaptive, SglangUnavailable, import_sglang
 from .tuner import Tuner, TunerConfig
 
-RATIOS = ("ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive")
+RATIOS = ("ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive", "ours_over_sglang_0to7")
+DEFAULT_INTERVAL = float(Autotune.model_fields["intervalSeconds"].default)  # the CRD's default
+PROFILES = ("measured", "exact", "none")
 
 
 def _finish(engine: SimEngine, duration: float, step: float | None = None) -> float:
@@ -88,11 +100,29 @@ def run_oracle(sc: Scenario, ks: Sequence[int], seed: int | None) -> float:
     return eng.tokens_total / eng.now
 
 
-def run_sglang(sc: Scenario, seed: int | None, initial_steps: int) -> tuple[float, int]:
+def open_candidates_config(max_steps: int) -> dict:
+    """SGLang's shipped adaptive config with every batch slot's candidates opened to 0..max_steps (its default
+    offers odd k only at batch 1 and no speculation at batch >= 64); thresholds unchanged."""
+    from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
+
+    return {bs: {**entry, "candidate_steps": list(range(0, max_steps + 1))} for bs, entry in DEFAULT_ADAPTIVE_CONFIG.items()}
+
+
+def run_sglang(sc: Scenario, seed: int | None, initial_steps: int, cfg: dict | None = None) -> tuple[float, int]:
+    """SGLang's controller with its default config, or with ``cfg`` (written to the JSON file it reads)."""
     eng = SimEngine(sc, seed=seed)
     max_bs = max(max(p.batch_distribution()[0]) for p in sc.phases)
-    ctl = SglangAdaptive(eng, initial_steps=initial_steps, max_bs=max(max_bs, 8))
-    return _finish(eng, sc.duration), ctl.changes
+    path = None
+    try:
+        if cfg is not None:
+            fd, path = tempfile.mkstemp(suffix=".json", prefix="sglang-adaptive-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(cfg, f)
+        ctl = SglangAdaptive(eng, initial_steps=initial_steps, max_bs=max(max_bs, 8), cfg_path=path)
+        return _finish(eng, sc.duration), ctl.changes
+    finally:
+        if path:
+            os.unlink(path)
 
 
 def rendered_candidates(min_steps: int, max_steps: int, initial: int) -> list[int]:
@@ -114,15 +144,18 @@ def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_ste
 
 
 def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_steps: int, max_steps: int,
-             initial: int, caps: list[int] | None = None) -> tuple[float, Tuner]:
+             initial: int, caps: list[int] | None = None, profile: str = "measured", probe_bias: float = DEFAULT_BIAS,
+             probe_noise: float = DEFAULT_NOISE) -> tuple[float, Tuner]:
     """The operator loop on simulated time: scrape every interval, decide, push (Live) or re-render and restart
-    (Rollout). The tuner's calibrated profile is the scenario's cost block (what startup profiling measures);
-    acceptance it must learn from the metrics."""
+    (Rollout). The tuner learns costs and acceptance from the pod's metrics only (``profile`` measured / none);
+    ``exact`` gives it the scenario's cost block as an override (the labelled upper bound)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     cfg = our_config(sc, mode, interval, min_steps, max_steps, initial, caps)
-    eng = SimEngine(sc, seed=seed)
+    eng = SimEngine(sc, seed=seed, probe_bias=probe_bias if profile == "measured" else None, probe_noise=probe_noise)
     eng.set_candidates(cfg.policy.candidates)
     eng.set_step_table([(1, initial)])
-    tuner = Tuner(cfg, profile=sc.cycle_cost())
+    tuner = Tuner(cfg, profile=sc.cycle_cost() if profile == "exact" else None)
     tuner.step(eng.now, [parse_metrics(eng.metrics_text(), "sim-0", eng.now)])
     while eng.now < sc.duration:
         eng.advance(min(interval, sc.duration - eng.now))
@@ -143,10 +176,13 @@ def bench_scenario(sc: Scenario, args) -> dict:
     best_static = max(static[best_k], none)
     oracle = run_oracle(sc, ks, args.seed)
     sglang, sglang_changes = run_sglang(sc, args.seed, args.initial_steps)
+    sglang07, _ = run_sglang(sc, args.seed, args.initial_steps, open_candidates_config(args.max_steps))
+    known = dict(profile=args.profile, probe_bias=args.probe_bias, probe_noise=args.probe_noise)
     ours, tuner = run_ours(sc, args.seed, "Live", args.interval, args.min_steps, args.max_steps, args.initial_steps,
-                           args.candidates)
-    rollout, rtuner = run_ours(sc, args.seed, "Rollout", args.interval, args.min_steps, args.max_steps,
-                               args.initial_steps, args.candidates)
+                           args.candidates, **known)
+    rollout, rtuner = (None, None) if args.no_rollout else run_ours(
+        sc, args.seed, "Rollout", args.interval, args.min_steps, args.max_steps, args.initial_steps, args.candidates,
+        **known)
     return {
         "name": sc.name,
         "simulated": True,
@@ -158,6 +194,7 @@ def bench_scenario(sc: Scenario, args) -> dict:
             "best_static_k": best_k if static[best_k] >= none else 0,
             "oracle": oracle,
             "sglang_adaptive": sglang,
+            "sglang_adaptive_0to7": sglang07,
             "ours": ours,
             "ours_rollout": rollout,
         },
@@ -165,10 +202,12 @@ def bench_scenario(sc: Scenario, args) -> dict:
             "ours_over_oracle": ours / oracle,
             "ours_over_best_static": ours / best_static,
             "ours_over_sglang_adaptive": ours / sglang,
+            "ours_over_sglang_0to7": ours / sglang07,
         },
         "changes": tuner.changes,
-        "restarts": rtuner.restarts,
-        "rollout_changes": rtuner.changes,
+        "restarts": rtuner.restarts if rtuner else None,
+        "rollout_changes": rtuner.changes if rtuner else None,
+        "cost_sources": sorted({rep.cost_source for rep in tuner.last_reports.values()}) if tuner.last_reports else [],
         "sglang_changes": sglang_changes,
         "our_candidates": list(tuner.config.policy.candidates),
     }
@@ -182,8 +221,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenarios", nargs="+", required=True, metavar="FILE",
                    help="scenario YAML files (globs are expanded), e.g. bench/scenarios/*.yaml")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--interval", type=float, default=10.0,
-                   help="our tuner's intervalSeconds in simulated seconds (CRD allows 5..3600; default 10)")
+    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
+                   help="our tuner's intervalSeconds in simulated seconds (CRD allows 5..3600; default: the CRD's "
+                   f"default, {DEFAULT_INTERVAL:g})")
+    p.add_argument("--profile", choices=PROFILES, default="measured",
+                   help="what our tuner knows about costs: measured = the pod's start-up probe with its error, refined "
+                   "online (what a cluster gives; default); exact = the scenario's true costs (upper bound, not "
+                   "reachable in a cluster); none = no probe")
+    p.add_argument("--probe-bias", type=float, default=DEFAULT_BIAS,
+                   help=f"systematic error per probe stage, drawn per pod in 1 +- this (default {DEFAULT_BIAS})")
+    p.add_argument("--probe-noise", type=float, default=DEFAULT_NOISE,
+                   help=f"relative noise per probe sample (default {DEFAULT_NOISE})")
+    p.add_argument("--no-rollout", action="store_true", help="skip the Rollout-mode run (faster)")
     p.add_argument("--min-steps", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=7, help="largest static k and oracle k (default 7)")
     p.add_argument("--initial-steps", type=int, default=3, help="starting numSteps for ours and SGLang (default 3)")
@@ -227,6 +276,10 @@ def run(args) -> int:
         return _usage_error(f"--initial-steps must be within {args.min_steps}..{args.max_steps}, got {args.initial_steps}")
     if not (5 <= args.interval <= 3600):
         return _usage_error(f"--interval must be within 5..3600 seconds (autotune.intervalSeconds), got {args.interval:g}")
+    if not (0 <= args.probe_bias < 1):
+        return _usage_error(f"--probe-bias must be within 0..1 (relative), got {args.probe_bias:g}")
+    if args.probe_noise < 0:
+        return _usage_error(f"--probe-noise must be >= 0, got {args.probe_noise:g}")
     if args.candidates == "all":
         args.candidates = list(range(0, args.max_steps + 1))
     try:
@@ -253,8 +306,11 @@ def run(args) -> int:
     out = {
         "simulated": True,
         "note": "all tokens/s are simulated (in-process simulator, scenario cost model); not measurements",
-        "settings": {"interval_s": args.interval, "candidates": args.candidates or "rendered", "min_steps": args.min_steps, "max_steps": args.max_steps,
-                     "initial_steps": args.initial_steps, "seed": args.seed},
+        "settings": {"interval_s": args.interval, "candidates": args.candidates or "rendered",
+                     "min_steps": args.min_steps, "max_steps": args.max_steps, "initial_steps": args.initial_steps,
+                     "seed": args.seed, "profile": args.profile,
+                     "probe_bias": args.probe_bias if args.profile == "measured" else None,
+                     "probe_noise": args.probe_noise if args.profile == "measured" else None},
         "scenarios": results,
         "geomean": {r: geomean([s["ratios"][r] for s in results]) for r in RATIOS},
     }
@@ -266,24 +322,32 @@ def run(args) -> int:
 
 
 def format_table(out: dict) -> str:
+    st = out["settings"]
+    known = {"measured": f"the pod's start-up probe (bias +-{st['probe_bias']:g} per stage, noise {st['probe_noise']:g}), "
+             "refined online", "exact": "the scenario's TRUE costs (upper bound, not reachable in a cluster)",
+             "none": "no cost probe (phase averages)"}[st["profile"]]
     lines = [
         "Simulated tokens/s (in-process simulator; not measurements), interval "
-        f"{out['settings']['interval_s']:g}s, our captured candidates {out['settings']['candidates']}",
-        f"{'scenario':<28} {'none':>8} {'best k':>6} {'best st':>8} {'oracle':>8} {'sglang':>8} {'ours':>8} "
-        f"{'rollout':>8} {'o/orc':>6} {'o/bst':>6} {'o/sgl':>6} {'chg':>4} {'rst':>4}",
+        f"{st['interval_s']:g}s, our captured candidates {st['candidates']}, our cost knowledge: {known}",
+        f"{'scenario':<24} {'none':>7} {'best k':>6} {'best st':>7} {'oracle':>7} {'sglang':>7} {'sgl0-7':>7} "
+        f"{'ours':>7} {'rollout':>7} {'o/orc':>6} {'o/bst':>6} {'o/sgl':>6} {'o/s07':>6} {'chg':>4} {'rst':>4}",
     ]
     for s in out["scenarios"]:
         t, r = s["tokens_per_s"], s["ratios"]
+        rollout = f"{t['ours_rollout']:7.1f}" if t["ours_rollout"] is not None else f"{'-':>7}"
         lines.append(
-            f"{s['name'][:28]:<28} {t['none']:8.1f} {t['best_static_k']:>6} {t['best_static']:8.1f} {t['oracle']:8.1f} "
-            f"{t['sglang_adaptive']:8.1f} {t['ours']:8.1f} {t['ours_rollout']:8.1f} {r['ours_over_oracle']:6.3f} "
-            f"{r['ours_over_best_static']:6.3f} {r['ours_over_sglang_adaptive']:6.3f} {s['changes']:>4} {s['restarts']:>4}"
+            f"{s['name'][:24]:<24} {t['none']:7.1f} {t['best_static_k']:>6} {t['best_static']:7.1f} {t['oracle']:7.1f} "
+            f"{t['sglang_adaptive']:7.1f} {t['sglang_adaptive_0to7']:7.1f} {t['ours']:7.1f} {rollout} "
+            f"{r['ours_over_oracle']:6.3f} {r['ours_over_best_static']:6.3f} {r['ours_over_sglang_adaptive']:6.3f} "
+            f"{r['ours_over_sglang_0to7']:6.3f} {s['changes']:>4} {s['restarts'] if s['restarts'] is not None else '-':>4}"
         )
     g = out["geomean"]
-    lines.append(f"{'geometric mean':<28} {'':>8} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} "
-                 f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f}")
-    lines.append("o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive (0.5.23 AdaptiveController); "
-                 "chg = our Live changes, rst = restarts in Rollout mode")
+    lines.append(f"{'geometric mean':<24} {'':>7} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} "
+                 f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f} "
+                 f"{g['ours_over_sglang_0to7']:6.3f}")
+    lines.append("o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive (0.5.23 AdaptiveController, "
+                 "default candidates), o/s07 = ours/the same controller with candidates 0..7; chg = our Live changes, "
+                 "rst = restarts in Rollout mode")
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ REQUESTS = contract.exposed_name(contract.REQUESTS_VERIFIED, "counter")
 NUM_STEPS = contract.NUM_STEPS
 CANDIDATES = contract.CANDIDATE_STEPS
 TOKENS = contract.exposed_name(contract.TOKENS_GENERATED, "counter")
+COST = contract.COST_SECONDS
 
 
 @dataclass
@@ -52,6 +53,8 @@ class PodSnapshot:
     buckets: dict[str, BucketCounters] = field(default_factory=dict)
     tokens_total: float | None = None
     candidates: list[int] = field(default_factory=list)  # step counts the pod has captured
+    # The pod's start-up cost probe: (stage, steps, bucket, batch) -> seconds (specdecode_cost_seconds).
+    costs: dict[tuple[str, int, str, int], float] = field(default_factory=dict)
     simulated: bool = False
     error: str | None = None  # the pod could not be read at all
     problems: list[str] = field(default_factory=list)  # samples that were dropped (NaN, bad labels)
@@ -77,6 +80,16 @@ def parse_metrics(text: str, pod: str, time: float) -> PodSnapshot:
                 continue
             if labels.get("simulated") == "true":
                 snap.simulated = True
+            if name == COST:
+                # A start-up measurement, not a counter: a bad point is dropped on its own (the tuner falls back to
+                # the other points or to live timings); it does not make the pod's counters unusable.
+                try:
+                    key = (labels["stage"], int(labels["steps"]), labels["bucket"], int(labels["batch"]))
+                except (KeyError, ValueError):
+                    continue
+                if value is not None and math.isfinite(value) and value >= 0:
+                    snap.costs[key] = value
+                continue
             if value is None or math.isnan(value) or math.isinf(value):
                 snap.problems.append(f"{name}{_fmt(labels)} is {value}")
                 continue

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Literal, Mapping
 
+from specdecode_runtime import cost_probe
 from specdecode_runtime.config import DEFAULT_BUCKETS, bucket_label, candidate_steps
 from specdecode_runtime.goodput import CycleCost, expected_tokens, goodput
 
-from ..api.models import Condition, HistoryEntry, SpeculativeStatus
+from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
+from .cost_refine import PRIOR_SD_OVERRIDE, CostRefiner, RefinedCost
 from .estimator import Acceptance, Estimator, ObserveReport
 from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose
 
@@ -25,6 +27,8 @@ CONDITION_TYPE = "MetricsAvailable"
 NO_PODS = Condition(type=CONDITION_TYPE, status="False", reason="NoPods", message="no pods to scrape")
 FIRST_SCRAPE = "first scrape: a decision needs two snapshots of the counters"
 ProfileSource = Mapping[str, CycleCost] | Callable[[str], CycleCost | None] | CycleCost | None
+# Where a bucket's cost comes from (status.speculative.costSource / costProfile[].source).
+OVERRIDE, MEASURED, REFINED, PHASE_AVERAGES = "Override", "MeasuredAtStart", "RefinedOnline", "PhaseAverages"
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,18 @@ def iso(ts: float) -> str:
 class Tuner:
     """One per SpecDecodeDeployment; ``step`` once per ``intervalSeconds``."""
 
-    def __init__(self, config: TunerConfig, profile: ProfileSource = None, estimator: Estimator | None = None) -> None:
+    def __init__(self, config: TunerConfig, profile: ProfileSource = None, estimator: Estimator | None = None,
+                 refine: bool = True) -> None:
+        """``profile``: an override (the ConfigMap named by the profile annotation); without one the tuner uses the
+        pods' own start-up cost probe. Either is refined online from live cycle timings unless ``refine`` is off."""
         self.config = config
         self.profile = profile
+        self.refine = refine
+        self.measured: dict[str, CycleCost] = {}  # bucket -> cost fitted from the pods' start-up probes
+        self._pod_costs: dict[str, dict] = {}
+        self.refiners: dict[str, CostRefiner] = {}
+        self._costs: dict[str, tuple] = {}  # per-interval cache of cost(label)
+        self.last_reports: dict[str, BucketReport] = {}  # the latest interval that decided anything
         self.estimator = estimator or Estimator()
         self.bounds = tuple(sorted(config.buckets))
         self.labels = {bucket_label(lo, self.bounds): lo for lo in self.bounds}
@@ -132,13 +145,61 @@ class Tuner:
         self.measured_tokens_per_s: float | None = None
 
     # ------------------------------------------------------------------
-    def _profile(self, label: str) -> CycleCost | None:
+    def _override(self, label: str) -> CycleCost | None:
         p = self.profile
         if p is None or isinstance(p, CycleCost):
             return p
         if callable(p):
             return p(label)
         return p.get(label)
+
+    def _profile(self, label: str) -> tuple[CycleCost | None, str]:
+        """The base profile of a bucket and its source: the override, else the pods' start-up probe."""
+        over = self._override(label)
+        if over is not None:
+            return over, OVERRIDE
+        return self.measured.get(label), MEASURED
+
+    def cost(self, label: str) -> tuple[CycleCost | RefinedCost | None, str]:
+        """The cost model the policy uses for a bucket, and where it comes from: the base profile refined by the
+        bucket's live cycle timings; per-cycle phase averages when there is no profile at all."""
+        hit = self._costs.get(label)
+        if hit is None:
+            hit = self._costs[label] = self._compute_cost(label)
+        return hit
+
+    def _compute_cost(self, label: str) -> tuple[CycleCost | RefinedCost | None, str]:
+        base, source = self._profile(label)
+        if base is None:
+            cost, _ = self.estimator.cost(label, None)
+            return cost, PHASE_AVERAGES if cost is not None else "None"
+        ref = self.refiners.get(label)
+        if not self.refine or ref is None or not ref.observations:
+            return base, source
+        refined = ref.refine(base, PRIOR_SD_OVERRIDE if source == OVERRIDE else None)
+        return refined, OVERRIDE if source == OVERRIDE else REFINED
+
+    def _learn_costs(self, snapshots: list, report: ObserveReport) -> None:
+        """The pods' probes (re-fitted when a pod's probe changes: a restarted pod measures again) and this
+        interval's mean cycle time per bucket at the k that ran."""
+        changed = False
+        for snap in snapshots:
+            if snap.ok and snap.costs and self._pod_costs.get(snap.pod) != snap.costs:
+                self._pod_costs[snap.pod] = dict(snap.costs)
+                changed = True
+        if changed:
+            points = [p for costs in self._pod_costs.values() for p in cost_probe.points_from_samples(costs)]
+            self.measured = cost_probe.fit_profile(points)
+        for label in report.bucket_cycles:
+            d = self.estimator.last_interval.get(label)
+            if d is None or d.cycles <= 0 or d.busy_s <= 0:
+                continue
+            kbar = d.draft_steps / d.cycles
+            if kbar > 0 and not d.steps:
+                continue  # switched to k=0 within the interval: the share of drafting cycles is unknown
+            frac = min(1.0, kbar / d.steps) if d.steps else 0.0
+            self.refiners.setdefault(label, CostRefiner()).add(d.requests / d.cycles, kbar, frac,
+                                                                1000.0 * d.busy_s / d.cycles, d.cycles)
 
     def table(self) -> list[tuple[int, int]]:
         if self.config.mode == "Rollout":
@@ -159,6 +220,8 @@ class Tuner:
     def step(self, now: float, snapshots: list) -> Decision:
         cfg = self.config
         report = self.estimator.observe(snapshots)
+        self._learn_costs(snapshots, report)
+        self._costs.clear()
         events: list[Event] = []
         condition = self._condition(report, snapshots)
         if condition.status != "True":
@@ -180,6 +243,8 @@ class Tuner:
                     continue
                 reports[label] = rep
                 recommended[label] = rep.choice.steps
+        if reports:
+            self.last_reports = reports
         if cfg.mode == "Rollout":
             restart = self._rollout(now, reports, new_history, events) if reports else False
         else:
@@ -232,7 +297,7 @@ class Tuner:
             if label not in self.labels or n <= 0:
                 continue
             batch = est.batch_mean(label)
-            cost, _ = est.cost(label, self._profile(label))
+            cost, _ = self.cost(label)
             if batch is None or cost is None:
                 continue
             k = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
@@ -253,7 +318,7 @@ class Tuner:
         batch = est.batch_mean(label)
         if batch is None:
             return None
-        cost, source = est.cost(label, self._profile(label))
+        cost, source = self.cost(label)
         if cost is None:
             return None
         acc = self._acceptance(label, now, max_k)
@@ -294,7 +359,7 @@ class Tuner:
                 if k > acc.observed + 1 and k > cur:
                     s = -math.inf  # censored: never roll pods onto an unobserved depth
                     break
-                cost, _ = est.cost(label, self._profile(label))
+                cost, _ = self.cost(label)
                 g_cur = goodput(acc.alphas, cost, cur, rep.batch)
                 s += busy[label] / total_busy * goodput(acc.alphas, cost, k, rep.batch) / g_cur
             score[k] = s
@@ -318,6 +383,23 @@ class Tuner:
         self.changes += 1
         self.restarts += 1
         return True
+
+    def _profile_status(self) -> list[CostProfileEntry]:
+        out = []
+        for label in self.labels:
+            batch = self.estimator.batch_mean(label)
+            cost, source = self.cost(label)
+            if batch is None or cost is None or source == "None":
+                continue
+            k = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
+            ref = self.refiners.get(label)
+            out.append(CostProfileEntry(
+                bucket=label, source=source, batch=round(batch, 2),
+                plainCycleMs=round(cost.cycle_ms(0, batch), 4), cycleMs=round(cost.cycle_ms(k, batch), 4),
+                stepMs=round(cost.cycle_ms(2, batch) - cost.cycle_ms(1, batch), 4),
+                observedSteps=ref.steps_seen() if ref is not None and source in (REFINED, OVERRIDE) else None,
+            ))
+        return out
 
     def _condition(self, report: ObserveReport, snapshots: list) -> Condition:
         if not snapshots:
@@ -359,7 +441,11 @@ class Tuner:
         table = self.table()
         num_steps = self.rollout_steps if self.config.mode == "Rollout" else (
             self.states[busiest].steps if busiest else table[0][1])
+        profile = self._profile_status()
+        source = next((e.source for e in profile if e.bucket == busiest), profile[0].source if profile else None)
         return SpeculativeStatus(
+            costSource=source,
+            costProfile=profile or None,
             numSteps=num_steps,
             stepTable=[{"minBatch": b, "steps": s} for b, s in table],
             acceptLength=round(tokens / requests, 4) if requests else None,

@@ -22,6 +22,7 @@ from ..control import StepTable
 from ..goodput import CycleCost
 from ..metrics import PHASES, SIMULATED_LABELS, SpecMetrics
 from ..scenario import Scenario, cost_for_draft_tp
+from .probe import DEFAULT_BIAS, DEFAULT_NOISE, simulated_probe
 
 CycleObserver = Callable[[int, int, list, float], None]  # (batch, steps, accepted per request, cycle_ms)
 WINDOW_CYCLES = 40  # SGLang's --decode-log-interval: its spec gauges average over this many iterations
@@ -58,9 +59,14 @@ class _PhaseArrays:
 class SimEngine:
     """See docs/scenarios.md. Steps 0 means plain decoding (no speculation); that is also the initial table."""
 
-    def __init__(self, scenario: Scenario, seed: int | None = None, draft_tp: int | None = None) -> None:
+    def __init__(self, scenario: Scenario, seed: int | None = None, draft_tp: int | None = None,
+                 probe_bias: float | None = DEFAULT_BIAS, probe_noise: float = DEFAULT_NOISE) -> None:
+        """``probe_bias``/``probe_noise``: the start-up cost probe's systematic error per stage and noise per sample
+        (simulate/probe.py); ``probe_bias=None`` serves no probe (a runtime without one)."""
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
+        self.probe_bias, self.probe_noise = probe_bias, probe_noise
+        self.probe_points: list = []
         self.draft_tp = draft_tp
         self.cost: CycleCost = scenario.cycle_cost() if draft_tp is None else cost_for_draft_tp(scenario, draft_tp)
         root = np.random.SeedSequence(self.seed)
@@ -103,8 +109,21 @@ class SimEngine:
         self.metrics.set_draft_tp(self.draft_tp or (self.scenario.draft_tp.current if self.scenario.draft_tp else 0))
 
     def set_candidates(self, candidates: Iterable[int]) -> None:
+        """The captured tiers; like the runtime after graph capture, the pod then probes their costs."""
         self._candidates = sorted(set(candidates))
         self.metrics.set_candidates(self._candidates)
+        self._probe()
+
+    def _probe(self) -> None:
+        if self.probe_bias is None:
+            return
+        # Its own stream (seed, restarts): the probe must not shift the batch and acceptance draws, which policies
+        # compared on one seed share.
+        seed = np.random.SeedSequence([self.seed, 7919, self.restarts])
+        self.probe_points = simulated_probe(self.cost, self._candidates, self.scenario.buckets,
+                                            int(seed.generate_state(1)[0]), self.probe_bias, self.probe_noise)
+        for p in self.probe_points:
+            self.metrics.set_cost(p.stage, p.steps, p.bucket, p.batch, p.seconds)
 
     def set_step_table(self, table: StepTable | Sequence[tuple[int, int]]) -> None:
         """Takes effect from the next cycle (also when called from an observer mid-``advance``)."""
@@ -159,6 +178,7 @@ class SimEngine:
             self._new_metrics()
             if hasattr(self, "_candidates"):
                 self.metrics.set_candidates(self._candidates)
+                self._probe()
             self.set_step_table(table)
 
     def advance(self, seconds: float) -> None:

@@ -1,0 +1,186 @@
+"""Start-up cost probe: time every captured step tier per batch bucket and fit the goodput model's cycle cost.
+
+Why the runtime measures its own costs: the tuner needs the cost of step counts the pod is not running (is k+1
+worth its extra draft step and its longer verify?), and a running pod only shows the cost of the k it runs. Right
+after graph capture every tier can be replayed on dummy inputs for a few hundred microseconds to milliseconds per
+point, which gives a complete profile of this box before the first request. A warm-up on dummy data is not the live
+workload (context lengths, KV-cache occupancy, contention differ), so the tuner treats the result as a prior and
+refines it online from live cycle timings (operator ``tuner/cost_refine.py``).
+
+Everything here is pure over a ``run_step(stage, steps, batch)`` callable that launches one replay of the named
+stage, a ``sync()`` that waits for the device and a clock, so the same code runs on a GPU after capture, on CPU with
+torch in the tests, and in the simulator with a simulated clock.
+
+Stages (label ``stage`` of ``specdecode_cost_seconds{stage,steps,bucket,batch}``):
+
+* ``draft_step``  one draft forward, one token per sequence (``steps`` = 1);
+* ``verify``      the target's verify forward over ``batch * (steps + 1)`` tokens (``steps`` = 0: plain decode);
+* ``draft_extend`` the draft's KV catch-up over ``batch * (steps + 1)`` tokens;
+* ``overhead``    the fixed host work of one cycle (sampling, scheduling) (``steps`` = 0);
+* ``broadcast``   the proposal broadcast of a split draft (``steps`` = k), absent when the draft runs on every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+from .config import DEFAULT_BUCKETS, bucket_label
+from .goodput import CycleCost
+
+log = logging.getLogger("specdecode.cost_probe")
+
+STAGES = ("draft_step", "verify", "draft_extend", "overhead", "broadcast")
+RunStep = Callable[[str, int, int], None]  # (stage, steps, batch): launch one replay of that stage
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """Median seconds of one stage at one tier and batch size."""
+
+    stage: str
+    steps: int
+    bucket: str
+    batch: int
+    seconds: float
+
+
+def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None) -> int:
+    """The batch size a bucket is probed at: the geometric middle of its bounds (the open top bucket: twice its
+    lower bound), capped at the largest captured batch. Why the middle: the tuner evaluates the cost at the
+    bucket's live mean batch, and a per-token cost fitted across tiers at a middle batch errs least over it."""
+    lo = bounds[index]
+    hi = bounds[index + 1] - 1 if index + 1 < len(bounds) else 2 * lo
+    b = max(lo, round((lo * hi) ** 0.5))
+    return max(1, min(b, max_batch)) if max_batch else b
+
+
+def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
+               clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002, min_samples: int = 3,
+               max_samples: int = 50, warmup: int = 1) -> float:
+    """Median seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
+    ``budget_s`` is spent, at least ``min_samples`` and at most ``max_samples``. The median, not the mean: one
+    stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life."""
+    for _ in range(warmup):
+        run()
+    sync()
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < max_samples and (len(samples) < min_samples or spent < budget_s):
+        t0 = clock()
+        run()
+        sync()
+        dt = clock() - t0
+        samples.append(dt)
+        spent += dt
+    return statistics.median(samples)
+
+
+def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS, split_draft: bool = False,
+                max_batch: int | None = None) -> list[tuple[str, int, str, int]]:
+    """(stage, steps, bucket, batch) for every point the probe times: per bucket, verify at k = 0 and every captured
+    k, draft-extend at every captured k > 0, one draft step, the cycle overhead and (split draft) the broadcast."""
+    bounds = sorted(buckets)
+    ks = sorted({int(k) for k in captured if int(k) > 0})
+    points = []
+    for i, lo in enumerate(bounds):
+        label, b = bucket_label(lo, bounds), probe_batch(bounds, i, max_batch)
+        points.append(("overhead", 0, label, b))
+        points.append(("verify", 0, label, b))
+        if not ks:
+            continue
+        points.append(("draft_step", 1, label, b))
+        for k in ks:
+            points.append(("verify", k, label, b))
+            points.append(("draft_extend", k, label, b))
+            if split_draft:
+                points.append(("broadcast", k, label, b))
+    return points
+
+
+def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS,
+              split_draft: bool = False, sync: Callable[[], None] = lambda: None,
+              clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002,
+              max_batch: int | None = None) -> list[ProbePoint]:
+    """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
+    profile is still served (the tuner falls back per stage)."""
+    out = []
+    for stage, steps, label, batch in plan_points(captured, buckets, split_draft, max_batch):
+        try:
+            sec = time_stage(lambda: run_step(stage, steps, batch), sync=sync, clock=clock, budget_s=budget_s)
+        except Exception as exc:  # a missing tier or stage must not stop the pod from serving
+            log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, exc)
+            continue
+        out.append(ProbePoint(stage, steps, label, batch, sec))
+    return out
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) with both clamped at >= 0; one distinct x gives slope 0."""
+    n = len(xs)
+    if n == 0:
+        return 0.0, 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return max(my, 0.0), 0.0
+    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx, 0.0)
+    return max(my - slope * mx, 0.0), slope
+
+
+def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
+    """One bucket's ``CycleCost`` in milliseconds from its points. The verify and draft-extend per-token costs come
+    from how the time grows with the tier at the probed batch (``batch * (steps + 1)`` tokens), the draft step is
+    the measured forward at that batch. None without a plain-decode verify point (nothing to anchor k = 0)."""
+    pts = list(points)
+    by = {st: [p for p in pts if p.stage == st] for st in STAGES}
+    if not by["verify"]:
+        return None
+
+    def ms(p: ProbePoint) -> float:
+        return 1000.0 * p.seconds
+
+    vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
+    eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
+    draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
+    overhead = statistics.median(ms(p) for p in by["overhead"]) if by["overhead"] else 0.0
+    bcast = statistics.median(ms(p) for p in by["broadcast"]) if by["broadcast"] else 0.0
+    return CycleCost(verify_base=vb, verify_per_token=vpt, draft_base=draft, draft_per_seq=0.0, extend_base=eb,
+                     extend_per_token=ept, overhead=overhead, broadcast=bcast)
+
+
+def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:
+    """Per-bucket costs (bucket label -> ``CycleCost``) from the points of one or more pods."""
+    by_bucket: dict[str, list[ProbePoint]] = {}
+    for p in points:
+        by_bucket.setdefault(p.bucket, []).append(p)
+    out = {}
+    for label, pts in by_bucket.items():
+        cost = fit_bucket(pts)
+        if cost is not None:
+            out[label] = cost
+    return out
+
+
+def export(points: Iterable[ProbePoint], metrics) -> None:
+    """Publish the points as ``specdecode_cost_seconds{stage,steps,bucket,batch}`` on a ``SpecMetrics``."""
+    for p in points:
+        metrics.set_cost(p.stage, p.steps, p.bucket, p.batch, p.seconds)
+
+
+def summary(points: Iterable[ProbePoint]) -> str:
+    """One start-up log line: per bucket, ms per stage (verify and draft-extend as k=0..max)."""
+    rows: dict[str, dict[str, list[str]]] = {}
+    for p in sorted(points, key=lambda p: (p.batch, p.stage, p.steps)):
+        rows.setdefault(f"{p.bucket}@b{p.batch}", {}).setdefault(p.stage, []).append(f"{1000 * p.seconds:.3f}")
+    return "; ".join(f"{b}: " + " ".join(f"{st}={'/'.join(v)}" for st, v in stages.items())
+                     for b, stages in rows.items())
+
+
+def points_from_samples(samples: Mapping[tuple[str, int, str, int], float]) -> list[ProbePoint]:
+    """``ProbePoint``s from scraped ``(stage, steps, bucket, batch) -> seconds`` (the tuner's side of the metric)."""
+    return [ProbePoint(st, k, bucket, b, sec) for (st, k, bucket, b), sec in samples.items()
+            if st in STAGES and sec >= 0 and sec == sec]
