@@ -70,9 +70,11 @@ def _install_split_draft(ps: PatchSet, split: SplitConfig) -> None:
     remote = _make_remote_draft_worker_cls()
     state.original_build_verify_input = ew2.build_eagle_verify_input
     ps.wrap(f"{EW2}.EAGLEWorkerV2.__init__", draft_layout.wrap_worker_init(split, real, remote))
-    ps.wrap(f"{EW2}.EAGLEWorkerV2.alloc_memory_pool", draft_layout.wrap_pool)
+    ps.wrap(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", draft_layout.wrap_tier_build)
     for meth, what in draft_layout.DRAFT_ONLY_METHODS:
-        ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", lambda orig, what=what: draft_layout.draft_only(orig, what))
+        kind = (draft_layout.draft_tier if meth in draft_layout.TIER_METHODS
+                else draft_layout.draft_graphs_then_detach if meth == "init_cuda_graphs" else draft_layout.draft_only)
+        ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", lambda orig, what=what, kind=kind: kind(orig, what))
     ps.wrap(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", draft_layout.wrap_embed)
     ps.wrap(f"{EW2}.resolve_draft_parallel_layout", draft_layout.wrap_layout)
     ps.wrap(f"{EW2}.build_eagle_verify_input", wrap_build)

@@ -7,9 +7,15 @@
 * **Layout, third case.** ``resolve_draft_parallel_layout`` (as bound in ``eagle_worker_v2``) returns
   ``DraftParallelLayout(tp_group=<draft group>, attn_tp_size=|S|)`` on S, so SGLang's own
   ``patch_tensor_parallel_group`` narrows tp/attn/moe sizes for the draft.
-* **Embedding / shared head.** ``EAGLEWorkerV2.alloc_memory_pool`` (every rank) all-gathers the target's
-  vocab-sharded embedding and head once; ``EagleDraftWorker._resolve_shared_embed_and_head`` hands S its |S|-way
-  shard of them.
+* **Embedding / shared head.** At the end of ``EAGLEWorkerV2.__init__`` (every rank) the target's vocab-sharded
+  embedding, and its head only when the draft uses it, are all-gathered once; S keeps its |S|-way shard. This runs
+  before the scheduler sizes the target KV pool from free memory (world minimum), so the memory S keeps is inside
+  SGLang's budget on every rank. ``EagleDraftWorker._resolve_shared_embed_and_head`` hands S those shards.
+* **Step tiers (autotune Live).** SGLang builds every extra tier inside the draft's TP context, and each tier holds
+  the *target's* verify attention backend and decode graph. On S that context would narrow the global TP group
+  to |S| while the target half is built, so S would capture target graphs without the target's all-reduces while
+  the other ranks wait in theirs. While the tiers are built, S's draft layout is the target's (no group swap)
+  and only the draft half of each tier enters the draft group (:func:`draft_tier`).
 * **No group-wide collective on S alone.** Draft construction, memory-pool allocation, backend and graph set-up run
   inside :func:`~specdecode_runtime.draft_group.draft_only_scope`: ``get_available_gpu_memory(distributed=True)``
   is answered locally there, and any other torch.distributed collective over a group reaching outside S raises at
@@ -37,6 +43,10 @@ DRAFT_ONLY_METHODS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Of those, the two SGLang calls again for every extra step tier (``build_adaptive_runtime_state``).
+TIER_METHODS = ("init_attention_backend", "_capture_cuda_graphs")
+
+
 def draft_only(orig: Callable, what: str) -> Callable:
     """Run a draft-worker method inside the draft-only guard whenever this rank's TP group is split."""
     from ..draft_group import draft_only_scope
@@ -49,6 +59,66 @@ def draft_only(orig: Callable, what: str) -> Callable:
             return orig(self, *a, **k)
 
     return method
+
+
+def draft_tier(orig: Callable, what: str) -> Callable:
+    """The draft half of a step tier: inside the draft group even while S's layout is detached for the tier build
+    (:func:`wrap_tier_build`), and inside the draft-only guard."""
+    guarded = draft_only(orig, what)
+
+    def method(self, *a, **k):
+        st = state.split
+        if st is None or st.draft_layout is None or getattr(self.parallel_layout, "tp_group", None) is not None:
+            return guarded(self, *a, **k)
+        from sglang.srt.speculative.spec_utils import draft_tp_context
+
+        with draft_tp_context(st.draft_layout):
+            return guarded(self, *a, **k)
+
+    return method
+
+
+def draft_graphs_then_detach(orig: Callable, what: str) -> Callable:
+    """``EagleDraftWorker.init_cuda_graphs``: the draft's own graphs inside the draft group; then, when step tiers
+    follow (:func:`wrap_tier_build`), S's layout becomes the target's until they are built."""
+    guarded = draft_only(orig, what)
+
+    def method(self, *a, **k):
+        out = guarded(self, *a, **k)
+        st = state.split
+        if st is not None and st.building_tiers and getattr(self.parallel_layout, "tp_group", None) is not None:
+            import msgspec
+            from sglang.srt.runtime_context import get_parallel
+
+            st.draft_layout = self.parallel_layout
+            self.parallel_layout = msgspec.structs.replace(self.parallel_layout, tp_group=None,
+                                                           attn_tp_size=get_parallel().attn_tp_size)
+        return out
+
+    return method
+
+
+def wrap_tier_build(orig):
+    """``EAGLEWorkerV2.init_cuda_graphs`` on S with step tiers: SGLang enters
+    ``draft_tp_context(draft_worker.parallel_layout)`` around ``adaptive_controller.init_states``, which builds the
+    target's verify backend and graph for every tier. With S's layout detached there (no group swap) the target
+    half runs with the target's TP group on every rank; the draft half enters the draft group itself
+    (:func:`draft_tier`). The real layout is back before the first decode."""
+
+    def init_cuda_graphs(self):
+        st = state.split
+        if st is None or not st.groups.in_draft or getattr(self, "adaptive_controller", None) is None:
+            return orig(self)
+        st.building_tiers = True
+        try:
+            return orig(self)
+        finally:
+            st.building_tiers = False
+            if st.draft_layout is not None:
+                self._draft_worker.parallel_layout = st.draft_layout
+                st.draft_layout = None
+
+    return init_cuda_graphs
 
 
 def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_worker: type):
@@ -80,6 +150,7 @@ def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_w
                 if cfg is not None
                 else (None, None)
             )
+            gather_shared_vocab(self, state.split)
             logger.info("specdecode: draft on ranks %s of %s (this rank %s S)", groups.placement.draft_ranks,
                         groups.placement.target_ranks, "in" if groups.in_draft else "outside")
 
@@ -88,26 +159,47 @@ def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_w
     return make
 
 
-def wrap_pool(orig):
-    def alloc_memory_pool(self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None):
-        st = state.split
-        if st is not None:
-            from sglang.srt.speculative.pp_draft_embedding import resolve_target_embed_and_head
+def draft_uses_target_head(worker: Any) -> bool:
+    """Whether the draft on S takes the target's lm_head. EAGLE drafts share it (a hot-token map slices it);
+    EAGLE-3 drafts have their own head unless the checkpoint says ``load_lm_head_from_target``. Asked of the built
+    draft model itself, so it holds for every draft model class."""
+    if not worker.speculative_algorithm.is_eagle3():
+        return True
+    model = worker._draft_worker.draft_runner.model
+    return bool(getattr(model, "load_lm_head_from_target", False))
 
-            vocab = self._target_worker.model_runner.model_config.vocab_size
-            embed, head = resolve_target_embed_and_head(self._target_worker.model_runner.model)
-            gathered = []
-            for t in (embed, head):
-                if t is None or t.shape[0] >= vocab:  # absent, or already replicated
-                    gathered.append(t)
-                    continue
-                full = st.groups.gather_vocab_shards(t.data)
-                gathered.append(st.groups.draft_shard(full) if full is not None else None)
-            st.gathered = (gathered[0], gathered[1])
-        return orig(self, memory_pool_config=memory_pool_config, req_to_token_pool=req_to_token_pool,
-                    token_to_kv_pool_allocator=token_to_kv_pool_allocator)
 
-    return alloc_memory_pool
+def gather_shared_vocab(worker: Any, st: _SplitState) -> None:
+    """Every rank, once, before the scheduler sizes the target KV pool: all-gather the target's vocab-sharded
+    embedding, and its head only when the draft uses it (S's leader decides, every rank learns it from one
+    broadcast, so every rank joins the same gathers). S keeps its |S|-way shard; the other ranks drop theirs at
+    once. Doing this before ``init_target_memory_pool`` puts S's kept copy inside SGLang's free-memory profile
+    (the world minimum), so every rank's KV pool is sized with it already resident."""
+    import gc
+
+    from sglang.srt.speculative.pp_draft_embedding import resolve_target_embed_and_head
+
+    runner = worker._target_worker.model_runner
+    vocab = runner.model_config.vocab_size
+    embed, head = resolve_target_embed_and_head(runner.model)
+    leader_view = [1 if draft_uses_target_head(worker) else 0] if st.groups.is_leader else None
+    (use_head,) = st.groups.broadcast_ints(leader_view, 1, device=st.broadcaster.device)
+    gathered: list[Any] = []
+    for t, wanted in ((embed, True), (head, bool(use_head))):
+        if t is None or not wanted:
+            gathered.append(None)
+            continue
+        if t.shape[0] >= vocab:  # already replicated
+            gathered.append(t)
+            continue
+        full = st.groups.gather_vocab_shards(t.data)
+        gathered.append(st.groups.draft_shard(full) if full is not None else None)
+        del full
+    st.gathered = (gathered[0], gathered[1])
+    st.head_gathered = bool(use_head)
+    gc.collect()  # the all-gather's per-rank parts are temporaries: gone before the KV pool is profiled
+    logger.info("specdecode: target vocab gathered for the draft (embedding%s) before KV-pool sizing",
+                " and head" if use_head else "; the draft has its own head")
 
 
 def wrap_embed(orig):

@@ -27,9 +27,11 @@ class PatchPoint:
 PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(f"{EW2}.EAGLEWorkerV2.__init__", ("self", "server_args", "gpu_id", "nccl_port", "target_worker"),
                "wrap", "create the draft group and broadcast communicator on every rank; RemoteDraftWorker outside S"),
-    PatchPoint(f"{EW2}.EAGLEWorkerV2.alloc_memory_pool",
-               ("self", "memory_pool_config", "req_to_token_pool", "token_to_kv_pool_allocator"),
-               "wrap", "all-gather the target's vocab-sharded embedding/head once, on every rank"),
+    PatchPoint("sglang.srt.managers.scheduler.Scheduler.init_memory_pools", ("self",), "use",
+               "sizes the target KV pool (init_target_memory_pool) after the draft worker is built, so the vocab "
+               "gather at the end of EAGLEWorkerV2.__init__ is resident when free memory is profiled"),
+    PatchPoint("sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3", (), "use",
+               "sets load_lm_head_from_target: an EAGLE-3 draft with its own head never gets the target's"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.forward_batch_generation",
                ("self", "batch", "on_publish", "grammar_barrier", "pp_proxy_tensors"),
                "wrap", "host timestamps of each decode cycle's launch, stamped on the returned result; runs "
@@ -37,7 +39,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(f"{EW2}.EAGLEWorkerV2.verify", ("self", "batch", "pp_proxy_tensors", "grammar_barrier"),
                "wrap", "host timestamps around the target verify launch, and the tier it ran with"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", ("self",),
-               "wrap", "worker ready on every rank (tiers captured): step channel, preflight, rank-0 metrics/server"),
+               "wrap", "worker ready on every rank (tiers captured): step channel, preflight, rank-0 metrics/server; "
+               "on S the draft layout is detached while the target half of each step tier is built"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.build_adaptive_runtime_state",
                ("self", "speculative_num_steps", "speculative_num_draft_tokens", "cuda_graph_bs"),
                "use", "captures one tier per candidate step at start-up (--speculative-adaptive)"),

@@ -36,6 +36,9 @@ class _SplitState:
     broadcaster: Any  # ProposalBroadcaster
     hidden: tuple[int | None, Any]
     gathered: tuple[Any, Any] = (None, None)
+    head_gathered: bool = False  # False when the draft has its own head (EAGLE-3): the target's is never gathered
+    building_tiers: bool = False  # S, inside EAGLEWorkerV2.init_cuda_graphs while step tiers follow
+    draft_layout: Any = None  # S's draft layout while it is detached for the target half of the tier build
 
 
 split: _SplitState | None = None  # set by EAGLEWorkerV2.__init__ when this rank's TP group is split

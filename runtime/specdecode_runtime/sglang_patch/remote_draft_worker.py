@@ -3,7 +3,8 @@
 ``EAGLEWorkerV2`` runs unchanged on every rank and calls its draft worker's ``draft()`` and draft-extend methods
 everywhere, so outside S it gets this stand-in (bound in :mod:`.draft_layout`). Its ``draft()`` receives S's
 broadcast and rebuilds this rank's own verify input with SGLang's original ``build_eagle_verify_input`` (every
-rank fills its own target verify buffers); its draft-extend methods return shape-valid placeholders, which the
+rank fills its own target verify buffers) plus the verify-window plan S makes while drafting, so verify writes the
+same KV slots on every rank; its draft-extend methods return shape-valid placeholders, which the
 overlap FutureMap stores and nothing reads.
 """
 
@@ -105,15 +106,38 @@ def _make_remote_draft_worker_cls() -> type:
                 if self.topk == 1:
                     parents = self._topk1_parents_prealloc[:bs]
                     scores = self._topk1_score_indices_prealloc[:bs]
+            kv_loc_plan = None if batch.forward_mode.is_idle() else self._plan_verify_window(batch)
             verify_input = state.original_build_verify_input(
                 batch, draft_input, parents, scores, tokens, None,
                 target_worker=self.target_worker, topk=self.topk, num_steps=self.speculative_num_steps,
                 num_draft_tokens=self.speculative_num_draft_tokens, tree_mask_mode=self.tree_mask_mode,
                 device=self.device,
             )
+            if kv_loc_plan is not None:  # as EagleDraftWorker.draft does with the plan prepare_for_draft made
+                verify_input.kv_loc_plan = kv_loc_plan
+                verify_input.prepared_out_cache_loc = kv_loc_plan.write_virtual
             if with_topology:
                 return verify_input, parents, scores
             return verify_input
+
+        def _plan_verify_window(self, batch):
+            """The verify window S plans in ``prepare_for_draft`` (a chain on a GPU: the ``num_draft_tokens`` slots
+            past ``seq_lens`` that verify writes, translated once by the target's ``KVIndexTranslator``), planned
+            here from the same inputs with the same kernel, so every rank hands verify the same plan and writes
+            the same KV slots. None where S plans nothing (trees, single-token windows, CPU)."""
+            from sglang.srt.speculative import eagle_worker_common as common
+
+            translator = getattr(self.target_worker.model_runner, "kv_index_translator", None)
+            n, steps = self.speculative_num_draft_tokens, self.speculative_num_steps
+            if translator is None or self.topk != 1 or n is None or n <= steps or common._is_cpu:
+                return None
+            window = torch.empty((batch.seq_lens.shape[0] * n,), dtype=torch.int64, device=batch.device)
+            common.assign_draft_cache_locs_contiguous_func(
+                batch.req_pool_indices, self.req_to_token_pool.req_to_token, batch.seq_lens, window, 1, n,
+                positions=None, mrope=None,
+            )
+            return translator.plan(req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens,
+                                   seq_lens_cpu=batch.seq_lens_cpu, write_virtual=window, read_extent=n)
 
         def _draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None,
                                       kv_loc_plan=None):
