@@ -11,8 +11,10 @@ import sys
 from typing import Callable, Iterable
 
 from specdecode_runtime import cli_common
-from specdecode_runtime.cli_common import EXIT_INVALID
+from specdecode_runtime.cli_common import EXIT_INVALID, UsageError
 from specdecode_runtime.input_files import InputError
+
+__all__ = ["main", "build_parser", "parse_file", "UsageError"]
 
 # Commands defined in their own modules, each exposing add_parser(subparsers). Only the module of the command being
 # run is imported, so `specdecode validate` and `--help` never load kopf, aiohttp or matplotlib.
@@ -22,10 +24,6 @@ _COMMANDS = {
     "bench": ("specdecode_operator.bench_cli", "benchmarks (simulated unless stated otherwise)"),
     "demo": ("specdecode_operator.demo.cli", "run operator + tuner against simulated runtime pods (no cluster, no GPU)"),
 }
-
-
-class UsageError(Exception):
-    """A problem with the user's input: printed as is, exit code 2."""
 
 
 def parse_file(path: str) -> list:

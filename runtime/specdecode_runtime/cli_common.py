@@ -55,3 +55,23 @@ def autocomplete(parser: argparse.ArgumentParser) -> None:
         import argcomplete
 
         argcomplete.autocomplete(parser)
+
+
+class UsageError(Exception):
+    """A problem with the user's input (a flag, the environment it names): printed as is, exit code 2."""
+
+
+def check_port(flag: str, port: int) -> None:
+    """A port flag's value must be a port; 0 is accepted and means what the flag's help says (off or any)."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"{flag} must be within 0..65535, got {port}")
+
+
+def check_can_listen(flag: str, host: str, port: int) -> None:
+    """Fail now, with the flag's name, when ``host:port`` cannot be bound - not later inside a server thread."""
+    import socket
+
+    try:
+        socket.create_server((host, port)).close()
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot listen on {host}:{port}: {e.strerror or e}") from None

@@ -115,7 +115,7 @@ def read_text(path: str, *, max_bytes: int = MAX_BYTES, stdin: Any = None) -> st
             with open(path, "rb") as f:
                 data = f.read(max_bytes + 1)
     except OSError as e:
-        raise InputError(_name(path), [f"cannot read: {e.strerror or e}"]) from None
+        raise InputError(_name(path), [f"cannot read file: {e.strerror or e}"]) from None
     if len(data) > max_bytes:
         raise InputError(_name(path), [f"larger than {max_bytes} bytes"])
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specdecode_runtime.cli_common import UsageError
 from specdecode_runtime.simulate.cli import positive_float
 
 
@@ -20,14 +21,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..cli import UsageError
-    from .run import DemoOptions, run_demo
+EXIT_FAILED = 1  # the demo ran but could not show the loop; the message says why
 
-    for path in (args.file, args.scenario):
-        if path is not None and not path.is_file():
-            raise UsageError(f"{path}: no such file")
-    result = run_demo(DemoOptions(out_dir=args.out, speed=args.speed, sdd_file=args.file,
-                                  scenario_file=args.scenario, kubeconfig=args.kubeconfig,
-                                  max_wall_seconds=args.max_seconds))
-    return 0 if any(v for v in result["tokens_per_s"].values()) else 1
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from ..api.documents import load_sdds
+    from specdecode_runtime.scenario import load_scenario
+
+    from .run import DemoFailed, DemoOptions, run_demo
+
+    # Every input is checked before anything starts: the same messages and exit 2 as validate and simulate.
+    if args.file is not None:
+        sdds = load_sdds(str(args.file))
+        if len(sdds) != 1:
+            raise UsageError(f"-f {args.file}: holds {len(sdds)} SpecDecodeDeployments; the demo runs one")
+    if args.scenario is not None:
+        load_scenario(args.scenario)
+    try:
+        result = run_demo(DemoOptions(out_dir=args.out, speed=args.speed, sdd_file=args.file,
+                                      scenario_file=args.scenario, kubeconfig=args.kubeconfig,
+                                      max_wall_seconds=args.max_seconds))
+    except DemoFailed as e:
+        print(f"error: demo failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    if not any(v for v in result["tokens_per_s"].values()):
+        print("error: demo failed: no tokens/s were measured", file=sys.stderr)
+        return EXIT_FAILED
+    return 0

@@ -14,12 +14,18 @@ import yaml
 from rich.console import Console, Group
 from rich.live import Live
 
+from specdecode_runtime.input_files import load_documents
 from specdecode_runtime.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 from ..api.models import GROUP, PLURAL, VERSION
 from ..render import CHILD_KINDS, names
 from . import report
+
+
+class DemoFailed(RuntimeError):
+    """The demo could not show the loop (the operator stopped, no pod ran, no status was written): the reason, for
+    a non-zero exit. A demo that prints zeros and exits 0 would hide exactly the failure it exists to reveal."""
 
 
 @dataclass
@@ -98,16 +104,39 @@ class _Api:
         return out
 
 
+def _console() -> Console:
+    """Rich's console; when the output is a file or a pipe (CI logs, ``| tee``) rich would cut tables at 80 columns,
+    so it gets a width that fits them unless COLUMNS says otherwise."""
+    import os
+
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=140)
+    return console
+
+
+def _check_it_ran(engines: list, tokens: float, conditions: dict[str, str], kubelet_errors: list[str]) -> None:
+    """Raise DemoFailed with the reason when the loop did not run: no pod, no tokens, or no status."""
+    detail = f"; last kubelet errors: {kubelet_errors[-3:]}" if kubelet_errors else ""
+    if not engines:
+        raise DemoFailed("no simulated runtime pod started (the operator created no Deployment the kubelet could "
+                         "run)" + detail)
+    if tokens <= 0:
+        raise DemoFailed("the simulated pods produced no tokens" + detail)
+    if not conditions:
+        raise DemoFailed("the operator wrote no status conditions on the SpecDecodeDeployment")
+
+
 def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, Any]:
     import logging
 
     # kopf warns that it cannot install OS signal handlers outside the main thread: expected here, not news.
     logging.getLogger("kopf").setLevel(logging.ERROR)
-    console = console or Console()
+    console = console or _console()
     out = options.out_dir
     out.mkdir(parents=True, exist_ok=True)
     scenario = load_scenario(options.scenario_file or _data("pcie8-seed-shift.yaml"))
-    sdd = yaml.safe_load((options.sdd_file or _data("sdd.yaml")).read_text())
+    sdd = load_documents(str(options.sdd_file or _data("sdd.yaml")))[0]
     ns, name = sdd["metadata"].get("namespace", "default"), sdd["metadata"]["name"]
     sim_total = sum(p.seconds for p in scenario.phases)
     console.rule("[bold]specdecode demo[/] - everything below runs on a SIMULATED runtime, no GPU, no cluster")
@@ -115,6 +144,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
                   f"at {options.speed:g}x -> about {sim_total / options.speed:.0f} s of wall time")
 
     with contextlib.ExitStack() as stack:
+        operator = None
         if options.kubeconfig:
             api = _Api(None, options.kubeconfig)
             kubelet = None
@@ -130,7 +160,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
             config = OperatorConfig.from_env({}, server=server.url, standalone=True, metrics_port=0,
                                              liveness_endpoint=None, resync_seconds=1.0,
                                              tune_interval_scale=1.0 / options.speed)
-            stack.enter_context(OperatorThread(config))
+            operator = stack.enter_context(OperatorThread(config))
             console.print("operator started (kopf, server-side apply, field manager specdecode-operator)")
             api = _Api(server.url, None)
             token_dir = out / "tokens"
@@ -181,6 +211,8 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
             elif wall - last_plain >= 10:
                 console.print(table)
                 last_plain = wall
+            if operator is not None and operator.error is not None:
+                raise DemoFailed(f"the operator stopped: {operator.error!r}")
             done = engines and all(e.finished for e in engines)
             stuck = kubelet is not None and not engines and wall > 30
             if done or wall > options.max_wall_seconds or stuck:
@@ -188,6 +220,9 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
         final = api.get_sdd(ns, name)
         console.print(report.status_table(final, sim, phase, len(engines)))
         tuned = tokens / max(sim, 1e-9) / max(len(engines), 1) if engines else 0.0
+        conditions = {c["type"]: c["status"] for c in (final.get("status") or {}).get("conditions", [])}
+        if kubelet is not None:
+            _check_it_ran(engines, tokens, conditions, kubelet.errors)
     if kubelet is None:  # a real cluster: report what the tuner measured there, nothing simulated
         measured = ((final.get("status") or {}).get("speculative") or {}).get("tokensPerSecond")
         console.print(f"measured on the cluster by the tuner: {measured} tok/s (status.speculative.tokensPerSecond)")
@@ -198,7 +233,8 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
     reference, reference_series = reference_runs(scenario, sim or sim_total)
     rows = [(k, v, "in-process simulator, same scenario") for k, v in reference.items()]
     rows.append(("tuned, draft on rank 0 (this run)", tuned, "operator + tuner on simulated pods"))
-    console.print(report.summary_table(rows))
+    console.print(report.summary_table(rows, report.seed_caption(reference_series, REFERENCES[1][0],
+                                                                 REFERENCES[0][0])))
     png = report.plot(timeline, reference_series, out / "tokens_and_steps.png")
     if png:
         console.print(f"plot (simulated): {png}")
@@ -209,7 +245,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
         "tokens_per_s": {k: v for k, v, _ in rows},
         "tuner_decisions": seen_history,
         "restarts": kubelet.state.restarts if kubelet else None,
-        "conditions": {c["type"]: c["status"] for c in (final.get("status") or {}).get("conditions", [])},
+        "conditions": conditions,
         "kubelet_errors": kubelet.errors[-5:] if kubelet else [],
     }
     (out / "summary.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
