@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         simulate_cli = None
     if simulate_cli is not None and hasattr(simulate_cli, "add_parser"):
         simulate_cli.add_parser(sub)
+    from .selftest import add_parser as add_selftest_parser
+
+    add_selftest_parser(sub)
     cli_common.add_completion_command(sub, "specdecode-runtime")
     return ap
 

@@ -35,6 +35,10 @@ def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
     """Passed to SGLang as ``run_scheduler_process_func``: spawned children unpickle it by reference, so they
     import this module, install the patches, then run SGLang's own ``run_scheduler_process``."""
     bootstrap_from_env()
+    if os.environ.get("SPECDECODE_SELFTEST_DIR"):  # ``specdecode-runtime selftest`` observes every rank
+        from ..selftest.rank_probe import install_from_env
+
+        install_from_env(kwargs.get("tp_rank", args[3] if len(args) > 3 else None))
     from sglang.srt.managers.scheduler import run_scheduler_process as orig
 
     return orig(*args, **kwargs)

@@ -1,0 +1,113 @@
+"""``specdecode-runtime selftest``: real SGLang, the given layout, greedy tokens compared token for token.
+
+Three runs of the same prompts: no speculation (the reference), stock EAGLE (the draft sharded over every target
+rank) and the runtime's split layout (the draft on its own ranks S, proposals broadcast). Each starts SGLang's real
+scheduler processes through the runtime's own launch path, and each scheduler records what it did
+(:mod:`.rank_probe`), so besides the tokens the report says: acceptance lengths (the engine's own and the exported
+``specdecode_*`` counters), per-phase timings, whether each live step table (``--live-steps``, PUT to the control
+API mid-generation) switched the tier on every rank at the same decode round, whether every rank wrote the same KV
+slots for every verify batch, and whether the target's state was built with the target's TP group everywhere.
+
+On a CPU it runs anywhere (the runtime's CPU stand-ins, gloo); in the runtime image on GPUs it is the pre-flight
+for a placement before serving. A run that outlives ``--timeout`` is reported with, per rank, the collective it
+waits in (:mod:`.hang`), and the command exits 1. Exit codes: 0 every run identical and every check holds, 1 a
+difference, failure or hang, 2 bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    from .options import add_arguments
+
+    p = sub.add_parser("selftest", help="run real SGLang with a layout and compare greedy tokens across layouts",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=run_from_namespace)
+    return p
+
+
+def _models(opts, root: Path):
+    from .runner import Models
+
+    if opts.model_path:
+        from transformers import AutoConfig
+
+        vocab = int(AutoConfig.from_pretrained(opts.model_path).vocab_size)
+        return Models(target=opts.model_path, draft=opts.draft_model_path, vocab=vocab)
+    from ..cpu.tiny_models import make_tiny_models
+
+    tiny = make_tiny_models(root / "models", opts.model_config or None, seed=0)
+    return Models(target=tiny.target, draft=tiny.draft(opts.algorithm, opts.agree), vocab=tiny.shape["vocab_size"])
+
+
+def _kill_children() -> None:
+    """The scheduler and detokenizer processes this command started (a hung collective never returns)."""
+    import signal
+
+    try:
+        import psutil
+    except ImportError:
+        return
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            child.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+
+
+def run(opts, out=None) -> int:
+    from . import report
+    from .runner import run_layout
+
+    out = out or sys.stdout
+    results = []
+
+    def emit(rep) -> None:
+        print(report.to_json(rep) if opts.json else report.to_text(rep), file=out, flush=True)
+
+    def on_hang(result) -> None:
+        results.append(result)
+        _kill_children()
+        emit(report.build(opts, results))
+        os._exit(EXIT_FAIL)
+
+    with tempfile.TemporaryDirectory(prefix="specdecode-selftest-") as tmp:
+        root = Path(opts.keep) if opts.keep else Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        models = _models(opts, root)
+        for layout in opts.layouts:
+            work = root / layout
+            work.mkdir(parents=True, exist_ok=True)
+            results.append(run_layout(opts, layout, models, work, on_hang))
+        rep = report.build(opts, results)
+    emit(rep)
+    return EXIT_OK if rep.ok else EXIT_FAIL
+
+
+def run_from_namespace(ns: argparse.Namespace) -> int:
+    from .options import OptionError, from_namespace
+
+    try:
+        opts = from_namespace(ns)
+    except OptionError as e:
+        print(f"specdecode-runtime selftest: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(opts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specdecode-runtime selftest")
+    from .options import add_arguments
+
+    add_arguments(ap)
+    return run_from_namespace(ap.parse_args(argv))

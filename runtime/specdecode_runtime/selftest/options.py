@@ -1,0 +1,176 @@
+"""``selftest`` flags: parsed with argparse, then checked together so that a bad combination exits 2 with the flag
+and what is allowed, before anything is started."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_TP = 16
+MAX_STEPS = 16
+MAX_TOPK = 8
+MAX_MODEL_CONFIG_BYTES = 64 * 1024
+
+
+class OptionError(ValueError):
+    """A flag value the self-test cannot run with (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    device: str = "cpu"
+    tp: int = 2
+    draft_tp: int = 1
+    draft_ranks: tuple[int, ...] | None = None
+    algorithm: str = "EAGLE"
+    steps: int = 3
+    topk: int = 1
+    num_draft_tokens: int | None = None
+    live_steps: tuple[int, ...] = ()
+    model_config: dict[str, int] = field(default_factory=dict)
+    model_path: str | None = None
+    draft_model_path: str | None = None
+    prompts: int = 2
+    max_new_tokens: int = 24
+    timeout: float = 600.0
+    json: bool = False
+    agree: bool = True
+    layouts: tuple[str, ...] = ("nospec", "sharded", "split")
+    keep: str | None = None
+
+    @property
+    def candidate_steps(self) -> list[int]:
+        return sorted({self.steps, *self.live_steps})
+
+    @property
+    def draft_tokens(self) -> int:
+        if self.num_draft_tokens is not None:
+            return self.num_draft_tokens
+        return self.steps + 1 if self.topk == 1 else min(self.topk * self.steps, 2 * self.steps + 2)
+
+
+def _int_list(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip() != "")
+    except ValueError:
+        raise OptionError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise OptionError(f"{flag} must list at least one integer")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu (torch stand-ins, gloo) or cuda (the runtime image)")
+    p.add_argument("--tp", type=int, default=2, help="target tensor-parallel size (processes)")
+    p.add_argument("--draft-tp", type=int, default=None, help="draft TP size of the split layout (default: "
+                   "the length of --draft-ranks, else 1)")
+    p.add_argument("--draft-ranks", default=None, help="TP ranks of the split draft, comma-separated (e.g. 1 or 2,3)")
+    p.add_argument("--algorithm", default="EAGLE", help="EAGLE or EAGLE3")
+    p.add_argument("--steps", type=int, default=3, help="speculative steps at start")
+    p.add_argument("--topk", type=int, default=1, help="EAGLE top-k (a tree when > 1)")
+    p.add_argument("--num-draft-tokens", type=int, default=None, help="verify tree size (topk > 1)")
+    p.add_argument("--live-steps", default=None, help="step counts PUT to the control API one after another "
+                   "during generation, e.g. 1,5 (autotune Live: every value is captured as a tier)")
+    p.add_argument("--model-config", default=None, help="YAML with the tiny target's shape (transformers config "
+                   "keys: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, "
+                   "intermediate_size, vocab_size)")
+    p.add_argument("--model-path", default=None, help="a real target model instead of the tiny one (cuda)")
+    p.add_argument("--draft-model-path", default=None, help="its draft (with --model-path)")
+    p.add_argument("--prompts", type=int, default=2, help="prompts generated together (batch size)")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens per prompt")
+    p.add_argument("--random-draft", action="store_true", help="a random draft instead of one that agrees with "
+                   "the target (exercises rejections; acceptance lengths stay near 1)")
+    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before ranks are reported hung")
+    p.add_argument("--keep", default=None, help="directory to keep models, configs and rank records in")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _read_model_config(path: str) -> dict[str, int]:
+    import yaml
+
+    from ..cpu.tiny_models import ShapeError, validate_shape
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise OptionError(f"--model-config {path}: {e.strerror or e}") from None
+    if size > MAX_MODEL_CONFIG_BYTES:
+        raise OptionError(f"--model-config {path} is {size} bytes; at most {MAX_MODEL_CONFIG_BYTES} allowed")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise OptionError(f"--model-config {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise OptionError(f"--model-config {path} must be a mapping of transformers config keys")
+    try:
+        validate_shape(data)
+    except ShapeError as e:
+        raise OptionError(f"--model-config {path}: {e}") from None
+    return {str(k): int(v) for k, v in data.items()}
+
+
+def from_namespace(ns: argparse.Namespace) -> Options:
+    """Check every flag and their combination; :class:`OptionError` names the flag and what is allowed."""
+    device = str(ns.device).lower()
+    if device not in ("cpu", "cuda"):
+        raise OptionError(f"--device must be cpu or cuda, got {ns.device!r}")
+    if not 1 <= ns.tp <= MAX_TP:
+        raise OptionError(f"--tp must be within 1..{MAX_TP}, got {ns.tp}")
+    ranks = _int_list("--draft-ranks", ns.draft_ranks) if ns.draft_ranks is not None else None
+    draft_tp = ns.draft_tp if ns.draft_tp is not None else (len(ranks) if ranks else 1)
+    algorithm = str(ns.algorithm).upper()
+    if algorithm not in ("EAGLE", "EAGLE3"):
+        raise OptionError(f"--algorithm must be EAGLE or EAGLE3, got {ns.algorithm!r}")
+    if not 1 <= ns.steps <= MAX_STEPS:
+        raise OptionError(f"--steps must be within 1..{MAX_STEPS}, got {ns.steps}")
+    if not 1 <= ns.topk <= MAX_TOPK:
+        raise OptionError(f"--topk must be within 1..{MAX_TOPK}, got {ns.topk}")
+    live = _int_list("--live-steps", ns.live_steps) if ns.live_steps is not None else ()
+    bad = [k for k in live if not 0 <= k <= MAX_STEPS]
+    if bad:
+        raise OptionError(f"--live-steps values must be within 0..{MAX_STEPS}, got {bad}")
+    if live and ns.topk != 1:
+        raise OptionError("--live-steps needs --topk 1: SGLang's step tiers support chains only")
+    layouts = tuple(x.strip() for x in str(ns.layouts).split(",") if x.strip())
+    unknown = [x for x in layouts if x not in ("nospec", "sharded", "split")]
+    if unknown or not layouts:
+        raise OptionError(f"--layouts must list nospec, sharded and/or split, got {ns.layouts!r}")
+    if "split" in layouts:
+        from ..draft_group import DraftGroupError, choose_draft_ranks
+
+        if ns.tp < 2:
+            raise OptionError("the split layout needs --tp 2 or more (the draft on a subset of the target's ranks)")
+        if not 1 <= draft_tp < ns.tp:
+            raise OptionError(f"--draft-tp must be within 1..{ns.tp - 1} (smaller than --tp), got {draft_tp}")
+        try:
+            choose_draft_ranks(ns.tp, draft_tp, ranks)
+        except DraftGroupError as e:
+            flag = "--draft-ranks" if ranks is not None else "--draft-tp"
+            raise OptionError(f"{flag}: {e}") from None
+    ndt = ns.num_draft_tokens
+    if ndt is not None:
+        if ns.topk == 1 and ndt != ns.steps + 1:
+            raise OptionError(f"--num-draft-tokens must be --steps + 1 = {ns.steps + 1} with --topk 1, got {ndt}")
+        if ns.topk > 1 and not 2 <= ndt <= ns.topk * ns.steps + 1:
+            raise OptionError(f"--num-draft-tokens must be within 2..{ns.topk * ns.steps + 1} with --topk "
+                              f"{ns.topk} and --steps {ns.steps}, got {ndt}")
+    if not 1 <= ns.prompts <= 16:
+        raise OptionError(f"--prompts must be within 1..16, got {ns.prompts}")
+    if not 1 <= ns.max_new_tokens <= 4096:
+        raise OptionError(f"--max-new-tokens must be within 1..4096, got {ns.max_new_tokens}")
+    if not 10 <= ns.timeout <= 86400:
+        raise OptionError(f"--timeout must be within 10..86400 seconds, got {ns.timeout}")
+    if (ns.model_path is None) != (ns.draft_model_path is None):
+        raise OptionError("--model-path and --draft-model-path go together")
+    if ns.model_path is not None and ns.model_config is not None:
+        raise OptionError("--model-config describes the tiny model; it cannot be combined with --model-path")
+    shape = _read_model_config(ns.model_config) if ns.model_config is not None else {}
+    return Options(device=device, tp=ns.tp, draft_tp=draft_tp, draft_ranks=ranks, algorithm=algorithm,
+                   steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
+                   model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
+                   max_new_tokens=ns.max_new_tokens, timeout=float(ns.timeout), json=bool(ns.json),
+                   agree=not ns.random_draft, layouts=layouts, keep=ns.keep)

@@ -1,0 +1,158 @@
+"""What ``selftest`` observes inside each SGLang scheduler process (one per TP rank).
+
+Installed by :func:`specdecode_runtime.sglang_patch.bootstrap.run_scheduler_process` when
+``SPECDECODE_SELFTEST_DIR`` is set, after the runtime's own patches, so it sees SGLang exactly as the runtime
+serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
+
+* ``target_backend``: the TP group size in force whenever the *target's* attention backend is built (at start-up
+  and once per extra step tier). Anything other than the target TP size means the target half ran inside the
+  draft's group: its collectives no longer match the other ranks'.
+* ``kv_profile``: when SGLang profiles free memory to size the target KV pool, how many bytes of gathered target
+  vocabulary this rank already holds for the draft (so the pool is sized with them resident).
+* ``verify``: per target verify forward, the KV slots it writes (``out_cache_loc``), its positions and input ids.
+  Every rank must write the same slots.
+* ``switch``: every step-tier swap, with the decode round it happened at.
+
+Hangs: ``SIGUSR1`` dumps every thread's stack to ``rank<r>.stack`` (:mod:`faulthandler`), so the supervising
+process can name the rank and the collective it is waiting in without any external tool.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+DIR_ENV = "SPECDECODE_SELFTEST_DIR"
+
+_out: Any = None
+_lock = threading.Lock()
+_rank: int | None = None
+_decode_round = 0
+_stack_file: Any = None
+
+
+def record(event: str, **fields: Any) -> None:
+    if _out is None:
+        return
+    line = json.dumps({"event": event, "rank": _rank, **fields}, default=str)
+    with _lock:
+        _out.write(line + "\n")
+        _out.flush()
+
+
+def install_from_env(tp_rank: int | None) -> bool:
+    """Start recording in this scheduler process when ``SPECDECODE_SELFTEST_DIR`` is set."""
+    global _out, _rank, _stack_file
+    d = os.environ.get(DIR_ENV)
+    if not d or _out is not None:
+        return False
+    _rank = int(tp_rank) if tp_rank is not None else -1
+    path = Path(d)
+    _stack_file = open(path / f"rank{_rank}.stack", "w")  # noqa: SIM115 - lives as long as the process
+    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+    _out = open(path / f"rank{_rank}.jsonl", "a")  # noqa: SIM115
+    (path / f"rank{_rank}.pid").write_text(str(os.getpid()))
+    record("start", pid=os.getpid())
+    _wrap_sglang()
+    return True
+
+
+def _wrap(owner: Any, name: str, make) -> None:
+    orig = getattr(owner, name)
+    setattr(owner, name, make(orig))
+
+
+def _tp_sizes() -> dict[str, int]:
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import get_parallel
+
+    return {"tp_group": int(parallel_state.get_tp_group().world_size), "tp_size": int(get_parallel().tp_size)}
+
+
+def _wrap_sglang() -> None:
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+    def backend(orig):
+        def _get_attention_backend(self, init_new_workspace: bool = False):
+            if not self.is_draft_worker:
+                from sglang.srt.runtime_context import get_spec
+
+                record("target_backend", tier=bool(init_new_workspace),
+                       steps=getattr(get_spec(), "speculative_num_steps", None), **_tp_sizes())
+            return orig(self, init_new_workspace=init_new_workspace)
+
+        return _get_attention_backend
+
+    def profile(orig):
+        def _profile_available_bytes(self, *a, **k):
+            from ..sglang_patch import process_state
+
+            st = process_state.split
+            held = 0
+            if st is not None:
+                held = sum(int(t.numel() * t.element_size()) for t in st.gathered if t is not None)
+            record("kv_profile", gathered_bytes=held, split=st is not None,
+                   head_gathered=bool(st.head_gathered) if st is not None else None,
+                   in_draft=bool(st.groups.in_draft) if st is not None else None)
+            return orig(self, *a, **k)
+
+        return _profile_available_bytes
+
+    def forward(orig):
+        def forward_(self, forward_batch, *a, **k):
+            if not self.is_draft_worker and forward_batch.forward_mode.is_target_verify():
+                loc = forward_batch.out_cache_loc
+                record("verify", round=_decode_round, bs=int(forward_batch.batch_size),
+                       out_cache_loc=loc.tolist() if loc is not None else None,
+                       positions=forward_batch.positions.tolist() if forward_batch.positions is not None else None,
+                       input_ids=forward_batch.input_ids.tolist() if forward_batch.input_ids is not None else None)
+            return orig(self, forward_batch, *a, **k)
+
+        return forward_
+
+    def generation(orig):
+        def forward_batch_generation(self, batch, *a, **k):
+            global _decode_round
+            if not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) and not batch.forward_mode.is_idle():
+                _decode_round += 1
+            return orig(self, batch, *a, **k)
+
+        return forward_batch_generation
+
+    def apply_state(orig):
+        def apply_runtime_state(self, state):
+            before = self.speculative_num_steps
+            out = orig(self, state)
+            if before != self.speculative_num_steps:
+                record("switch", round=_decode_round, frm=before, to=self.speculative_num_steps)
+            return out
+
+        return apply_runtime_state
+
+    _wrap(ModelRunner, "_get_attention_backend", backend)
+    _wrap(KVCacheConfigurator, "_profile_available_bytes", profile)
+    _wrap(ModelRunner, "forward", forward)
+    _wrap(EAGLEWorkerV2, "forward_batch_generation", generation)
+    _wrap(EAGLEWorkerV2, "apply_runtime_state", apply_state)
+
+
+def read_records(directory: str | os.PathLike[str]) -> dict[int, list[dict]]:
+    """Every rank's records (rank -> events in order)."""
+    out: dict[int, list[dict]] = {}
+    for f in sorted(Path(directory).glob("rank*.jsonl")):
+        rank = int(f.stem[4:])
+        events = []
+        for line in f.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a killed process
+        out[rank] = events
+    return out

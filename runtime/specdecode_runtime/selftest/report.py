@@ -1,0 +1,189 @@
+"""Judging the runs: identical greedy tokens, and what every rank saw agrees with itself and with the target.
+
+A check is a (name, ok, detail) triple; the self-test passes only when every run finished, every run produced the
+reference's tokens, and every check of every run holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .options import Options
+from .runner import LAYOUT_TITLES, RunResult
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    options: dict[str, Any]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    ok: bool = False
+    summary: str = ""
+
+
+def first_divergence(ref: list[list[int]], got: list[list[int]]) -> dict | None:
+    if len(ref) != len(got):
+        return {"prompt": None, "detail": f"{len(got)} outputs, the reference has {len(ref)}"}
+    for i, (a, b) in enumerate(zip(ref, got)):
+        for j in range(max(len(a), len(b))):
+            x = a[j] if j < len(a) else None
+            y = b[j] if j < len(b) else None
+            if x != y:
+                return {"prompt": i, "position": j, "reference": x, "got": y}
+    return None
+
+
+def _by_rank(r: RunResult, event: str) -> dict[int, list[dict]]:
+    return {rank: [e for e in evs if e.get("event") == event] for rank, evs in r.ranks.items()}
+
+
+def rank_checks(opts: Options, r: RunResult) -> list[Check]:
+    out: list[Check] = []
+    ranks = sorted(r.ranks)
+    if r.layout == "nospec" or not ranks:
+        return out
+    if len(ranks) != opts.tp:
+        out.append(Check("every rank reported", False, f"records from ranks {ranks}, expected 0..{opts.tp - 1}"))
+    # D1: the target's attention backends (start-up and every step tier) built with the target's TP group.
+    backends = _by_rank(r, "target_backend")
+    wrong = [(rk, e["tp_group"], e["steps"]) for rk, evs in backends.items() for e in evs
+             if e["tp_group"] != opts.tp or e["tp_size"] != opts.tp]
+    tiers = sum(1 for evs in backends.values() for e in evs if e.get("tier"))
+    out.append(Check("target state built with the target TP group", not wrong,
+                     f"{sum(len(v) for v in backends.values())} target backends ({tiers} step-tier) on "
+                     f"{len(backends)} ranks" + (f"; wrong group size on (rank, size, steps) {wrong[:4]}"
+                                                  if wrong else f", all TP {opts.tp}")))
+    # D3: every rank writes the same KV slots for every verify batch.
+    verifies = _by_rank(r, "verify")
+    counts = {rk: len(v) for rk, v in verifies.items()}
+    mismatch = None
+    if len(set(counts.values())) > 1:
+        mismatch = f"verify forwards per rank differ: {counts}"
+    else:
+        ref = verifies[ranks[0]]
+        for rk in ranks[1:]:
+            for i, (a, b) in enumerate(zip(ref, verifies[rk])):
+                for key in ("out_cache_loc", "positions", "input_ids"):
+                    if a.get(key) != b.get(key):
+                        mismatch = f"verify #{i}: rank {rk} {key} {b.get(key)} != rank {ranks[0]} {a.get(key)}"
+                        break
+                if mismatch:
+                    break
+            if mismatch:
+                break
+    n_verify = counts.get(ranks[0], 0)
+    out.append(Check("verify KV slots identical on every rank", mismatch is None and n_verify > 0,
+                     mismatch or f"{n_verify} verify batches, same out_cache_loc / positions / input ids on "
+                     f"{len(ranks)} ranks"))
+    # Live: the same switches at the same decode round on every rank, and every requested tier reached.
+    if opts.live_steps:
+        sw = {rk: [(e["round"], e["frm"], e["to"]) for e in evs] for rk, evs in _by_rank(r, "switch").items()}
+        same = len({json.dumps(v) for v in sw.values()}) == 1
+        reached = [e[2] for e in sw.get(ranks[0], [])]
+        expected = [k for i, k in enumerate(opts.live_steps) if k != ([opts.steps, *opts.live_steps][i])]
+        ok = same and reached == expected and len(sw) == len(ranks)
+        out.append(Check("step tier switched on every rank", ok,
+                         f"rank 0 switches (round, from, to) {sw.get(ranks[0], [])}; expected tiers {expected}"
+                         + ("" if same else f"; ranks differ: {sw}")))
+    # D2: on the split layout the gathered vocabulary is resident when the KV pool is sized.
+    if r.layout == "split":
+        prof = _by_rank(r, "kv_profile")
+        s_ranks = set(r.draft_ranks or [])
+        bad = []
+        for rk, evs in prof.items():
+            if not evs:
+                bad.append(f"rank {rk}: no KV profile seen")
+                continue
+            e = evs[0]
+            if rk in s_ranks and e["gathered_bytes"] <= 0:
+                bad.append(f"rank {rk} (in S) held no gathered vocabulary when the KV pool was sized")
+            if rk not in s_ranks and e["gathered_bytes"] != 0:
+                bad.append(f"rank {rk} (outside S) kept {e['gathered_bytes']} bytes")
+            if opts.algorithm == "EAGLE3" and e.get("head_gathered"):
+                bad.append(f"rank {rk}: the target head was gathered for an EAGLE-3 draft with its own head")
+        held = {rk: evs[0]["gathered_bytes"] for rk, evs in prof.items() if evs}
+        out.append(Check("KV pool sized with the draft's gathered vocabulary resident", not bad,
+                         "; ".join(bad) or f"bytes held at KV sizing per rank {held}"))
+    # Metrics: the exported specdecode_* counters equal the engine's own per-request counts.
+    eng, exp = r.acceptance.get("engine"), r.acceptance.get("exported")
+    if eng and exp:
+        ok = int(exp["accepted_drafts"]) == eng["correct_drafts"] and int(exp["requests_verified"]) == eng["verify_ct"]
+        out.append(Check("exported acceptance counters equal the engine's counts", ok,
+                         f"accepted drafts {int(exp['accepted_drafts'])} vs {eng['correct_drafts']}, requests "
+                         f"verified {int(exp['requests_verified'])} vs {eng['verify_ct']}"))
+    return out
+
+
+def build(opts: Options, results: list[RunResult]) -> Report:
+    rep = Report(options={k: v for k, v in asdict(opts).items()})
+    ref = next((r for r in results if r.tokens is not None), None)
+    all_ok = len(results) == len(opts.layouts)
+    for r in results:
+        checks = rank_checks(opts, r) if r.hang is None and r.error is None else []
+        div = first_divergence(ref.tokens, r.tokens) if (ref is not None and r.tokens is not None) else None
+        ok = r.error is None and r.hang is None and r.tokens is not None and div is None and all(c.ok for c in checks)
+        all_ok &= ok
+        entry: dict[str, Any] = {
+            "layout": r.layout, "title": LAYOUT_TITLES[r.layout], "ok": ok,
+            "tokens_equal_reference": r.tokens is not None and div is None,
+            "first_divergence": div, "error": r.error, "timings": r.timings, "acceptance": r.acceptance,
+            "draft_ranks": r.draft_ranks, "puts": r.puts, "checks": [asdict(c) for c in checks],
+        }
+        if r.hang is not None:
+            from .hang import describe
+
+            entry["hang"] = {"ranks": {str(k): v for k, v in r.hang.items()}, "summary": describe(r.hang)}
+        if r is ref:
+            entry["tokens"] = r.tokens
+        rep.runs.append(entry)
+    rep.ok = all_ok
+    bad = [e["layout"] for e in rep.runs if not e["ok"]]
+    rep.summary = ("PASS: identical greedy tokens across " + ", ".join(e["layout"] for e in rep.runs)
+                   if all_ok else "FAIL: " + (", ".join(bad) if bad else "not every layout ran"))
+    return rep
+
+
+def to_text(rep: Report) -> str:
+    o = rep.options
+    lines = [f"specdecode-runtime selftest: {o['device']}, TP {o['tp']}, {o['algorithm']}, steps {o['steps']}, "
+             f"topk {o['topk']}" + (f", live steps {list(o['live_steps'])}" if o["live_steps"] else "")]
+    for e in rep.runs:
+        mark = "ok  " if e["ok"] else "FAIL"
+        where = f" on ranks {e['draft_ranks']}" if e.get("draft_ranks") else ""
+        lines.append(f"{mark} {e['layout']:8} {e['title']}{where}")
+        if e.get("hang"):
+            lines.append(f"       HUNG: {e['hang']['summary']}")
+        if e.get("error"):
+            lines.append(f"       error: {e['error']}")
+        if e["first_divergence"]:
+            lines.append(f"       tokens differ: {e['first_divergence']}")
+        elif e["tokens_equal_reference"]:
+            lines.append("       tokens equal the reference")
+        t = e["timings"]
+        if t:
+            lines.append(f"       start {t.get('start_s')} s, generate {t.get('generate_s')} s, "
+                         f"{t.get('tokens')} tokens ({t.get('tokens_per_s')} tok/s)"
+                         + (f", phases {t['phases_s']}" if t.get("phases_s") else ""))
+        acc = e.get("acceptance") or {}
+        if acc.get("engine"):
+            lines.append(f"       acceptance length {acc['engine']['accept_length']} (engine), accepted drafts "
+                         f"{acc['engine']['correct_drafts']} engine / {int(acc['exported']['accepted_drafts'])} "
+                         "exported")
+        for p in e.get("puts") or []:
+            lines.append(f"       PUT steps={p['steps']}: {p.get('status')} {p.get('error') or p.get('note') or ''}")
+        for c in e["checks"]:
+            lines.append(f"       {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}")
+    lines.append(rep.summary)
+    return "\n".join(lines)
+
+
+def to_json(rep: Report) -> str:
+    return json.dumps(asdict(rep), indent=2, default=str)

@@ -1,0 +1,318 @@
+"""One self-test run: start real SGLang with one layout, generate greedily, collect what every rank saw.
+
+The speculative layouts go through the same path as ``specdecode-runtime launch``: a runtime.yaml, the launcher's
+plan (SGLang arguments, NCCL environment, the Live adaptive-config file), SGLang's own argument parser, and the
+runtime's scheduler entry point (patches, step control, metrics) in every spawned scheduler. The only difference
+is the front end: SGLang's offline ``Engine`` instead of its HTTP server, so the tokens come back in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .options import Options
+from .rank_probe import DIR_ENV, read_records
+
+LAYOUT_TITLES = {
+    "nospec": "no speculation",
+    "sharded": "stock EAGLE (draft sharded over all ranks)",
+    "split": "split draft (draft on its own ranks, proposals broadcast)",
+}
+
+
+@dataclass
+class RunResult:
+    layout: str
+    tokens: list[list[int]] | None = None
+    error: str | None = None
+    hang: dict | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+    acceptance: dict[str, Any] = field(default_factory=dict)
+    ranks: dict[int, list[dict]] = field(default_factory=dict)
+    puts: list[dict] = field(default_factory=list)
+    draft_ranks: list[int] | None = None
+
+
+@dataclass
+class Models:
+    target: str
+    draft: str
+    vocab: int
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prompts(opts: Options, vocab: int) -> list[list[int]]:
+    """Deterministic prompts of word tokens (ids from 3: the tiny tokenizer's specials come first)."""
+    span = max(vocab - 3, 1)
+    return [[3 + (11 * i + 7 * j * (i + 1)) % span for j in range(6 + 2 * i)] for i in range(opts.prompts)]
+
+
+def max_new_tokens(opts: Options) -> int:
+    """Long enough for every live step table to be applied while the prompts still decode."""
+    if not opts.live_steps:
+        return opts.max_new_tokens
+    return max(opts.max_new_tokens, 6 * (len(opts.live_steps) + 1) * (max(opts.candidate_steps) + 1))
+
+
+def device_args(opts: Options) -> list[str]:
+    """SGLang arguments for the device. CPU: the torch paths (torch_native attention, pytorch sampling, no CUDA
+    graphs, no overlap scheduler) that the runtime's CPU stand-ins complete, and a small fixed KV pool."""
+    if opts.device == "cuda":
+        return ["--mem-fraction-static", "0.6"]
+    return ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
+            "--disable-cuda-graph", "--disable-overlap-schedule", "--max-total-tokens", "4096",
+            "--max-running-requests", "8", "--chunked-prefill-size", "-1", "--random-seed", "0"]
+
+
+def device_env(opts: Options) -> dict[str, str]:
+    if opts.device != "cpu":
+        return {}
+    cores = max(os.cpu_count() or 1, 1)
+    return {"SGLANG_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(opts.tp)),
+            "OMP_NUM_THREADS": "1"}
+
+
+def runtime_yaml(opts: Options, layout: str, models: Models, control_port: int, token_file: str) -> str:
+    draft_tp = opts.tp if layout == "sharded" else opts.draft_tp
+    draft: dict[str, Any] = {"model": models.draft, "algorithm": opts.algorithm, "tensorParallelSize": draft_tp}
+    if layout == "split" and opts.draft_ranks:
+        draft["ranks"] = list(opts.draft_ranks)
+    spec: dict[str, Any] = {"numSteps": opts.steps, "eagleTopK": opts.topk, "candidateSteps": opts.candidate_steps}
+    if opts.topk > 1:
+        spec["numDraftTokens"] = opts.draft_tokens
+    if opts.live_steps:
+        spec["autotune"] = {"mode": "Live", "minSteps": min(opts.candidate_steps),
+                            "maxSteps": max(opts.candidate_steps)}
+    doc = {
+        "apiVersion": "specdecode.io/runtime/v1",
+        "name": f"selftest-{layout}",
+        "target": {"model": models.target, "tensorParallelSize": opts.tp},
+        "draft": draft,
+        "speculative": spec,
+        "nccl": {"profile": "None", "preflight": opts.device == "cuda"},
+        "server": {"port": free_port(), "controlPort": control_port, "tokenFile": token_file},
+        "topology": {"nodes": 1, "gpusPerNode": opts.tp},
+    }
+    return yaml.safe_dump(doc, sort_keys=True)
+
+
+def _engine_class(opts: Options):
+    import sglang
+
+    if opts.device == "cpu":
+        from ..cpu.scheduler import run_scheduler_process
+    else:
+        from ..sglang_patch.bootstrap import run_scheduler_process
+
+    class SelftestEngine(sglang.Engine):
+        run_scheduler_process_func = staticmethod(run_scheduler_process)
+
+    return SelftestEngine
+
+
+def _server_args(opts: Options, layout: str, models: Models, work: Path, result: RunResult,
+                 control: dict[str, Any]) -> Any:
+    from sglang.srt.server_args import prepare_server_args
+
+    from ..launch import METRICS_DIR_ENV, STATE_DIR_ENV, plan_launch, write_launch_files
+
+    metrics_dir = work / "metrics"
+    env = {METRICS_DIR_ENV: str(metrics_dir), STATE_DIR_ENV: str(work / "state"), **device_env(opts)}
+    if layout == "nospec":
+        os.environ.pop("SPECDECODE_RUNTIME_CONFIG", None)
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        os.environ.update(env)
+        return prepare_server_args(["--model-path", models.target, "--tp-size", str(opts.tp),
+                                    *device_args(opts)])
+    token = secrets.token_hex(16)
+    token_file = work / "token"
+    token_file.write_text(token)
+    port = free_port()
+    control.update(port=port, token=token)
+    cfg = work / "runtime.yaml"
+    cfg.write_text(runtime_yaml(opts, layout, models, port, str(token_file)))
+    plan = plan_launch(str(cfg), device_args(opts), environ={**os.environ, **env})
+    if plan.reasons:
+        raise RuntimeError("the launcher refuses this layout: " + "; ".join(plan.reasons))
+    result.draft_ranks = list(plan.draft_ranks) if plan.draft_ranks else None
+    write_launch_files(plan)
+    os.environ.update(env)
+    os.environ.update(plan.env)
+    return prepare_server_args(plan.args)
+
+
+def _put_steps(control: dict[str, Any], steps: int) -> dict:
+    from ..control import STEPS_PATH
+
+    body = json.dumps({"table": [{"minBatch": 1, "steps": steps}]}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{control['port']}{STEPS_PATH}", data=body, method="PUT",
+                                 headers={"Authorization": f"Bearer {control['token']}",
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback control port
+        return {"steps": steps, "status": r.status, "body": json.loads(r.read(65536) or b"{}")}
+
+
+def _events(rank_dir: Path, rank: int, event: str) -> list[dict]:
+    f = rank_dir / f"rank{rank}.jsonl"
+    if not f.exists():
+        return []
+    out = []
+    for line in f.read_text().splitlines():
+        if f'"event": "{event}"' in line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def _drive_live_steps(opts: Options, rank_dir: Path, control: dict[str, Any], done: threading.Event,
+                      result: RunResult) -> None:
+    """PUT each live step table once rank 0 has verified two batches since the previous change, then wait until
+    rank 0 runs the new tier (or the generation has ended)."""
+    current = opts.steps
+    for k in opts.live_steps:
+        seen = len(_events(rank_dir, 0, "verify"))
+        while not done.is_set() and len(_events(rank_dir, 0, "verify")) < seen + 2:
+            time.sleep(0.02)
+        if done.is_set():
+            result.puts.append({"steps": k, "status": None, "note": "generation ended before this PUT"})
+            return
+        try:
+            result.puts.append(_put_steps(control, k))
+        except OSError as e:
+            result.puts.append({"steps": k, "status": None, "error": str(e)})
+            return
+        while k != current and not done.is_set():
+            switches = _events(rank_dir, 0, "switch")
+            if switches and switches[-1]["to"] == k:
+                break
+            time.sleep(0.02)
+        current = k
+
+
+def _read_metrics(metrics_dir: Path) -> dict[str, float]:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    reg = CollectorRegistry()
+    MultiProcessCollector(reg, path=str(metrics_dir))
+    out: dict[str, float] = {}
+    for metric in reg.collect():
+        for s in metric.samples:
+            if not s.name.startswith("specdecode_"):
+                continue
+            key = s.name + "".join(f"|{k}={v}" for k, v in sorted(s.labels.items()) if k in ("phase", "position"))
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
+
+
+def _acceptance(outputs: list[dict], metrics: dict[str, float]) -> dict[str, Any]:
+    engine = {"verify_ct": 0, "correct_drafts": 0, "completion_tokens": 0}
+    for o in outputs:
+        mi = o.get("meta_info", {})
+        engine["verify_ct"] += int(mi.get("spec_verify_ct", 0) or 0)
+        engine["correct_drafts"] += int(mi.get("spec_num_correct_drafts", 0) or 0)
+        engine["completion_tokens"] += int(mi.get("completion_tokens", 0) or 0)
+    engine["accept_length"] = (round(engine["completion_tokens"] / engine["verify_ct"], 3)
+                               if engine["verify_ct"] else None)
+    exported = {
+        "requests_verified": metrics.get("specdecode_requests_verified_total", 0.0),
+        "accepted_drafts": sum(v for k, v in metrics.items() if k.startswith("specdecode_position_accepted_total")),
+        "verify_cycles": metrics.get("specdecode_verify_cycles_total", 0.0),
+        "draft_steps": metrics.get("specdecode_draft_steps_total", 0.0),
+    }
+    return {"engine": engine, "exported": exported}
+
+
+def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) -> RunResult:
+    """Start, generate, shut down. ``on_hang(result)`` is called from a watchdog thread when the run outlives
+    ``opts.timeout`` (it reports and ends the process: a hung collective cannot be cancelled)."""
+    result = RunResult(layout=layout)
+    rank_dir = work / "ranks"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[DIR_ENV] = str(rank_dir)
+    control: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def watchdog() -> None:
+        if finished.wait(opts.timeout):
+            return
+        from .hang import diagnose
+
+        result.hang = diagnose(rank_dir)
+        result.ranks = read_records(rank_dir)
+        on_hang(result)
+
+    threading.Thread(target=watchdog, name="selftest-watchdog", daemon=True).start()
+    engine = None
+    t0 = time.perf_counter()
+    try:
+        if opts.device == "cpu":
+            from .. import cpu
+
+            cpu.install()
+        server_args = _server_args(opts, layout, models, work, result, control)
+        engine = _engine_class(opts)(server_args=server_args)
+        t1 = time.perf_counter()
+        result.timings["start_s"] = round(t1 - t0, 2)
+        params = {"temperature": 0.0, "max_new_tokens": max_new_tokens(opts), "ignore_eos": True}
+        outputs: list[dict] = []
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def generate() -> None:
+            try:
+                outputs.extend(engine.generate(input_ids=prompts(opts, models.vocab), sampling_params=params))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+            finally:
+                done.set()
+
+        gen = threading.Thread(target=generate, name="selftest-generate", daemon=True)
+        gen.start()
+        if opts.live_steps and layout != "nospec":
+            _drive_live_steps(opts, rank_dir, control, done, result)
+        gen.join()
+        if errors:
+            raise errors[0]
+        t2 = time.perf_counter()
+        result.tokens = [list(map(int, o.get("output_ids") or [])) for o in outputs]
+        n = sum(len(t) for t in result.tokens)
+        result.timings.update(generate_s=round(t2 - t1, 2), tokens=n,
+                              tokens_per_s=round(n / (t2 - t1), 2) if t2 > t1 else None)
+        if layout != "nospec":
+            metrics = _read_metrics(work / "metrics")
+            result.acceptance = _acceptance(outputs, metrics)
+            result.timings["phases_s"] = {
+                p: round(metrics.get(f"specdecode_cycle_seconds_sum|phase={p}", 0.0), 4)
+                for p in ("draft", "verify", "draft_extend", "other")
+            }
+    except Exception as e:  # noqa: BLE001 - every failure is reported, never a traceback
+        result.error = f"{type(e).__name__}: {e}"
+    finally:
+        if engine is not None:
+            try:
+                engine.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        finished.set()
+        result.ranks = read_records(rank_dir)
+        os.environ.pop(DIR_ENV, None)
+    return result
