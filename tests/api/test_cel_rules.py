@@ -51,8 +51,8 @@ CASES = [
     ("spec.runtime.extraArgs", ["--chunked-prefill-size=4096"], ["--tp-size", "4"], "spec.runtime.extraArgs", "typed fields"),
     ("spec.runtime", {"port": 8000, "controlPort": 8001}, {"port": 8000, "controlPort": 8000},
      "spec.runtime.controlPort", "must differ"),
-    ("metadata.name", "glm5-pcie", "GLM5", "<root>", "DNS-1035"),
-    ("metadata.name", "a" * 47, "a" * 48, "<root>", "at most 47"),
+    ("metadata.name", "glm5-pcie", "GLM5", "metadata.name", "DNS-1035"),
+    ("metadata.name", "a" * 47, "a" * 48, "metadata.name", "at most 47"),
 ]
 
 

@@ -58,8 +58,27 @@ def test_names_subresources_and_printer_columns():
     assert crd()["spec"]["scope"] == "Namespaced"
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "Target TP", "Draft TP", "Steps", "Accept", "Tok/s", "Age"
+        "Ready", "Target TP", "Draft TP", "Mode", "Steps", "Accept", "Tok/s", "Age"
     ]
+    mode = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Mode")
+    assert mode["jsonPath"] == ".spec.speculative.autotune.mode"
+
+
+def test_every_status_field_has_a_description():
+    """`kubectl explain sdd.status --recursive` explains every field the operator writes."""
+    status = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    missing = []
+
+    def walk(node, path):
+        for key, sub in node.get("properties", {}).items():
+            if not sub.get("description"):
+                missing.append(f"{path}.{key}")
+            walk(sub, f"{path}.{key}")
+            if isinstance(sub.get("items"), dict):
+                walk(sub["items"], f"{path}.{key}[]")
+
+    walk(status, "status")
+    assert not missing, missing
 
 
 def test_defaults_reach_nested_fields():

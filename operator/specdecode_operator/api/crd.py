@@ -30,6 +30,8 @@ PRINTER_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Target TP", "type": "integer", "jsonPath": ".spec.target.tensorParallelSize"},
     {"name": "Draft TP", "type": "integer", "jsonPath": ".spec.draft.tensorParallelSize"},
+    {"name": "Mode", "type": "string", "jsonPath": ".spec.speculative.autotune.mode",
+     "description": "Step autotuning: Off, Live (step table pushed to the pods) or Rollout (restarts)"},
     {"name": "Steps", "type": "integer", "jsonPath": ".status.speculative.numSteps"},
     {"name": "Accept", "type": "number", "jsonPath": ".status.speculative.acceptLength"},
     {"name": "Tok/s", "type": "number", "jsonPath": ".status.speculative.tokensPerSecond"},

@@ -44,6 +44,8 @@ def _rows(node: dict[str, Any], path: str, required: set[str]) -> Iterator[str]:
         yield f"| `{p}` | {_type(sub)} | {req} | {_constraints(sub)} | {desc} |"
         if "properties" in sub:
             yield from _rows(sub, p, set(sub.get("required", [])))
+        elif isinstance(sub.get("items"), dict) and "properties" in sub["items"]:
+            yield from _rows(sub["items"], f"{p}[]", set(sub["items"].get("required", [])))
 
 
 def _rules(node: dict[str, Any], path: str) -> Iterator[str]:

@@ -207,22 +207,25 @@ class SpecDecodeDeploymentSpec(_Model):
 class Condition(_Model):
     """A kstatus-style condition."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str = ""
-    message: str = ""
-    lastTransitionTime: str | None = None
-    observedGeneration: int | None = None
+    type: str = Field(description="Ready, Progressing, Degraded, SpecValid, Paused or MetricsAvailable.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str = Field(default="", description="One CamelCase word for machines (e.g. AllReplicasReady).")
+    message: str = Field(default="", description="What a human should know, e.g. which field is invalid.")
+    lastTransitionTime: str | None = Field(default=None, description="When status last changed (RFC 3339).")
+    observedGeneration: int | None = Field(
+        default=None, description="metadata.generation the condition was computed for.")
 
 
 class Recommendation(_Model):
     """The planner's advice on where the draft should run, from measured costs."""
 
-    draftTensorParallelSize: int | None = None
-    numSteps: int | None = None
-    predictedTokensPerSecond: float | None = None
-    currentPredictedTokensPerSecond: float | None = None
-    reason: str = ""
+    draftTensorParallelSize: int | None = Field(default=None, description="Recommended draft TP size.")
+    numSteps: int | None = Field(default=None, description="Recommended speculative steps at that draft TP.")
+    predictedTokensPerSecond: float | None = Field(
+        default=None, description="Predicted tokens/s per replica with the recommendation.")
+    currentPredictedTokensPerSecond: float | None = Field(
+        default=None, description="Predicted tokens/s per replica with the current spec, for comparison.")
+    reason: str = Field(default="", description="Why, in words (the figures it rests on).")
 
 
 class CostProfileEntry(_Model):
@@ -245,16 +248,24 @@ class CostProfileEntry(_Model):
 class SpeculativeStatus(_Model):
     """What the tuner measured and decided; spec is never written."""
 
-    numSteps: int | None = None
+    numSteps: int | None = Field(
+        default=None, description="Speculative steps in use: the busiest batch bucket's (Live) or the restarted "
+        "pods' (Rollout).")
     stepTable: list[dict[str, int]] | None = Field(
-        default=None, json_schema_extra={"items": {"type": "object", "additionalProperties": {"type": "integer"}}}
+        default=None, json_schema_extra={"items": {"type": "object", "additionalProperties": {"type": "integer"}}},
+        description="Steps per batch size pushed to the pods (Live): entries {minBatch, steps}, ascending minBatch.",
     )
-    acceptLength: float | None = None
-    acceptRate: float | None = None
-    tokensPerSecond: float | None = None
-    lastTuneTime: str | None = None
-    recommendation: Recommendation | None = None
-    ncclLatencyMicroseconds: dict[str, float] | None = None
+    acceptLength: float | None = Field(
+        default=None, description="Tokens emitted per verify pass over the last interval (accepted draft tokens + 1).")
+    acceptRate: float | None = Field(
+        default=None, description="Accepted draft tokens / drafted tokens over the last interval (0..1).")
+    tokensPerSecond: float | None = Field(
+        default=None, description="Measured output tokens/s per replica over the last interval.")
+    lastTuneTime: str | None = Field(default=None, description="When the tuner last had usable metrics (RFC 3339).")
+    recommendation: Recommendation | None = Field(
+        default=None, description="The planner's draft-placement advice; never applied automatically.")
+    ncclLatencyMicroseconds: dict[str, float] | None = Field(
+        default=None, description="The pods' start-up NCCL preflight: microseconds per collective, by operation.")
     costSource: Literal["MeasuredAtStart", "RefinedOnline", "Override", "PhaseAverages"] | None = Field(
         default=None, description="Where the cost model of the busiest bucket comes from (see costProfile).")
     costProfile: list[CostProfileEntry] | None = Field(
@@ -264,12 +275,13 @@ class SpeculativeStatus(_Model):
 class HistoryEntry(_Model):
     """One tuning decision."""
 
-    time: str
-    bucket: str = ""
-    fromSteps: int | None = None
-    toSteps: int | None = None
-    reason: str = ""
-    predictedGain: float | None = None
+    time: str = Field(description="When the decision was made (RFC 3339).")
+    bucket: str = Field(default="", description="Batch-size bucket it applies to, e.g. 8-31.")
+    fromSteps: int | None = Field(default=None, description="Steps before.")
+    toSteps: int | None = Field(default=None, description="Steps after.")
+    reason: str = Field(default="", description="Why, in words (measured acceptance and predicted tokens/s).")
+    predictedGain: float | None = Field(
+        default=None, description="Predicted relative tokens/s gain of the change (0.05 = 5 %).")
 
 
 class SpecDecodeDeploymentStatus(_Model):
@@ -277,16 +289,21 @@ class SpecDecodeDeploymentStatus(_Model):
 
     model_config = ConfigDict(extra="allow")
 
-    observedGeneration: int | None = None
+    observedGeneration: int | None = Field(
+        default=None, description="metadata.generation the operator last reconciled; behind it, status is stale.")
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="kstatus conditions: Ready, Progressing, Degraded, SpecValid, Paused and the tuner's "
+        "MetricsAvailable.",
     )
-    replicas: int | None = None
-    readyReplicas: int | None = None
-    selector: str | None = None
-    speculative: SpeculativeStatus | None = None
-    history: list[HistoryEntry] = Field(default_factory=list, max_length=50)
+    replicas: int | None = Field(default=None, description="Serving replicas that exist (scale subresource).")
+    readyReplicas: int | None = Field(default=None, description="Serving replicas that are ready.")
+    selector: str | None = Field(default=None, description="Label selector of the runtime pods (scale subresource).")
+    speculative: SpeculativeStatus | None = Field(
+        default=None, description="What the tuner measured and decided.")
+    history: list[HistoryEntry] = Field(
+        default_factory=list, max_length=50, description="The latest tuning decisions, oldest first (at most 50).")
 
 
 class ObjectMeta(_Model):
