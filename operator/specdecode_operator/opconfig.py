@@ -86,7 +86,7 @@ class OperatorConfig:
                 values[field] = conv(get(name))
         if get("STANDALONE"):
             values["standalone"] = get("STANDALONE").lower() in ("1", "true", "yes")
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update(overrides)  # None is a value too: liveness_endpoint=None turns the endpoint off
         config = cls(**values)
         config.labels  # fail early on a selector kopf cannot express
         if config.tune_interval_scale <= 0:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import urllib.parse
+
+from specdecode_runtime.cli_common import UsageError, check_can_listen, check_port
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,8 +25,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     run.add_argument("--metrics-port", type=int, help="port of /metrics (0: off; default 8080)")
     live = run.add_mutually_exclusive_group()
-    live.add_argument("--liveness", default=None, help="kopf liveness endpoint URL (default http://0.0.0.0:8081/healthz)")
-    live.add_argument("--liveness-port", type=int, default=None, help="serve kopf's liveness endpoint /healthz on this port")
+    live.add_argument("--liveness", default=None,
+                      help="kopf liveness endpoint URL, or 'off' (default http://0.0.0.0:8081/healthz)")
+    live.add_argument("--liveness-port", type=int, default=None,
+                      help="serve kopf's liveness endpoint /healthz on this port (0: off)")
     run.add_argument("--default-image", help="runtime image when spec.runtime.image is empty")
     run.add_argument("--label-selector", help="only handle objects with these labels (k=v,k2=v2)")
     run.add_argument("--peering", dest="peering_name", help="kopf peering name (HA: one active replica)")
@@ -40,24 +46,76 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return operator
 
 
+def _liveness_override(args) -> tuple[bool, str | None]:
+    """(given, endpoint): whether a liveness flag was given, and the endpoint it asks for (None: off)."""
+    port = getattr(args, "liveness_port", None)
+    if port is not None:
+        check_port("--liveness-port", port)
+        return True, None if port == 0 else f"http://0.0.0.0:{port}/healthz"
+    url = getattr(args, "liveness", None)
+    if url is not None:
+        if url.strip().lower() in ("", "off", "none", "0"):
+            return True, None
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme != "http" or not parsed.hostname or parsed.port is None:
+            raise UsageError(f"--liveness must be an http://HOST:PORT/PATH URL or 'off', got {url!r}")
+        return True, url
+    return False, None
+
+
 def config_from_args(args) -> "OperatorConfig":
+    """Flags over SPECDECODE_* over defaults. Every override is honoured, including the ones that turn a server off
+    (``--metrics-port 0``, ``--liveness-port 0``, ``--liveness off``)."""
     from .opconfig import OperatorConfig
 
     overrides = {k: getattr(args, k, None) for k in (
-        "metrics_port", "default_image", "label_selector", "peering_name", "standalone", "priority",
+        "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity",
         "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds")}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides.get("metrics_port") is not None:
+        check_port("--metrics-port", overrides["metrics_port"])
     if getattr(args, "all_namespaces", False):
         overrides["namespaces"] = ()
     elif getattr(args, "namespaces", None):
         overrides["namespaces"] = tuple(args.namespaces)
-    if getattr(args, "liveness_port", None):
-        overrides["liveness_endpoint"] = f"http://0.0.0.0:{args.liveness_port}/healthz"
-    else:
-        overrides["liveness_endpoint"] = getattr(args, "liveness", None) or "http://0.0.0.0:8081/healthz"
-    config = OperatorConfig.from_env(**{k: v for k, v in overrides.items() if v is not None})
-    if getattr(args, "all_namespaces", False):
-        config = __import__("dataclasses").replace(config, namespaces=())
-    return config
+    given, endpoint = _liveness_override(args)
+    if given:
+        overrides["liveness_endpoint"] = endpoint
+    try:
+        return OperatorConfig.from_env(**overrides)
+    except ValueError as e:  # an unusable SPECDECODE_* value or selector
+        raise UsageError(str(e)) from None
+
+
+def check_credentials(config) -> None:
+    """Load the Kubernetes credentials kopf will use (in-cluster, else KUBECONFIG or ~/.kube/config) once, up front:
+    a missing or broken kubeconfig is the user's to fix, so it exits 2 naming the path instead of kopf retrying its
+    login every 60 s."""
+    if config.server:
+        return
+    from kubernetes import config as kubeconfig
+
+    try:
+        kubeconfig.load_incluster_config()
+        return
+    except kubeconfig.ConfigException:
+        pass
+    path = os.environ.get("KUBECONFIG") or os.path.expanduser(kubeconfig.KUBE_CONFIG_DEFAULT_LOCATION)
+    try:
+        kubeconfig.load_kube_config()
+    except Exception as e:  # ConfigException, a YAML or decoding error: all say "this kubeconfig is unusable"
+        reason = str(e).strip() or type(e).__name__
+        raise UsageError(f"no usable Kubernetes credentials: not in a cluster, and kubeconfig {path}: {reason}") from None
+
+
+def check_ports(config) -> None:
+    """Bind /metrics and /healthz ports now, so a busy port stops the start with the flag's name."""
+    if config.metrics_port:
+        check_can_listen("--metrics-port", "0.0.0.0", config.metrics_port)
+    if config.liveness_endpoint:
+        parsed = urllib.parse.urlsplit(config.liveness_endpoint)
+        if parsed.hostname and parsed.port:
+            check_can_listen("--liveness-port", parsed.hostname, parsed.port)
 
 
 def run_operator(args) -> int:
@@ -66,6 +124,8 @@ def run_operator(args) -> int:
     from .reconcile.handlers import make_registry
 
     config = config_from_args(args)
+    check_credentials(config)
+    check_ports(config)
     level = "DEBUG" if args.verbose else getattr(args, "log_level", "info").upper()
     logging.basicConfig(level=getattr(logging, level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
