@@ -15,11 +15,21 @@ from .launch import EXIT_UNSUPPORTED, launch
 def _cmd_launch(ns: argparse.Namespace) -> int:
     try:
         return launch(ns.config, ns.sglang_args, dry_run=ns.dry_run)
-    except ModuleNotFoundError as e:  # the runtime image provides SGLang's dependencies; a bare install may not
-        print(f"specdecode-runtime: error: cannot start SGLang: Python module {e.name!r} is not installed; run "
-              f"inside the runtime image, or install sglang=={_sglang_version()} with its dependencies "
-              f"(`specdecode-runtime check-sglang` checks the installation)", file=sys.stderr)
+    except ImportError as e:  # the runtime image provides SGLang's dependencies; a bare install may not
+        print(f"specdecode-runtime: error: cannot start SGLang: Python module {_missing_module(e)!r} is not "
+              f"installed; run inside the runtime image, or install sglang=={_sglang_version()} with its "
+              "dependencies (`specdecode-runtime check-sglang` checks the installation)", file=sys.stderr)
         return EXIT_UNSUPPORTED
+
+
+def _missing_module(err: BaseException) -> str:
+    """The module that could not be imported, looking through wrappers (the patch set re-raises with context)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            return seen.name
+        seen = seen.__cause__ or seen.__context__
+    return getattr(err, "name", None) or str(err)
 
 
 def _sglang_version() -> str:
