@@ -12,6 +12,7 @@ serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
 * ``verify``: per target verify forward, the KV slots it writes (``out_cache_loc``), its positions and input ids.
   Every rank must write the same slots.
 * ``switch``: every step-tier swap, with the decode round it happened at.
+* ``error``: the last line of every error SGLang logs in this process (a scheduler's fatal exception).
 
 Hangs: ``SIGUSR1`` dumps every thread's stack to ``rank<r>.stack`` (:mod:`faulthandler`), so the supervising
 process can name the rank and the collective it is waiting in without any external tool.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import logging
 import os
 import signal
 import threading
@@ -58,8 +60,25 @@ def install_from_env(tp_rank: int | None) -> bool:
     _out = open(path / f"rank{_rank}.jsonl", "a")  # noqa: SIM115
     (path / f"rank{_rank}.pid").write_text(str(os.getpid()))
     record("start", pid=os.getpid())
+    logging.getLogger("sglang").addHandler(_ErrorRecorder())  # survives SGLang re-configuring the root logger
     _wrap_sglang()
     return True
+
+
+class _ErrorRecorder(logging.Handler):
+    """SGLang logs a scheduler's fatal exception (with its traceback) before it signals the parent: keep the
+    exception's last line, so the report names the failing rank and why."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+
+    def emit(self, rec: logging.LogRecord) -> None:
+        try:
+            text = rec.getMessage()
+        except Exception:  # noqa: BLE001
+            return
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        record("error", message=(lines[-1] if lines else "")[:500], logger=rec.name)
 
 
 def _wrap(owner: Any, name: str, make) -> None:

@@ -113,14 +113,14 @@ def runtime_yaml(opts: Options, layout: str, models: Models, control_port: int, 
 
 
 def _engine_class(opts: Options):
-    import sglang
+    from sglang.srt.entrypoints.engine import Engine
 
     if opts.device == "cpu":
         from ..cpu.scheduler import run_scheduler_process
     else:
         from ..sglang_patch.bootstrap import run_scheduler_process
 
-    class SelftestEngine(sglang.Engine):
+    class SelftestEngine(Engine):
         run_scheduler_process_func = staticmethod(run_scheduler_process)
 
     return SelftestEngine
@@ -241,12 +241,27 @@ def _acceptance(outputs: list[dict], metrics: dict[str, float]) -> dict[str, Any
     return {"engine": engine, "exported": exported}
 
 
+class ChildFailed(RuntimeError):
+    """A scheduler (or detokenizer) process failed; its error is in the rank records."""
+
+
+def _child_failed(signum, frame) -> None:
+    raise ChildFailed("an SGLang child process failed (SIGQUIT from the child)")
+
+
+def _rank_errors(ranks: dict[int, list[dict]]) -> str:
+    errs = [f"rank {rk}: {e['message']}" for rk, evs in sorted(ranks.items()) for e in evs if e["event"] == "error"]
+    return "; ".join(errs)
+
+
 def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) -> RunResult:
     """Start, generate, shut down. ``on_hang(result)`` is called from a watchdog thread when the run outlives
     ``opts.timeout`` (it reports and ends the process: a hung collective cannot be cancelled)."""
     result = RunResult(layout=layout)
     rank_dir = work / "ranks"
     rank_dir.mkdir(parents=True, exist_ok=True)
+    for f in rank_dir.glob("rank*.*"):  # a kept directory from an earlier run
+        f.unlink()
     os.environ[DIR_ENV] = str(rank_dir)
     control: dict[str, Any] = {}
     finished = threading.Event()
@@ -269,6 +284,10 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
 
             cpu.install()
         server_args = _server_args(opts, layout, models, work, result, control)
+        # SGLang's own handler for a failed child kills this whole process tree, report included: raise instead.
+        import msgspec
+
+        msgspec.Struct.__setattr__(server_args, "custom_sigquit_handler", _child_failed)
         engine = _engine_class(opts)(server_args=server_args)
         t1 = time.perf_counter()
         result.timings["start_s"] = round(t1 - t0, 2)
@@ -305,7 +324,11 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
                 for p in ("draft", "verify", "draft_extend", "other")
             }
     except Exception as e:  # noqa: BLE001 - every failure is reported, never a traceback
-        result.error = f"{type(e).__name__}: {e}"
+        import traceback
+
+        tb = traceback.extract_tb(e.__traceback__)
+        where = f" (at {tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name})" if tb else ""
+        result.error = f"{type(e).__name__}: {e}{where}"
     finally:
         if engine is not None:
             try:
@@ -315,4 +338,6 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         finished.set()
         result.ranks = read_records(rank_dir)
         os.environ.pop(DIR_ENV, None)
+        if result.error and _rank_errors(result.ranks):
+            result.error += " -- " + _rank_errors(result.ranks)
     return result
