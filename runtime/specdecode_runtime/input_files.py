@@ -208,9 +208,19 @@ def _message(error: dict[str, Any]) -> str:
     return msg
 
 
+_PATH_FIRST = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
+
+
+def _line(path: str, message: str) -> str:
+    """``path: message``; a whole-object rule whose message already starts with the field it is about keeps that."""
+    if path == "(top level)" and _PATH_FIRST.match(message):
+        return message
+    return f"{path}: {message}"
+
+
 def format_validation_error(err: ValidationError, aliases: dict[str, str] | None = None) -> list[str]:
     """pydantic's errors as ``field.path: message`` lines, without duplicates, in pydantic's order."""
-    lines = [f"{format_loc(e['loc'], aliases)}: {_message(e)}" for e in err.errors()]
+    lines = [_line(format_loc(e["loc"], aliases), _message(e)) for e in err.errors()]
     return sorted(set(lines), key=lines.index)
 
 

@@ -27,6 +27,10 @@ MAX_COST_MS = 60_000.0
 MAX_SECONDS = 365 * 24 * 3600.0
 MAX_BATCH = 1_000_000
 MAX_STEPS = 64
+# A simulation runs one cycle after another (vectorised, about two million a second on one core): a scenario whose
+# timeline holds more decode steps than this would keep `simulate --offline`, the benchmark or the demo busy for
+# minutes, so it is refused with the arithmetic.
+MAX_CYCLES = 100_000_000
 
 
 class ScenarioError(InputError):
@@ -192,6 +196,28 @@ class Scenario(_Model):
                     "make them agree within 2 %"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _bounded_work(self) -> "Scenario":
+        """Every decode step takes time, and the timeline holds a bounded number of them."""
+        plain = self.plain_step_ms()
+        if plain <= 0:
+            raise ValueError("cost: verify.base + verify.perToken + overhead must be > 0 ms (a decode step takes time)")
+        cycles = self.duration * 1000.0 / plain
+        if cycles > MAX_CYCLES:
+            raise ValueError(f"phases: {self.duration:g} simulated seconds at {plain:g} ms per decode step is about "
+                             f"{cycles:.2g} cycles, more than the {MAX_CYCLES:.0e} a simulation may run; shorten the "
+                             "phases")
+        return self
+
+    def plain_step_ms(self) -> float:
+        """Milliseconds of one decode step without speculation at batch 1: the shortest cycle there is."""
+        c = self.cost
+        return c.verify.base + c.verify.per_token + c.overhead
+
+    def max_simulated_seconds(self) -> float:
+        """The longest simulation of this scenario that stays within MAX_CYCLES."""
+        return MAX_CYCLES * self.plain_step_ms() / 1000.0
 
     @property
     def duration(self) -> float:

@@ -173,3 +173,17 @@ def test_missing_runtime_dependency_in_a_real_launch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     err = refused(r, "cannot start SGLang: Python module")
     assert "'uvloop'" in err or "'sglang'" in err  # 'sglang' where SGLang itself is not installed
+
+
+def test_simulations_are_bounded_in_work(tmp_path):
+    """A scenario whose decode step takes no time, or whose timeline holds too many steps, would never finish."""
+    zero = tmp_path / "zero.yaml"
+    zero.write_text(SEED.read_text().replace("verify: {base: 10.7, perToken: 0.11}", "verify: {base: 0}")
+                    .replace("overhead: 0.3", "overhead: 0"))
+    refused(runtime("simulate", "--scenario", zero, "--offline", "--steps", "0"),
+            f"{zero}: cost: verify.base + verify.perToken + overhead must be > 0 ms")
+    long = tmp_path / "long.yaml"
+    long.write_text(SEED.read_text().replace("seconds: 600", "seconds: 31536000"))
+    refused(runtime("simulate", "--scenario", long, "--offline"), "phases: 3.15e+07 simulated seconds", "shorten")
+    refused(runtime("simulate", "--scenario", SEED, "--offline", "--duration", "1e12"),
+            "--duration 1e+12 is too long for this scenario")

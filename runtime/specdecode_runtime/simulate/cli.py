@@ -76,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if args.draft_tp is not None and args.draft_tp not in allowed_draft_tps(scenario):
         return _fail(f"--draft-tp {args.draft_tp} is not described by the scenario's draftTp block; allowed: "
                      f"{allowed_draft_tps(scenario) or 'none (no draftTp block)'}")
+    if args.duration is not None and args.duration > scenario.max_simulated_seconds():
+        return _fail(f"--duration {args.duration:g} is too long for this scenario: at most "
+                     f"{scenario.max_simulated_seconds():.0f} simulated seconds ({scenario.plain_step_ms():g} ms per "
+                     "decode step)")
     candidates = sorted(set(args.candidates))
     steps = args.steps if args.steps is not None else (3 if 3 in candidates else max(candidates))
     if steps < 0:
