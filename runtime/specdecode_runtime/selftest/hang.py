@@ -17,6 +17,15 @@ from pathlib import Path
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _COLLECTIVE_FILES = ("torch/distributed/", "sglang/srt/distributed/")
 _CALLER_HINTS = ("specdecode_runtime/", "sglang/srt/")
+_COLLECTIVE_NAMES = frozenset({
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+    "all_to_all_single", "barrier", "monitored_barrier", "broadcast_object_list", "all_gather_object", "reduce",
+    "gather", "scatter", "send", "recv", "new_group", "broadcast_pyobj", "broadcast_object",
+})
+
+
+def _in_distributed(frame: dict) -> bool:
+    return any(k in frame["file"] for k in _COLLECTIVE_FILES)
 
 
 def rank_pids(directory: str | os.PathLike[str]) -> dict[int, int]:
@@ -50,13 +59,14 @@ def summarize_stack(text: str) -> dict:
     main = next((t for t in threads if any("scheduler" in f["file"] or f["func"] == "run_scheduler_process"
                                              for f in t)), threads[-1])
     for i, f in enumerate(main):
-        if any(k in f["file"] for k in _COLLECTIVE_FILES):
-            # the outermost consecutive distributed frame names the collective the caller asked for
-            j = i
-            while j + 1 < len(main) and any(k in main[j + 1]["file"] for k in _COLLECTIVE_FILES):
+        if _in_distributed(f):
+            j = i  # the distributed block: [i, j]
+            while j + 1 < len(main) and _in_distributed(main[j + 1]):
                 j += 1
-            op = main[j]
-            caller = next((g for g in main[j + 1:] if any(k in g["file"] for k in _CALLER_HINTS)), None)
+            block = main[i : j + 1]
+            op = next((g for g in block if g["func"] in _COLLECTIVE_NAMES), block[0])
+            caller = next((g for g in main[j + 1 :] if any(k in g["file"] for k in _CALLER_HINTS)),
+                          main[j + 1] if j + 1 < len(main) else None)
             return {
                 "waiting_in": op["func"],
                 "where": f'{op["file"]}:{op["line"]}',

@@ -49,16 +49,14 @@ def record(event: str, **fields: Any) -> None:
 
 def install_from_env(tp_rank: int | None) -> bool:
     """Start recording in this scheduler process when ``SPECDECODE_SELFTEST_DIR`` is set."""
-    global _out, _rank, _stack_file
+    global _out, _rank
     d = os.environ.get(DIR_ENV)
     if not d or _out is not None:
         return False
     _rank = int(tp_rank) if tp_rank is not None else -1
     path = Path(d)
-    _stack_file = open(path / f"rank{_rank}.stack", "w")  # noqa: SIM115 - lives as long as the process
-    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
-    _out = open(path / f"rank{_rank}.jsonl", "a")  # noqa: SIM115
-    (path / f"rank{_rank}.pid").write_text(str(os.getpid()))
+    _out = open(path / f"rank{_rank}.jsonl", "a")  # noqa: SIM115 - lives as long as the process
+    register_stack_dump(path, _rank)
     record("start", pid=os.getpid())
     logging.getLogger("sglang").addHandler(_ErrorRecorder())  # survives SGLang re-configuring the root logger
     _wrap_sglang()
@@ -79,6 +77,16 @@ class _ErrorRecorder(logging.Handler):
             return
         lines = [ln for ln in text.strip().splitlines() if ln.strip()]
         record("error", message=(lines[-1] if lines else "")[:500], logger=rec.name)
+
+
+def register_stack_dump(directory: str | os.PathLike[str], rank: int) -> None:
+    """``SIGUSR1`` writes every thread's stack to ``rank<r>.stack``; ``rank<r>.pid`` tells the supervisor whom to
+    signal (written last, so a listed pid always answers)."""
+    global _stack_file
+    path = Path(directory)
+    _stack_file = open(path / f"rank{rank}.stack", "w")  # noqa: SIM115 - lives as long as the process
+    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+    (path / f"rank{rank}.pid").write_text(str(os.getpid()))
 
 
 def _wrap(owner: Any, name: str, make) -> None:
