@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test venv deps-demo deps-test tools crd golden bench clean
+.PHONY: demo test venv deps-demo deps-test tools envtest envtest-up envtest-down crd golden bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,8 +33,20 @@ demo: deps-demo
 tools:
 	envtest/fetch-tools.sh
 
-test: deps-test tools
-	SPECDECODE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q
+test: deps-test tools envtest
+	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 $(BIN)/python -m pytest -q
+
+# A real kube-apiserver + etcd (envtest/): built from Go modules once into ~/.cache/specdecode/envtest/<hash>/bin
+envtest:
+	envtest/build.sh
+
+# Start them in the background with an admin kubeconfig at .envtest/kubeconfig (loopback only); stop and wipe.
+envtest-up: envtest venv
+	$(PIP) install -q 'cryptography>=42'
+	$(BIN)/python -m tests.k8s.envtest up --dir .envtest
+
+envtest-down: venv
+	$(BIN)/python -m tests.k8s.envtest down --dir .envtest
 
 crd: venv
 	$(BIN)/specdecode crd > crds/specdecode.io_specdecodedeployments.yaml

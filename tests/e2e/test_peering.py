@@ -16,8 +16,8 @@ def sdd(name: str = "llama") -> dict:
     return minimal_sdd(name, tp=4)
 
 
-def test_peers_register_and_the_standby_takes_over(cluster_factory):
-    cluster = cluster_factory(operator=False)
+def test_peers_register_and_the_standby_takes_over(emulator_factory):
+    cluster = emulator_factory(operator=False)
     if cluster.emulator is None:
         pytest.skip("peering CRDs are not guaranteed on an arbitrary cluster")
     cluster.call("POST", "/apis/kopf.dev/v1/clusterkopfpeerings",

@@ -69,12 +69,12 @@ def sdd(name: str, mode: str, num_steps: int, port: int, annotations: dict | Non
 
 
 @pytest.fixture
-def tuned_factory(cluster_factory, tmp_path):
+def tuned_factory(emulator_factory, tmp_path):
     """Clusters whose operator tunes at 10x, each with a simulated kubelet factory ``cluster.kubelet``."""
     kubelets = []
 
     def build(**config):
-        cluster = cluster_factory(tune_interval_scale=SCALE, resync_seconds=1.0, **config)
+        cluster = emulator_factory(tune_interval_scale=SCALE, resync_seconds=1.0, **config)
         if cluster.emulator is None:
             pytest.skip("needs the API emulator and simulated pods")
 

@@ -25,12 +25,39 @@ class ApiFailure(Exception):
         self.status, self.body = status, body
 
 
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "apply"}
+
+
 class Cluster:
     def __init__(self, configuration: kubernetes.client.Configuration, namespace: str, emulator=None, operator=None):
         self.api = kubernetes.client.ApiClient(configuration)
         self.namespace = namespace
         self.emulator = emulator
         self.operator = operator
+        self.bed = None  # the real API server's ApiServerBed (audit log, operator identity), when there is one
+
+    # ------------------------------------------------------------------ what the operator did
+    def log_mark(self) -> int:
+        """A position in the request log (the emulator's) or the audit log (the real API server's)."""
+        if self.emulator is not None:
+            return len(self.emulator.log)
+        if self.bed is not None:
+            return self.bed.env.audit_offset()
+        raise RuntimeError("no request log on an external cluster")
+
+    def operator_writes(self, since: int = 0) -> list[tuple[str, str, str]]:
+        """(verb, resource, name) of each write the operator made after ``since``; Events excluded."""
+        if self.emulator is not None:
+            return [(r.verb, r.resource, r.name) for r in self.emulator.writes(since=since) if r.resource != "events"
+                    and r.field_manager != "e2e-user" and r.field_manager != "kube-controller-manager"]
+        if self.bed is None:
+            raise RuntimeError("no request log on an external cluster")
+        out = []
+        for e in self.bed.env.audit_events(since, user=self.bed.operator_user):
+            ref = e.get("objectRef") or {}
+            if e["verb"] in WRITE_VERBS and ref.get("resource") != "events":
+                out.append((e["verb"], ref.get("resource", ""), ref.get("name", "")))
+        return out
 
     # ------------------------------------------------------------------ raw calls
     def call(self, method: str, path: str, body: Any = None, query: list | None = None,
