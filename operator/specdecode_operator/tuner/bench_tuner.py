@@ -156,10 +156,13 @@ def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_ste
     eng.set_candidates(cfg.policy.candidates)
     eng.set_step_table([(1, initial)])
     tuner = Tuner(cfg, profile=sc.cycle_cost() if profile == "exact" else None)
-    tuner.step(eng.now, [parse_metrics(eng.metrics_text(), "sim-0", eng.now)])
+    def scrape():
+        return [parse_metrics(eng.metrics_text(), "sim-0", eng.now, costs=tuner.wants_costs("sim-0"))]
+
+    tuner.step(eng.now, scrape())
     while eng.now < sc.duration:
         eng.advance(min(interval, sc.duration - eng.now))
-        d = tuner.step(eng.now, [parse_metrics(eng.metrics_text(), "sim-0", eng.now)])
+        d = tuner.step(eng.now, scrape())
         if mode == "Rollout" and d.restart:
             eng.set_step_table(d.table)
             eng.restart(sc.restart_seconds)
@@ -323,9 +326,9 @@ def run(args) -> int:
 
 def format_table(out: dict) -> str:
     st = out["settings"]
-    known = {"measured": f"the pod's start-up probe (bias +-{st['probe_bias']:g} per stage, noise {st['probe_noise']:g}), "
-             "refined online", "exact": "the scenario's TRUE costs (upper bound, not reachable in a cluster)",
-             "none": "no cost probe (phase averages)"}[st["profile"]]
+    known = (f"the pod's start-up probe (bias +-{st['probe_bias']:g} per stage, noise {st['probe_noise']:g}), refined "
+             "online" if st["profile"] == "measured" else "the scenario's TRUE costs (upper bound, not reachable in a "
+             "cluster)" if st["profile"] == "exact" else "no cost probe (phase averages)")
     lines = [
         "Simulated tokens/s (in-process simulator; not measurements), interval "
         f"{st['interval_s']:g}s, our captured candidates {st['candidates']}, our cost knowledge: {known}",

@@ -9,8 +9,8 @@ bucket's batch ``b``:
     T(0, b) = rv * T0(b)                                   plain decode (verify at one token, overhead)
     T(k, b) = rv * T0(b) + rs * S(b) + rd * D(b) * k       speculative cycle of k steps
 
-with ``T0`` the plain cycle, ``S`` the fixed extra of a speculative cycle (draft-extend, broadcast, the verify's
-bonus token) and ``D`` what each step adds (draft step plus the verify and extend tokens of that step). The three
+with ``T0`` the plain cycle (verify of the bonus token, overhead), ``S`` the fixed extra of a speculative cycle
+(draft-extend base and bonus token, broadcast) and ``D`` what each step adds (draft step plus the verify and extend tokens of that step). The three
 factors get a Gaussian prior at 1 (the profile is right up to its error) and a weighted least-squares update from the
 observed intervals (Bayesian linear regression, closed form), older intervals fading geometrically so the fit
 follows a workload whose context lengths drift. With data at one k only the prior splits the correction between
@@ -97,12 +97,18 @@ class CostRefiner:
         prec = np.eye(3) / (sd * sd)
         rhs = prec @ np.ones(3)
         n = len(self.observations)
-        for i, o in enumerate(self.observations):
-            t0, s, d = parts(base, o.batch)
-            x = np.array([t0, o.spec_fraction * s, d * o.steps])
-            w = self.forget ** (n - 1 - i) / (self.obs_sd * o.cycle_ms) ** 2
-            prec += w * np.outer(x, x)
-            rhs += w * x * o.cycle_ms
+        if n:
+            obs = np.array([(o.batch, o.steps, o.spec_fraction, o.cycle_ms) for o in self.observations])
+            b, k, f, y = obs.T
+            c = base
+            # parts() over all observations at once (the cost model is linear in the batch)
+            t0 = c.verify_base + c.verify_per_token * b + c.overhead
+            s = c.extend_base + c.extend_per_token * b + c.broadcast
+            d = c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b
+            x = np.stack([t0, f * s, d * k], axis=1)
+            w = self.forget ** np.arange(n - 1, -1, -1) / (self.obs_sd * y) ** 2
+            prec += (x * w[:, None]).T @ x
+            rhs += (x * (w * y)[:, None]).sum(axis=0)
         try:
             r = np.linalg.solve(prec, rhs)
         except np.linalg.LinAlgError:

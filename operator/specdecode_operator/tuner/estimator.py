@@ -134,6 +134,7 @@ class Estimator:
         change_z: float = 4.0,
         prior_weight_cycles: float = 200.0,
         memory_decay: float = 0.5,
+        flip_intervals: int = 2,
     ) -> None:
         self.window_intervals = window_intervals
         self.min_attempts = min_attempts
@@ -148,6 +149,12 @@ class Estimator:
         # does not forget a measured cliff and walk back into it as soon as the window slides past the data.
         self.position_memory: dict[str, dict[int, list[float]]] = {}
         self.memory_decay = memory_decay
+        # Workload changes closer together than this many intervals are a mixture, not a sequence of phases: the
+        # window then keeps averaging (a controller one interval behind a workload that flips every interval or two
+        # would run the wrong k half the time; the mixture's best k is the better bet).
+        self.flip_intervals = flip_intervals
+        self._seen: dict[str, int] = {}  # intervals observed per bucket
+        self._last_change: dict[str, int] = {}
 
     # -- ingest ---------------------------------------------------------------------------------------------------
     def observe(self, snapshots: list[PodSnapshot]) -> ObserveReport:
@@ -194,10 +201,14 @@ class Estimator:
                 continue
             window = self.windows.setdefault(label, deque(maxlen=self.window_intervals))
             memory = self.position_memory.setdefault(label, {})
+            seen = self._seen[label] = self._seen.get(label, 0) + 1
             if window and self._changed(window, d):
-                window.clear()
-                memory.clear()
-                report.changed_buckets.append(label)
+                last = self._last_change.get(label)
+                self._last_change[label] = seen
+                if last is None or seen - last > self.flip_intervals:
+                    window.clear()
+                    memory.clear()
+                    report.changed_buckets.append(label)
             window.append(d)
             report.bucket_cycles[label] = d.cycles
             for pos, att in d.attempts.items():

@@ -31,6 +31,8 @@ class PolicyConfig:
     rollback_margin: float = 0.03  # minimum relative drop treated as real (the noise floor)
     rollback_block_s: float = 300.0
     explore_every_s: float = 120.0  # at most one probe of a censored position per bucket per this period
+    reach: int = 1  # how many unobserved positions past the deepest observed one a switch may draft into
+    reach_after_change: int = 2  # the same in the interval a workload change was detected (a new world: climb fast)
 
     def __post_init__(self) -> None:
         if self.min_steps < 0 or self.max_steps < self.min_steps:
@@ -142,7 +144,8 @@ def choose(
     if samples < cfg.min_samples:
         return Choice(cur, "wait", f"{samples:.0f} cycles in window < minimum {cfg.min_samples:.0f}")
     # Censoring: a k past the deepest observed position + 1 would rest entirely on extrapolation.
-    eligible = [k for k in allowed if k <= acc.observed + 1 or k <= cur]
+    reach = cfg.reach_after_change if workload_changed else cfg.reach
+    eligible = [k for k in allowed if k <= acc.observed + reach or k <= cur]
     g = predict(acc, cost, batch, sorted(set(eligible) | {cur}))
     agg = aggregate if cfg.objective == "Throughput" else None
 

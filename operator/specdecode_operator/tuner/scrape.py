@@ -64,9 +64,15 @@ class PodSnapshot:
         return self.error is None
 
 
-def parse_metrics(text: str, pod: str, time: float) -> PodSnapshot:
-    """Parse Prometheus exposition text; never raises on bad content (it comes from a pod, not from us)."""
+def parse_metrics(text: str, pod: str, time: float, costs: bool = True) -> PodSnapshot:
+    """Parse Prometheus exposition text; never raises on bad content (it comes from a pod, not from us).
+
+    ``costs=False`` drops the start-up cost probe's series before parsing: they do not change while the pod lives,
+    the tuner needs them once per pod (``Tuner.wants_costs``), and they are a third of the text the parser would
+    otherwise walk every interval."""
     snap = PodSnapshot(pod=pod, time=time)
+    if not costs:
+        text = "\n".join(line for line in text.split("\n") if COST not in line)
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser raises ValueError and friends on malformed text

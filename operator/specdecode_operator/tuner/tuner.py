@@ -128,6 +128,7 @@ class Tuner:
         self.refine = refine
         self.measured: dict[str, CycleCost] = {}  # bucket -> cost fitted from the pods' start-up probes
         self._pod_costs: dict[str, dict] = {}
+        self._restarted: set[str] = set()
         self.refiners: dict[str, CostRefiner] = {}
         self._costs: dict[str, tuple] = {}  # per-interval cache of cost(label)
         self.last_reports: dict[str, BucketReport] = {}  # the latest interval that decided anything
@@ -179,10 +180,16 @@ class Tuner:
         refined = ref.refine(base, PRIOR_SD_OVERRIDE if source == OVERRIDE else None)
         return refined, OVERRIDE if source == OVERRIDE else REFINED
 
+    def wants_costs(self, pod: str) -> bool:
+        """Whether the next scrape of ``pod`` should parse its start-up cost probe: not yet seen, or the pod restarted
+        (its counters went back) and measured again."""
+        return pod not in self._pod_costs or pod in self._restarted
+
     def _learn_costs(self, snapshots: list, report: ObserveReport) -> None:
         """The pods' probes (re-fitted when a pod's probe changes: a restarted pod measures again) and this
         interval's mean cycle time per bucket at the k that ran."""
         changed = False
+        self._restarted = set(report.resets)
         for snap in snapshots:
             if snap.ok and snap.costs and self._pod_costs.get(snap.pod) != snap.costs:
                 self._pod_costs[snap.pod] = dict(snap.costs)
