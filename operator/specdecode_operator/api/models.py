@@ -80,7 +80,7 @@ class Autotune(_Model):
     )
     minSteps: int = Field(default=1, ge=1, le=16, description="Lowest step count the tuner may choose.")
     maxSteps: int = Field(default=7, ge=1, le=16, description="Highest step count the tuner may choose.")
-    intervalSeconds: int = Field(default=30, ge=5, le=3600, description="How often metrics are read and a decision is made.")
+    intervalSeconds: int = Field(default=10, ge=5, le=3600, description="How often metrics are read and a decision is made.")
     objective: Literal["Throughput", "Latency"] = Field(
         default="Throughput",
         description="Throughput maximises tokens/s; Latency picks the best tokens/s that meets maxInterTokenLatencyMs.",
