@@ -106,16 +106,26 @@ def _wrap_sglang() -> None:
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
-    def backend(orig):
+    def target_backend(tier: bool) -> None:
+        from sglang.srt.runtime_context import get_spec
+
+        record("target_backend", tier=tier, steps=getattr(get_spec(), "speculative_num_steps", None), **_tp_sizes())
+
+    def backend(orig):  # a step tier's target verify backend (build_adaptive_runtime_state)
         def _get_attention_backend(self, init_new_workspace: bool = False):
             if not self.is_draft_worker:
-                from sglang.srt.runtime_context import get_spec
-
-                record("target_backend", tier=bool(init_new_workspace),
-                       steps=getattr(get_spec(), "speculative_num_steps", None), **_tp_sizes())
+                target_backend(True)
             return orig(self, init_new_workspace=init_new_workspace)
 
         return _get_attention_backend
+
+    def backends(orig):  # the target's start-up backends
+        def init_attention_backends(self, *a, **k):
+            if not self.is_draft_worker:
+                target_backend(False)
+            return orig(self, *a, **k)
+
+        return init_attention_backends
 
     def profile(orig):
         def _profile_available_bytes(self, *a, **k):
@@ -164,6 +174,7 @@ def _wrap_sglang() -> None:
         return apply_runtime_state
 
     _wrap(ModelRunner, "_get_attention_backend", backend)
+    _wrap(ModelRunner, "init_attention_backends", backends)
     _wrap(KVCacheConfigurator, "_profile_available_bytes", profile)
     _wrap(ModelRunner, "forward", forward)
     _wrap(EAGLEWorkerV2, "forward_batch_generation", generation)
