@@ -130,7 +130,10 @@ def _name(path: str) -> str:
     return "<stdin>" if path == "-" else str(path)
 
 
-def _yaml_problem(err: yaml.YAMLError) -> str:
+def _yaml_problem(err: yaml.YAMLError, text: str = "") -> str:
+    if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, most C0 controls)
+        line = text[: err.position].count("\n") + 1
+        return f"line {line}: not valid YAML: character #x{err.character:04x} is not allowed in YAML text"
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
     problem = getattr(err, "problem", None) or str(err)
     context = getattr(err, "context", None)
@@ -141,7 +144,10 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 def parse_yaml_documents(text: str, source: str) -> list[Any]:
     """Every non-empty document of a YAML stream, with the loader's bounds."""
-    loader = BoundedLoader(text)
+    try:
+        loader = BoundedLoader(text)  # the reader refuses control characters here already
+    except yaml.YAMLError as e:
+        raise InputError(source, [_yaml_problem(e, text)]) from None
     try:
         docs = []
         while loader.check_data():
@@ -150,7 +156,7 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
                 docs.append(doc)
         return docs
     except yaml.YAMLError as e:
-        raise InputError(source, [_yaml_problem(e)]) from None
+        raise InputError(source, [_yaml_problem(e, text)]) from None
     except RecursionError:  # defensive: the depth bound is far below the recursion limit
         raise InputError(source, [f"not valid YAML: nested deeper than {BoundedLoader.max_depth} levels"]) from None
     finally:
