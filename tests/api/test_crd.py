@@ -42,7 +42,7 @@ def test_schema_is_structural_and_described():
 def test_every_rule_in_rules_module_is_in_the_crd():
     text = yaml.safe_dump(crd())
     all_rules = [
-        *rules.ROOT_RULES, *rules.SPEC_RULES, *rules.DRAFT_RULES, *rules.SPECULATIVE_RULES,
+        *rules.NAME_RULES, *rules.SPEC_RULES, *rules.DRAFT_RULES, *rules.SPECULATIVE_RULES,
         *rules.AUTOTUNE_RULES, *rules.NCCL_RULES, *rules.RUNTIME_RULES,
     ]
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -84,7 +84,13 @@ def test_every_status_field_has_a_description():
 def test_defaults_reach_nested_fields():
     spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert spec["replicas"]["default"] == 1
-    assert spec["speculative"]["default"] == {}
-    assert spec["speculative"]["properties"]["autotune"]["default"] == {}
+    # complete defaults: the API server checks a default against the CEL rules without defaulting inside it
+    from specdecode_operator.api.models import Autotune
+
+    autotune = Autotune().model_dump(exclude_none=True)
+    assert autotune["mode"] == "Off" and autotune["maxSteps"] == 7
+    assert spec["speculative"]["default"] == {"numSteps": 3, "eagleTopK": 1, "autotune": autotune}
+    assert spec["speculative"]["properties"]["autotune"]["default"] == autotune
+    assert spec["nccl"]["default"] == {"profile": "Auto", "env": {}}
     assert spec["speculative"]["properties"]["numSteps"]["default"] == 3
     assert spec["nccl"]["properties"]["profile"]["enum"] == ["Auto", "PCIe", "NVLink", "None"]

@@ -1,7 +1,8 @@
 """Generate the CustomResourceDefinition from the typed models.
 
 pydantic's JSON Schema is turned into a Kubernetes *structural* schema: references inlined, Optional unwrapped,
-Literals as string enums, nested objects defaulted to ``{}`` so the API server applies their field defaults, and
+Literals as string enums, nested objects defaulted to their complete default value (the API server checks a
+default against the CEL rules as it stands, without defaulting inside it, so ``{}`` would fail them), and
 the CEL rules attached by the models kept as ``x-kubernetes-validations``.
 """
 
@@ -71,8 +72,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {k: _structural(v, defs) for k, v in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = _structural(value, defs)
-        elif key == "default" and isinstance(value, dict):
-            out[key] = {}  # let the API server default the nested fields
+        elif key == "default":
+            out[key] = value  # a value, not a schema: published as is
         elif key == "x-kubernetes-validations":
             out[key] = value
         else:
@@ -93,14 +94,14 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
 
 
 class _FactoryDefaults(GenerateJsonSchema):
-    """Publish ``default_factory`` values as schema defaults (objects as ``{}``), so that the API server fills in
-    nested defaults and CEL rules can rely on every defaulted field being present."""
+    """Publish ``default_factory`` values as schema defaults (objects complete, unset optionals left out), so that
+    an omitted section gets every field default and CEL rules can rely on every defaulted field being present."""
 
     def get_default_value(self, schema):  # type: ignore[override]
         factory = schema.get("default_factory")
         if factory is not None and not schema.get("default_factory_takes_data"):
             value = factory()
-            return {} if isinstance(value, BaseModel) else value
+            return value.model_dump(mode="json", exclude_none=True) if isinstance(value, BaseModel) else value
         return schema.get("default", NoDefault)
 
 
@@ -129,11 +130,19 @@ def openapi_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "maxLength": rules.NAME_MAX_LENGTH,
+                        "x-kubernetes-validations": [r.to_crd() for r in rules.NAME_RULES],
+                    }
+                },
+            },
             "spec": spec,
             "status": status,
         },
-        "x-kubernetes-validations": [r.to_crd() for r in rules.ROOT_RULES],
     }
     return _sorted(schema)
 

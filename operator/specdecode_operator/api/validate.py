@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -16,7 +17,6 @@ import jsonschema
 from pydantic import ValidationError
 
 from .models import API_VERSION, KIND, SpecDecodeDeployment
-from .rules import report_path
 
 
 @dataclass(frozen=True, order=True)
@@ -116,7 +116,11 @@ def _validator_of(schema: dict) -> jsonschema.Draft202012Validator:
 def _validator_for(schema_key: str) -> jsonschema.Draft202012Validator:
     import json
 
-    return jsonschema.Draft202012Validator(_to_jsonschema(json.loads(schema_key)))
+    converted = _to_jsonschema(json.loads(schema_key))
+    metadata = converted.get("properties", {}).get("metadata")
+    if isinstance(metadata, dict):  # the CRD declares only metadata.name; the API server checks the rest of it
+        metadata.pop("additionalProperties", None)
+    return jsonschema.Draft202012Validator(converted)
 
 
 def _path(parts) -> str:
@@ -175,7 +179,7 @@ def _cel_problems(schema: dict, value: Any, old: Any, path: list) -> Iterator[Pr
             continue  # transition rules apply to updates only
         if not _cel_holds(v["rule"], value, old):
             field = v.get("fieldPath", "")
-            where = _path(path) + field if path else field.lstrip(".") or report_path(v["rule"]) or "<root>"
+            where = _path(path) + field if path else field.lstrip(".") or "<root>"
             yield Problem(where, v.get("message", v["rule"]))
     if isinstance(value, dict):
         for key, sub in schema.get("properties", {}).items():
@@ -190,10 +194,18 @@ def _cel_problems(schema: dict, value: Any, old: Any, path: list) -> Iterator[Pr
 # ---------------------------------------------------------------- entry points
 
 
+# The API server's own check of every object's name, before the CRD's schema and rules.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Schema failures after which the API server does not evaluate CEL rules (apiextensions' hasBlockingErr).
+_BLOCKING = {"additionalProperties", "type", "enum", "required", "maxLength", "maxItems", "maxProperties"}
+
+
 def validate_object(obj: dict, crd: dict | None = None, old: dict | None = None) -> list[Problem]:
     """Every problem the API server would report for ``obj`` (create) or ``old -> obj`` (update), sorted by path.
 
-    CEL rules run only when the schema holds, as on the API server (rules may assume typed fields).
+    As on the API server: unknown fields (strict field validation) refuse the document before anything else is
+    checked; the CEL rules run unless the schema found a blocking error (wrong type, enum, required, a too long
+    string, too many items or properties), so a value out of its bounds is reported with what the rules say.
     """
     if not isinstance(obj, dict):
         return [Problem("<root>", f"expected a mapping, got {type(obj).__name__}")]
@@ -209,10 +221,14 @@ def validate_object(obj: dict, crd: dict | None = None, old: dict | None = None)
     schema = openapi_of(crd)
     defaulted = apply_defaults(obj, crd)
     defaulted.setdefault("metadata", {})
-    validator = _validator_of(schema)
-    for err in validator.iter_errors(defaulted):
-        problems.append(Problem(*_schema_message(err)))
-    if not problems:
+    errors = list(_validator_of(schema).iter_errors(defaulted))
+    unknown = [e for e in errors if e.validator == "additionalProperties"]
+    problems = [Problem(*_schema_message(e)) for e in unknown or errors]
+    name = defaulted["metadata"].get("name") if isinstance(defaulted["metadata"], dict) else None
+    if not unknown and isinstance(name, str) and not (len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)):
+        problems.append(Problem("metadata.name", f"Invalid value: {name!r}: the API server takes only a lowercase "
+                                "RFC 1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)"))
+    if not any(e.validator in _BLOCKING for e in errors):
         old_defaulted = apply_defaults(old, crd) if old else None
         problems.extend(_cel_problems(schema, defaulted, old_defaulted, []))
     return sorted(set(problems))

@@ -1,0 +1,123 @@
+"""`specdecode validate` and a real kube-apiserver agree on every document of a corpus.
+
+Each document is created with a server-side dry run (strict field validation, as `kubectl apply` does) and
+validated in Python with the same CRD; both must accept it, or both refuse it and name the same fields. The CRD
+itself must install with every CEL rule inside the API server's cost budget.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+
+TESTS = Path(__file__).resolve().parents[1]
+for p in (TESTS, TESTS / "api", TESTS / "render"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from cel_corpus import corpus  # noqa: E402
+from k8s.fixtures import envtest_environment  # noqa: E402,F401
+from k8s.realapi import ApiServer, Refusal  # noqa: E402
+from specdecode_operator.api.validate import InvalidSpec, parse  # noqa: E402
+from test_property import documents  # noqa: E402
+
+NAMESPACE = "parity"
+CRD_FILE = TESTS.parent / "crds" / "specdecode.io_specdecodedeployments.yaml"
+
+
+@pytest.fixture(scope="module")
+def api(envtest_environment) -> ApiServer:  # noqa: F811
+    api = ApiServer(envtest_environment.kubeconfig)
+    api.apply_crd(yaml.safe_load(CRD_FILE.read_text()))
+    api.ensure_namespace(NAMESPACE)
+    yield api
+    api.close()
+
+
+def local_fields(doc: dict) -> set[str]:
+    """The fields `specdecode validate` names (its parse: schema, CEL, then the typed models)."""
+    try:
+        parse(doc)
+    except InvalidSpec as e:
+        return {p.path for p in e.problems}
+    return set()
+
+
+def server_fields(api: ApiServer, doc: dict) -> set[str] | None:
+    """None when the API server accepts the document; else the fields its refusal names."""
+    try:
+        api.dry_run_create_sdd(NAMESPACE, doc)
+    except Refusal as refusal:
+        return refusal.fields
+    return None
+
+
+def assert_agree(api: ApiServer, doc: dict) -> None:
+    doc = copy.deepcopy(doc)
+    if isinstance(doc.get("metadata"), dict):
+        doc["metadata"]["namespace"] = NAMESPACE
+    remote = server_fields(api, doc)
+    local = local_fields(doc)
+    shown = json.dumps(doc.get("spec"), sort_keys=True)[:400]
+    if remote is None:
+        assert not local, f"the API server accepts, specdecode validate refuses {sorted(local)}: {shown}"
+    else:
+        assert local, f"the API server refuses {sorted(remote)}, specdecode validate accepts: {shown}"
+        assert local == remote, f"fields differ: server {sorted(remote)}, validate {sorted(local)}: {shown}"
+
+
+def test_crd_is_established_with_every_rule_inside_the_cost_budget(api):
+    crd = api.get_crd("specdecodedeployments.specdecode.io")
+    conditions = {c["type"]: c for c in crd["status"]["conditions"]}
+    assert conditions["Established"]["status"] == "True"
+    assert conditions["NamesAccepted"]["status"] == "True"
+    served = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    committed = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert served == committed, "the API server pruned or rewrote part of the committed schema"
+
+
+CORPUS = corpus()
+
+
+@pytest.mark.parametrize("doc", [d for _, d in CORPUS], ids=[i for i, _ in CORPUS])
+def test_corpus_document_gets_the_same_verdict(api, doc):
+    assert_agree(api, doc)
+
+
+def in_namespace(doc: dict) -> dict:
+    return dict(doc, metadata={**doc["metadata"], "namespace": NAMESPACE})
+
+
+def test_corpus_covers_both_verdicts_and_the_cli_gives_them(api, tmp_path):
+    verdicts = {i: server_fields(api, in_namespace(d)) for i, d in CORPUS}
+    accepted = [i for i, v in verdicts.items() if v is None]
+    refused = [i for i, v in verdicts.items() if v is not None]
+    assert len(accepted) >= 10 and len(refused) >= 30, (accepted, refused)
+    docs = dict(CORPUS)
+    good = tmp_path / "accepted.yaml"
+    good.write_text(yaml.safe_dump_all([in_namespace(docs[i]) for i in accepted]))
+    done = subprocess.run([sys.executable, "-m", "specdecode_operator.cli", "validate", "-f", str(good)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.count(": valid") == len(accepted), done.stdout + done.stderr
+    bad = tmp_path / "refused.yaml"
+    bad.write_text(yaml.safe_dump_all([in_namespace(docs[i]) for i in refused]))
+    done = subprocess.run([sys.executable, "-m", "specdecode_operator.cli", "validate", "-f", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    for i in refused:
+        for field in verdicts[i]:
+            assert f"  {field}: " in done.stderr, f"{i}: {field} not named by specdecode validate"
+
+
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(doc=documents())
+def test_generated_documents_get_the_same_verdict(api, doc):
+    assert_agree(api, doc)
