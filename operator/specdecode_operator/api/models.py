@@ -21,6 +21,27 @@ SHORT_NAME = "sdd"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 PRESERVE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+QUANTITY = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+# core/v1 ResourceRequirements: typed where the renderer reads it (limits and requests are merged with the GPU
+# count), so a wrong type is refused at admission instead of failing every reconcile.
+RESOURCES = {
+    "type": "object",
+    "properties": {
+        "limits": {"type": "object", "additionalProperties": QUANTITY,
+                   "description": "Resource name -> quantity (e.g. cpu: 16, memory: 200Gi)."},
+        "requests": {"type": "object", "additionalProperties": QUANTITY,
+                     "description": "Resource name -> quantity (e.g. cpu: 16, memory: 200Gi)."},
+        "claims": {"type": "array", "items": PRESERVE, "description": "core/v1 ResourceClaim list."},
+    },
+}
+# core/v1 Affinity: typed along the path the renderer extends with the gpuProduct term; the rest is kept as given.
+_TERMS = {"type": "array", "description": "core/v1 NodeSelectorTerm list (ORed).", "items": {
+    **PRESERVE, "properties": {"matchExpressions": {"type": "array", "items": PRESERVE,
+                                                    "description": "core/v1 NodeSelectorRequirement list."}}}}
+AFFINITY = {**PRESERVE, "properties": {"nodeAffinity": {
+    **PRESERVE, "description": "core/v1 NodeAffinity.", "properties": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            **PRESERVE, "description": "core/v1 NodeSelector.", "properties": {"nodeSelectorTerms": _TERMS}}}}}}
 
 
 def _cel(*group: rules.Rule) -> dict:
@@ -137,7 +158,7 @@ class Placement(_Model):
         description="core/v1 Tolerations for the pods.",
     )
     affinity: dict[str, Any] = Field(
-        default_factory=dict, json_schema_extra=PRESERVE, description="core/v1 Affinity, merged with gpuProduct."
+        default_factory=dict, json_schema_extra=AFFINITY, description="core/v1 Affinity, merged with gpuProduct."
     )
 
 
@@ -168,7 +189,7 @@ class Runtime(_Model):
     )
     resources: dict[str, Any] = Field(
         default_factory=dict,
-        json_schema_extra=PRESERVE,
+        json_schema_extra=RESOURCES,
         description="core/v1 ResourceRequirements for cpu/memory; the GPU count is managed.",
     )
     shmSize: str = Field(
