@@ -61,6 +61,14 @@ def _cmd_check(ns: argparse.Namespace) -> int:
         print(f"{'ok  ' if r.ok else 'FAIL'} {r.point.role:6} {r.point.target:<{width}}  {r.detail}")
     bad = [r for r in results if not r.ok]
     print(f"{len(results) - len(bad)} of {len(results)} patch points match sglang {version}")
+    if not bad:  # names match: check the behaviour the split draft relies on (CPU, no model)
+        from .sglang_patch.behaviour import check_behaviour
+
+        with _quiet_imports(ns.verbose):
+            behaviour = check_behaviour()
+        for b in behaviour:
+            print(f"{'ok  ' if b.ok else 'FAIL'} behave {b.name}: {b.detail}")
+        bad = [b for b in behaviour if not b.ok]
     if not bad and ns.apply:
         from .sglang_patch import SplitConfig, apply_patches, remove_patches
 
