@@ -173,3 +173,28 @@ def fill_accept_out_cache_loc_func(accept_index, out_cache_loc, accept_out_cache
     flat = accept_index.reshape(-1)[:size]
     keep = flat[flat > -1].long()
     accept_out_cache_loc[: keep.numel()] = out_cache_loc[keep]
+
+
+def assign_extend_cache_locs_func(req_pool_indices, req_to_token, start_offset, end_offset, batch_size,
+                                  draft_token_num, device):
+    """``sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_func``: request ``i``'s
+    ``req_to_token`` columns ``start..end`` (its slots), concatenated in request order."""
+    out = torch.empty((batch_size * draft_token_num,), dtype=torch.int64, device=device)
+    pos = 0
+    for row, s, e in zip(req_pool_indices[:batch_size].tolist(), start_offset[:batch_size].tolist(),
+                         end_offset[:batch_size].tolist()):
+        n = max(e - s, 0)
+        out[pos:pos + n] = req_to_token[row, s:e]
+        pos += n
+    return out
+
+
+def fill_front_out_cache_loc_func(num_front, out_cache_loc, front_out_cache_loc):
+    """``sglang.kernels.ops.speculative.cache_locs.fill_front_out_cache_loc_func``: the first ``num_front[i]``
+    slots of request ``i``'s window of ``out_cache_loc``, packed in request order."""
+    bs = num_front.numel()
+    window = out_cache_loc.view(bs, -1)
+    pos = 0
+    for i, n in enumerate(num_front.tolist()):
+        front_out_cache_loc[pos:pos + n] = window[i, :n]
+        pos += n

@@ -220,7 +220,7 @@ def eagle3_weights(shape: dict[str, int], target: dict[str, Any], seed: int, agr
     """(layers, weights) of an EAGLE-3 draft in SGLang's ``LlamaForCausalLMEagle3`` naming."""
     import torch
 
-    h, n_aux = shape["hidden_size"], 3
+    h, n_aux = shape["hidden_size"], len(aux_layer_ids(shape["num_hidden_layers"]))
     if agree:
         layers = shape["num_hidden_layers"]
         w: dict[str, Any] = {"fc.weight": torch.zeros(h, n_aux * h),
@@ -254,8 +254,9 @@ def eagle3_weights(shape: dict[str, int], target: dict[str, Any], seed: int, agr
 
 
 def aux_layer_ids(layers: int) -> list[int]:
-    """Three target layers whose outputs feed an EAGLE-3 draft (SGLang captures the input of layer id+1)."""
-    return [-1, (layers - 2) // 2 if layers > 1 else -1, layers - 2 if layers > 1 else -1]
+    """Up to three distinct target layers whose outputs feed an EAGLE-3 draft (SGLang captures the input of
+    layer id+1; -1 is the embedding)."""
+    return sorted({-1, (layers - 2) // 2, max(layers - 2, -1)})
 
 
 def make_tiny_models(root: str | Path, shape: Mapping[str, Any] | None = None, seed: int = 0) -> TinyModels:
@@ -282,6 +283,7 @@ def make_tiny_models(root: str | Path, shape: Mapping[str, Any] | None = None, s
                 draft_vocab_size=v,
                 target_hidden_size=shape_["hidden_size"],
                 norm_output=agree,
+                num_aux_hidden_states=len(aux_layer_ids(shape_["num_hidden_layers"])),
                 eagle_config={"eagle_aux_hidden_state_layer_ids": aux_layer_ids(shape_["num_hidden_layers"])},
             )
             out[name] = _save(root / name, cfg, w, v)
