@@ -187,3 +187,8 @@ def test_simulations_are_bounded_in_work(tmp_path):
     refused(runtime("simulate", "--scenario", long, "--offline"), "phases: 3.1536e+07 simulated seconds", "shorten")
     refused(runtime("simulate", "--scenario", SEED, "--offline", "--duration", "1e12"),
             "--duration 1e+12 is too long for this scenario")
+
+
+def test_demo_with_an_unusable_kubeconfig(tmp_path):
+    refused(specdecode("demo", "--kubeconfig", tmp_path / "missing", "--out", tmp_path / "out"),
+            f"--kubeconfig {tmp_path / 'missing'}: cannot load")

@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"-f {args.file}: holds {len(sdds)} SpecDecodeDeployments; the demo runs one")
     if args.scenario is not None:
         load_scenario(args.scenario)
+    if args.kubeconfig is not None:
+        _check_kubeconfig(args.kubeconfig)
     try:
         result = run_demo(DemoOptions(out_dir=args.out, speed=args.speed, sdd_file=args.file,
                                       scenario_file=args.scenario, kubeconfig=args.kubeconfig,
@@ -50,3 +52,13 @@ def run(args: argparse.Namespace) -> int:
         print("error: demo failed: no tokens/s were measured", file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def _check_kubeconfig(path: str) -> None:
+    """--kubeconfig must load (the same client the demo then uses), or the demo stops with exit 2 and the path."""
+    from kubernetes import config
+
+    try:
+        config.new_client_from_config(config_file=path)
+    except Exception as e:  # ConfigException, OSError, YAML errors: all mean "this file cannot be used"
+        raise UsageError(f"--kubeconfig {path}: cannot load: {str(e).strip() or type(e).__name__}") from None
