@@ -121,3 +121,34 @@ def test_corpus_covers_both_verdicts_and_the_cli_gives_them(api, tmp_path):
 @given(doc=documents())
 def test_generated_documents_get_the_same_verdict(api, doc):
     assert_agree(api, doc)
+
+
+def _variant(tag: str, edit) -> dict:
+    """The committed CRD under another name, with ``edit`` applied to its spec schema."""
+    crd = copy.deepcopy(yaml.safe_load(CRD_FILE.read_text()))
+    crd["metadata"]["name"] = f"costprobe{tag}s.example.io"
+    crd["spec"]["group"] = "example.io"
+    crd["spec"]["names"] = {"kind": f"CostProbe{tag.upper()}", "plural": f"costprobe{tag}s",
+                            "singular": f"costprobe{tag}", "listKind": f"CostProbe{tag.upper()}List"}
+    edit(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+    return crd
+
+
+@pytest.mark.parametrize("tag,bound", [
+    ("a", ("runtime", "extraArgs", "maxItems")),
+    ("b", ("runtime", "extraArgs", "items", "maxLength")),
+    ("c", ("draft", "ranks", "maxItems")),
+])
+def test_the_schema_bounds_are_what_keeps_the_rules_inside_the_cost_budget(api, tag, bound):
+    """The API server's estimator is at work here: without one of these bounds the CRD is refused for cost."""
+    def drop(spec):
+        node = spec[bound[0]]["properties"][bound[1]]
+        for part in bound[2:-1]:
+            node = node[part]
+        del node[bound[-1]]
+
+    with pytest.raises(Refusal) as err:
+        api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _variant(tag, drop),
+                 query=[("dryRun", "All")])
+    assert err.value.status == 422
+    assert "estimated rule cost exceeds budget" in err.value.body["message"], err.value.body["message"][:500]
