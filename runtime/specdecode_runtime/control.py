@@ -19,11 +19,13 @@ from typing import Any, Iterable, Protocol, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .http_limits import MAX_BODY_BYTES, BodyError, read_json
+from .input_files import InputError, read_text
 
 log = logging.getLogger(__name__)
 
 STEPS_PATH = "/specdecode/v1/steps"
 MAX_TABLE_ENTRIES = 16
+MAX_TOKEN_BYTES = 4096  # a Secret's token is 64 hex characters
 
 
 class StepTableError(ValueError):
@@ -136,9 +138,10 @@ class TokenFile:
             return ""
         stamp = (st.st_mtime, st.st_size)
         if stamp != self._stamp:
-            try:
-                self._token = self.path.read_text().strip()
-            except OSError:
+            try:  # bounded and UTF-8 like every input file; an unreadable token refuses every request
+                self._token = read_text(str(self.path), max_bytes=MAX_TOKEN_BYTES).strip()
+            except InputError as err:
+                log.warning("control token unusable, every request is refused: %s", err)
                 self._token = ""
             self._stamp = stamp
         return self._token

@@ -92,3 +92,17 @@ def test_load_single_wants_one_mapping(tmp_path):
         f.write_text(text)
         with pytest.raises(InputError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
             load_single(str(f), what="thing")
+
+
+def test_control_token_file_is_read_bounded(tmp_path):
+    """The step-control token is an input file too: non-UTF-8 or oversized means no token (every request 401)."""
+    from specdecode_runtime.control import MAX_TOKEN_BYTES, TokenFile
+
+    f = tmp_path / "token"
+    f.write_text("s3cret\n")
+    tokens = TokenFile(f)
+    assert tokens.authorized("Bearer s3cret") and not tokens.authorized("Bearer other")
+    f.write_bytes(b"\xff\xfe")
+    assert tokens.token() == "" and not tokens.authorized("Bearer \xff\xfe")
+    f.write_text("x" * (MAX_TOKEN_BYTES + 1))
+    assert tokens.token() == ""
