@@ -184,3 +184,26 @@ def points_from_samples(samples: Mapping[tuple[str, int, str, int], float]) -> l
     """``ProbePoint``s from scraped ``(stage, steps, bucket, batch) -> seconds`` (the tuner's side of the metric)."""
     return [ProbePoint(st, k, bucket, b, sec) for (st, k, bucket, b), sec in samples.items()
             if st in STAGES and sec >= 0 and sec == sec]
+
+
+def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int], metrics=None,
+                   split_draft: bool = False, sync: Callable[[], None] | None = None,
+                   budget_s: float = 0.002) -> list[ProbePoint]:
+    """The runtime's start-up hook: probe every captured tier on every TP rank in the same order (stage replays may
+    hold collectives), export on the rank that owns the metrics, and log one summary line."""
+    if sync is None:
+        sync = _device_sync()
+    points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s)
+    if metrics is not None:
+        export(points, metrics)
+        log.info("specdecode: cost probe (ms): %s", summary(points))
+    return points
+
+
+def _device_sync() -> Callable[[], None]:
+    """``torch.cuda.synchronize`` when a GPU is present (stage replays are asynchronous), else nothing."""
+    try:
+        import torch
+    except ImportError:
+        return lambda: None
+    return torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)

@@ -184,6 +184,7 @@ class EngineRuntime:
     preflight_results: list = field(default_factory=list)
     tp_rank: int | None = None
     _shown: Any = None  # the table last published on specdecode_num_steps
+    cost_runner: Any = None  # cost_probe.RunStep replaying one captured stage; None: no start-up cost probe
 
     # ---- start-up ----------------------------------------------------------------------------------------------
     def start(self, *, tp_rank: int, tp_size: int, cpu_group=None, src: int = 0, device_group=None, device=None,
@@ -217,6 +218,11 @@ class EngineRuntime:
             if self.metrics is not None:
                 preflight.export(self.preflight_results, self.metrics)
                 log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
+        if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
+            from . import cost_probe
+
+            cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
+                                      split_draft=s.draft_tp < tp_size)
         if tp_rank == 0 and serve and s.control_port is not None:
             from .control import create_control_app
 

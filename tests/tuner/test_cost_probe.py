@@ -1,0 +1,142 @@
+"""The start-up cost probe (runtime cost_probe.py): timing, fitting and the engine hook, on CPU with real torch work.
+
+The stages are real torch matmuls whose work grows with the batch and the tier exactly as the goodput model says the
+target's verify and the draft's forward do, so a fit that misreads the tier or the batch gets the slope wrong."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from prometheus_client import CollectorRegistry
+
+from specdecode_runtime import cost_probe
+from specdecode_runtime.cost_probe import ProbePoint
+from specdecode_runtime.metrics import SpecMetrics
+
+from specdecode_operator.tuner.scrape import parse_metrics
+
+
+class TorchStages:
+    """run_step over real torch work: verify multiplies batch*(steps+1) rows by a big matrix, the draft step one row
+    per sequence by a small one."""
+
+    def __init__(self, width: int = 384) -> None:
+        torch.manual_seed(0)
+        self.big = torch.randn(width, width * 4)
+        self.small = torch.randn(width, width // 2)
+        self.width = width
+        self.calls: list[tuple[str, int, int]] = []
+
+    def __call__(self, stage: str, steps: int, batch: int) -> None:
+        self.calls.append((stage, steps, batch))
+        if stage == "verify":
+            x = torch.randn(batch * (steps + 1) * 8, self.width)
+            for _ in range(4):
+                x @ self.big
+        elif stage in ("draft_step", "draft_extend"):
+            rows = batch if stage == "draft_step" else batch * (steps + 1)
+            torch.randn(rows, self.width) @ self.small
+        elif stage == "overhead":
+            torch.zeros(16).sum()
+        else:
+            raise RuntimeError(f"no runner for {stage}")
+
+
+def test_time_stage_takes_the_median_and_respects_budget():
+    ticks = iter([0.0, 1.0, 1.0, 1.5, 1.5, 100.0, 100.0, 101.0])  # durations 1.0, 0.5, 98.5, 1.0
+    calls = []
+    sec = cost_probe.time_stage(lambda: calls.append(1), clock=lambda: next(ticks), budget_s=0.0, min_samples=4,
+                                warmup=2)
+    assert sec == pytest.approx(1.0)  # one stray 98.5 s sample does not move it
+    assert len(calls) == 2 + 4
+
+
+def test_plan_covers_every_captured_tier_per_bucket():
+    pts = cost_probe.plan_points([0, 1, 3], buckets=(1, 2, 8), split_draft=True)
+    by_bucket = {b: [p for p in pts if p[2] == b] for b in ("1", "2-7", "8+")}
+    assert set(by_bucket) == {"1", "2-7", "8+"}
+    for label, ps in by_bucket.items():
+        assert {(s, k) for s, k, _, _ in ps} == {("overhead", 0), ("verify", 0), ("draft_step", 1), ("verify", 1),
+                                                  ("verify", 3), ("draft_extend", 1), ("draft_extend", 3),
+                                                  ("broadcast", 1), ("broadcast", 3)}
+    assert {p[3] for p in by_bucket["2-7"]} == {4}  # geometric middle of 2..7
+    assert {p[3] for p in by_bucket["8+"]} == {11}  # open top bucket: geometric middle of 8..16
+    assert all(p[0] != "broadcast" for p in cost_probe.plan_points([1], buckets=(1,), split_draft=False))
+
+
+def test_probe_on_torch_fits_a_cost_whose_verify_grows_with_tier_and_batch():
+    stages = TorchStages()
+    points = cost_probe.run_probe(stages, [0, 1, 3, 7], buckets=(1, 16), budget_s=0.0)
+    assert ("broadcast", 1, 1) not in stages.calls
+    prof = cost_probe.fit_profile(points)
+    assert set(prof) == {"1-15", "16+"}
+    big = prof["16+"]
+    # verify at batch 23 over 1..8 tokens per sequence: the per-token cost is clearly positive and the fitted line
+    # reproduces the timed points
+    assert big.verify_per_token > 0
+    for p in points:
+        if p.bucket == "16+" and p.stage == "verify":
+            assert big.verify_ms(p.steps, p.batch) == pytest.approx(1000 * p.seconds, rel=0.5)
+    assert big.cycle_ms(7, 23) > big.cycle_ms(1, 23) > big.cycle_ms(0, 23) > 0
+
+
+def test_a_failing_stage_is_skipped_not_fatal(caplog):
+    def run(stage, steps, batch):
+        if stage == "draft_extend":
+            raise RuntimeError("tier not captured")
+
+    points = cost_probe.run_probe(run, [2], buckets=(1,), budget_s=0.0, clock=iter(range(1000)).__next__)
+    assert {p.stage for p in points} == {"overhead", "verify", "draft_step"}
+    assert "skipped" in caplog.text
+    assert cost_probe.fit_bucket([p for p in points if p.stage != "verify"]) is None  # nothing to anchor k=0
+
+
+def test_fit_recovers_a_known_linear_cost_exactly():
+    vb, vpt, draft, eb, ept, ov, bc = 8.0, 0.04, 0.6, 0.7, 0.002, 0.3, 0.05
+    pts = [ProbePoint("overhead", 0, "8-31", 16, ov / 1000), ProbePoint("draft_step", 1, "8-31", 16, draft / 1000)]
+    for k in (0, 1, 3, 5):
+        pts.append(ProbePoint("verify", k, "8-31", 16, (vb + vpt * 16 * (k + 1)) / 1000))
+        if k:
+            pts.append(ProbePoint("draft_extend", k, "8-31", 16, (eb + ept * 16 * (k + 1)) / 1000))
+            pts.append(ProbePoint("broadcast", k, "8-31", 16, bc / 1000))
+    c = cost_probe.fit_bucket(pts)
+    for got, want in ((c.verify_base, vb), (c.verify_per_token, vpt), (c.draft_base, draft), (c.extend_base, eb),
+                      (c.extend_per_token, ept), (c.overhead, ov), (c.broadcast, bc)):
+        assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_exported_points_round_trip_through_the_metrics_text():
+    reg = CollectorRegistry()
+    m = SpecMetrics(reg)
+    stages = TorchStages(width=64)
+    points = cost_probe.probe_at_start(stages, [1, 2], (1, 8), metrics=m, budget_s=0.0)
+    snap = parse_metrics(generate(reg), "pod-0", 0.0)
+    assert snap.costs and len(snap.costs) == len(points)
+    back = cost_probe.points_from_samples(snap.costs)
+    key = lambda p: (p.stage, p.steps, p.bucket, p.batch)  # noqa: E731
+    assert sorted(back, key=key) == sorted(points, key=key)
+    # Without costs the scrape skips them (parsed once per pod), everything else unchanged
+    lean = parse_metrics(generate(reg), "pod-0", 0.0, costs=False)
+    assert lean.costs == {} and lean.error is None and lean.candidates == snap.candidates
+
+
+def test_engine_probes_at_start_and_exports_on_rank_zero():
+    from specdecode_runtime.engine import EngineRuntime, EngineSettings
+
+    reg = CollectorRegistry()
+    stages = TorchStages(width=64)
+    settings = EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1, 8), draft_tp=1, control_port=None,
+                              token_file=None, preflight=False)
+    eng = EngineRuntime(settings, cost_runner=stages).start(tp_rank=0, tp_size=1, registry=reg)
+    assert reg.get_sample_value("specdecode_cost_seconds", {"stage": "verify", "steps": "3", "bucket": "8+",
+                                                             "batch": "11"}) > 0
+    assert ("broadcast", 1, 1) not in stages.calls  # draft on every rank: nothing to broadcast
+    assert len(stages.calls) >= 3 * len(cost_probe.plan_points((1, 3), (1, 8)))
+
+
+def generate(reg) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(reg).decode()
