@@ -84,6 +84,8 @@ def install_all() -> None:
         importlib.import_module(name)
     for module_name, name, replacement in STAND_INS:
         rebind(module_name, name, replacement)
+    from .collectives import install as install_collectives
     from .draft_backend import install as install_draft_backend
 
+    install_collectives()
     install_draft_backend()
