@@ -155,6 +155,14 @@ class Phase(_Model):
         return sum(b * p for b, p in zip(sizes, probs))
 
 
+class Provenance(_Model):
+    """Whether a cost input was measured on the box, derived from measurements elsewhere, fitted to a measured
+    outcome, or assumed; ``how`` shows the arithmetic or the source."""
+
+    kind: Literal["measured", "derived", "fitted", "assumed"]
+    how: str = Field(default="", max_length=500)
+
+
 class Scenario(_Model):
     name: str = Field(min_length=1)
     description: str | None = None
@@ -167,6 +175,9 @@ class Scenario(_Model):
     phases: list[Phase] = Field(min_length=1, max_length=10_000)
     seed: int = Field(default=0, ge=0, lt=2**63)
     buckets: list[int] = Field(default=list(DEFAULT_BUCKETS), min_length=1, max_length=64)
+    provenance: dict[str, Provenance] = Field(
+        default_factory=dict, max_length=64,
+        description="what each input rests on, keyed by its path (e.g. draftTp.computeMs); `specdecode plan` prints it")
 
     @field_validator("buckets")
     @classmethod

@@ -84,12 +84,14 @@ def run(args) -> int:
                 plot_plan(p, path, sdd.metadata.name or sc.name)
             except OSError as exc:
                 return _error(f"--plot {path}: {exc.strerror or exc}")
+    inputs = {path: {"kind": p.kind, "how": p.how} for path, p in sc.provenance.items()}
     if args.json:
-        out = [{"simulated": True, "scenario": sc.name, "name": sdd.metadata.name,
+        out = [{"simulated": True, "scenario": sc.name, "name": sdd.metadata.name, "inputs": inputs,
                 "tokens_per_s": {str(n): {str(k): v for k, v in row.items()} for n, row in p.tokens_per_s.items()},
                 "recommendation": p.recommendation.model_dump()} for sdd, p in results]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return 0
+    print(format_inputs(sc))
     for sdd, p in results:
         if len(results) > 1:
             print(f"== {sdd.metadata.namespace or 'default'}/{sdd.metadata.name}")
@@ -98,6 +100,18 @@ def run(args) -> int:
         print(f"plot written to {args.plot}" if len(results) == 1 else
               "plots written to " + ", ".join(_suffixed(args.plot, s.metadata.name) for s, _ in results))
     return 0
+
+
+def format_inputs(sc: Scenario) -> str:
+    """Which of the scenario's inputs are measured and which are estimated: a recommendation is only as good as
+    its weakest input, so the reader sees which ones."""
+    if not sc.provenance:
+        return (f"inputs: scenario {sc.name!r} does not say which of its costs are measured (no provenance block); "
+                "treat them as estimates")
+    lines = [f"inputs of scenario {sc.name!r}:"]
+    for path, p in sc.provenance.items():
+        lines.append(f"  {p.kind:<9} {path}: {p.how}")
+    return "\n".join(lines)
 
 
 def _suffixed(path: str, name: str) -> str:
