@@ -72,11 +72,12 @@ def max_new_tokens(opts: Options) -> int:
 
 def device_args(opts: Options) -> list[str]:
     """SGLang arguments for the device. CPU: the torch paths (torch_native attention, pytorch sampling, no CUDA
-    graphs, no overlap scheduler) that the runtime's CPU stand-ins complete, and a small fixed KV pool."""
+    graphs, no overlap scheduler) that the runtime's CPU stand-ins complete, float32 weights (float16 rounding would
+    make greedy argmax depend on the TP reduction order), and a small fixed KV pool."""
     if opts.device == "cuda":
         return ["--mem-fraction-static", "0.6"]
     return ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
-            "--disable-cuda-graph", "--disable-overlap-schedule", "--max-total-tokens", "4096",
+            "--disable-cuda-graph", "--disable-overlap-schedule", "--dtype", "float32", "--max-total-tokens", "4096",
             "--max-running-requests", "8", "--chunked-prefill-size", "-1", "--random-seed", "0"]
 
 

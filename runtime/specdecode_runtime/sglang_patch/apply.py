@@ -73,7 +73,8 @@ def _install_split_draft(ps: PatchSet, split: SplitConfig) -> None:
     ps.wrap(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", draft_layout.wrap_tier_build)
     for meth, what in draft_layout.DRAFT_ONLY_METHODS:
         kind = (draft_layout.draft_tier if meth in draft_layout.TIER_METHODS
-                else draft_layout.draft_graphs_then_detach if meth == "init_cuda_graphs" else draft_layout.draft_only)
+                else draft_layout.draft_graphs_then_detach if meth == "init_cuda_graphs"
+                else draft_layout.draft_pool_in_group if meth == "alloc_memory_pool" else draft_layout.draft_only)
         ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", lambda orig, what=what, kind=kind: kind(orig, what))
     ps.wrap(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", draft_layout.wrap_embed)
     ps.wrap(f"{EW2}.resolve_draft_parallel_layout", draft_layout.wrap_layout)

@@ -61,6 +61,33 @@ def draft_only(orig: Callable, what: str) -> Callable:
     return method
 
 
+def _outside_tp_patch() -> bool:
+    from sglang.srt.distributed import parallel_state
+
+    return not parallel_state._TP_STATE_PATCHED
+
+
+def draft_pool_in_group(orig: Callable, what: str) -> Callable:
+    """``EagleDraftWorker.alloc_memory_pool`` on S: inside the draft group. SGLang calls it outside any draft TP
+    context and the draft's KV pool takes its heads per rank from the TP size in force, so outside the group S's
+    pool would have the target's head split (N ranks) while the draft model was built for |S| ranks: the first
+    draft KV write fails on its shape. Stock SGLang never differs here (its draft group, under attention DP, has
+    the target's attention TP size)."""
+    guarded = draft_only(orig, what)
+
+    def method(self, *a, **k):
+        st = state.split
+        layout = getattr(self, "parallel_layout", None)
+        if st is None or getattr(layout, "tp_group", None) is None or not _outside_tp_patch():
+            return guarded(self, *a, **k)
+        from sglang.srt.speculative.spec_utils import draft_tp_context
+
+        with draft_tp_context(layout):
+            return guarded(self, *a, **k)
+
+    return method
+
+
 def draft_tier(orig: Callable, what: str) -> Callable:
     """The draft half of a step tier: inside the draft group even while S's layout is detached for the tier build
     (:func:`wrap_tier_build`), and inside the draft-only guard."""
