@@ -33,11 +33,13 @@ def sdd(name: str = "llama", *, tp: int = 8, draft_tp: int = 1, gpus_per_node: i
 
 def children_of(cluster, name: str) -> dict[str, dict]:
     out = {}
-    for api_version, plural in [("v1", "configmaps"), ("v1", "services"), (APPS, "deployments"), (LWS, "leaderworkersets"),
-                                ("policy/v1", "poddisruptionbudgets"), ("networking.k8s.io/v1", "networkpolicies"),
-                                ("v1", "secrets")]:
+    # items of a list carry no kind/apiVersion on a real API server (custom resources excepted): name it here
+    for api_version, plural, kind in [
+            ("v1", "configmaps", "ConfigMap"), ("v1", "services", "Service"), (APPS, "deployments", "Deployment"),
+            (LWS, "leaderworkersets", "LeaderWorkerSet"), ("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+            ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"), ("v1", "secrets", "Secret")]:
         for obj in cluster.list(api_version, plural, f"app.kubernetes.io/instance={name}"):
-            out[f"{obj['kind']}/{obj['metadata']['name']}"] = obj
+            out[f"{kind}/{obj['metadata']['name']}"] = obj
     return out
 
 

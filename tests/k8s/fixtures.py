@@ -117,6 +117,8 @@ def _real_cluster(request, tmp_path, opened, operator: bool, config: dict) -> Cl
         operator_kubeconfig = bed.operator_kubeconfig
     core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
     core.create_namespace({"metadata": {"name": namespace}})
+    if bed is not None:
+        bed.grant(namespace)
     mark = bed.env.audit_offset() if bed else 0
     op = None
     if operator:

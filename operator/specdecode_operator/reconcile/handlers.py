@@ -72,6 +72,10 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
         settings.posting.level = logging.WARNING  # Events come from events.py, not from every log line
         settings.networking.request_timeout = config.request_timeout * 3
         settings.watching.server_timeout = 300
+        if config.namespaces and not any(c in ns for ns in config.namespaces for c in "*?!,"):
+            # Exact namespace names: no need to list namespaces (the chart's namespaced mode does not grant it;
+            # kopf would retry the 403 for seconds before falling back to the names) or to watch CRDs.
+            settings.scanning.disabled = True
         settings.persistence.finalizer = FINALIZER
         reconciler.client = KubeClient(kube_configuration(config), metrics=metrics, timeout=config.request_timeout,
                                        retries=config.retries, backoff=config.backoff_seconds,

@@ -45,7 +45,10 @@ class ReadHandlers(ObjectStore):
                     continue
                 raw = obj.raw
                 if match(raw.get("metadata", {}).get("labels") or {}):
-                    items.append(raw)
+                    # the real server drops each built-in item's apiVersion/kind (the list has them); it keeps
+                    # them on custom resources
+                    items.append({k: v for k, v in raw.items() if k not in ("apiVersion", "kind")}
+                                 if meta.builtin else raw)
         return aiohttp.web.json_response({
             "apiVersion": meta.api_version, "kind": f"{meta.kind}List",
             "metadata": {"resourceVersion": str(self._peek_rv())}, "items": items,

@@ -15,6 +15,10 @@ _LWS_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".stat
               "labelSelectorPath": ".status.hpaPodSelector"}
 
 
+_BUILTIN_GROUPS = {"", "apps", "policy", "networking.k8s.io", "discovery.k8s.io", "events.k8s.io",
+                   "coordination.k8s.io", "apiextensions.k8s.io", "rbac.authorization.k8s.io", "batch"}
+
+
 @dataclasses.dataclass
 class ResourceMeta:
     group: str
@@ -26,6 +30,11 @@ class ResourceMeta:
     scale: dict | None = None  # {specReplicasPath, statusReplicasPath, labelSelectorPath}
     validate: Validator | None = None
     default: Defaulter | None = None
+    builtin: bool = False  # served by kube-apiserver itself: list items carry no apiVersion/kind
+
+    def __post_init__(self):
+        if self.group in _BUILTIN_GROUPS:
+            self.builtin = True
 
     @property
     def api_version(self) -> str:
