@@ -24,8 +24,8 @@ class Timeline:
     samples: list[Sample] = field(default_factory=list)
 
 
-def objects_table(objects: list[dict[str, Any]]) -> Table:
-    t = Table(title="children of SpecDecodeDeployment (API emulator)", title_justify="left")
+def objects_table(objects: list[dict[str, Any]], where: str = "API emulator") -> Table:
+    t = Table(title=f"children of SpecDecodeDeployment ({where})", title_justify="left")
     for col in ("KIND", "NAME", "OWNER", "MANAGER"):
         t.add_column(col)
     for o in objects:
@@ -36,18 +36,21 @@ def objects_table(objects: list[dict[str, Any]]) -> Table:
     return t
 
 
-def status_table(sdd: dict[str, Any], sim_seconds: float, phase: str, pods: int) -> Table:
+def status_table(sdd: dict[str, Any], sim_seconds: float, phase: str, pods: int, simulated: bool = True) -> Table:
     st = sdd.get("status") or {}
     spec_status = st.get("speculative") or {}
-    t = Table(title=f"sdd/{sdd['metadata']['name']}  simulated t={sim_seconds:6.0f}s  phase={phase}  pods={pods}",
-              title_justify="left")
+    title = (f"sdd/{sdd['metadata']['name']}  simulated t={sim_seconds:6.0f}s  phase={phase}  pods={pods}" if simulated
+             else f"sdd/{sdd['metadata']['name']}  generation {sdd['metadata'].get('generation')}  observed "
+                  f"{st.get('observedGeneration', '-')}  replicas ready {st.get('readyReplicas', 0)}/{st.get('replicas', 0)}")
+    t = Table(title=title, title_justify="left")
     for col in ("CONDITION", "STATUS", "REASON", "MESSAGE"):
         t.add_column(col)
     for c in st.get("conditions", []):
         t.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""), (c.get("message") or "")[:70])
     t.add_row("", "", "", "")
     t.add_row("steps", str(spec_status.get("numSteps", "-")), "table", str(spec_status.get("stepTable", "-"))[:70])
-    t.add_row("accept length", _fmt(spec_status.get("acceptLength")), "tok/s (sim)", _fmt(spec_status.get("tokensPerSecond")))
+    t.add_row("accept length", _fmt(spec_status.get("acceptLength")), "tok/s (sim)" if simulated else "tok/s",
+              _fmt(spec_status.get("tokensPerSecond")))
     return t
 
 

@@ -139,9 +139,13 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
     sdd = load_documents(str(options.sdd_file or _data("sdd.yaml")))[0]
     ns, name = sdd["metadata"].get("namespace", "default"), sdd["metadata"]["name"]
     sim_total = sum(p.seconds for p in scenario.phases)
-    console.rule("[bold]specdecode demo[/] - everything below runs on a SIMULATED runtime, no GPU, no cluster")
-    console.print(f"scenario [bold]{scenario.name}[/] ({scenario.description}); {sim_total:.0f} simulated seconds "
-                  f"at {options.speed:g}x -> about {sim_total / options.speed:.0f} s of wall time")
+    if options.kubeconfig:
+        console.rule(f"[bold]specdecode demo[/] on the cluster of {options.kubeconfig}: the operator running there "
+                     "reconciles, its pods serve, and figures are what its tuner measured (nothing simulated)")
+    else:
+        console.rule("[bold]specdecode demo[/] - everything below runs on a SIMULATED runtime, no GPU, no cluster")
+        console.print(f"scenario [bold]{scenario.name}[/] ({scenario.description}); {sim_total:.0f} simulated "
+                      f"seconds at {options.speed:g}x -> about {sim_total / options.speed:.0f} s of wall time")
 
     with contextlib.ExitStack() as stack:
         operator = None
@@ -174,7 +178,8 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
             if e.status != 409:
                 raise
             console.print(f"sdd/{name} already exists in {ns}: watching it as it is")
-        console.print(f"applied sdd/{name} (the seed's PCIe box: target TP8, EAGLE-3 draft TP1 on rank 0, autotune Live)")
+        console.print(f"applied sdd/{name} from {options.sdd_file}" if options.sdd_file else
+                      f"applied sdd/{name} (the seed's PCIe box: target TP8, EAGLE-3 draft TP1 on rank 0, autotune Live)")
         timeline, seen_history = report.Timeline(), 0
         start = time.monotonic()
         last_tokens, last_sim = 0.0, 0.0
@@ -197,15 +202,16 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
                 rate = (tokens - last_tokens) / (sim - last_sim) / max(len(engines), 1)
                 timeline.samples.append(report.Sample(wall, sim, phase, rate, steps))
                 last_tokens, last_sim = tokens, sim
-            if not printed_objects and len(children) >= 5:
-                console.print(report.objects_table(children))
+            observed = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation")
+            if not printed_objects and children and observed:  # status is written after the pass's children
+                console.print(report.objects_table(children, "API emulator" if kubelet else "cluster"))
                 printed_objects = True
             history = (obj.get("status") or {}).get("history") or []
             for entry in history[seen_history:]:
                 console.print(f"[cyan]tuner[/] {entry.get('time', '')}: bucket {entry.get('bucket', '')} "
                               f"{entry.get('fromSteps')} -> {entry.get('toSteps')}: {entry.get('reason', '')}")
             seen_history = len(history)
-            table = report.status_table(obj, sim, phase, len(engines))
+            table = report.status_table(obj, sim, phase, len(engines), simulated=kubelet is not None)
             if live:
                 live.update(Group(table))
             elif wall - last_plain >= 10:
@@ -218,7 +224,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
             if done or wall > options.max_wall_seconds or stuck:
                 break
         final = api.get_sdd(ns, name)
-        console.print(report.status_table(final, sim, phase, len(engines)))
+        console.print(report.status_table(final, sim, phase, len(engines), simulated=kubelet is not None))
         tuned = tokens / max(sim, 1e-9) / max(len(engines), 1) if engines else 0.0
         conditions = {c["type"]: c["status"] for c in (final.get("status") or {}).get("conditions", [])}
         if kubelet is not None:
@@ -226,6 +232,10 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
     if kubelet is None:  # a real cluster: report what the tuner measured there, nothing simulated
         measured = ((final.get("status") or {}).get("speculative") or {}).get("tokensPerSecond")
         console.print(f"measured on the cluster by the tuner: {measured} tok/s (status.speculative.tokensPerSecond)")
+        if measured is None:
+            ready = next((c for c in (final.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), {})
+            console.print(f"nothing measured yet: Ready={ready.get('status', 'Unknown')} "
+                          f"({ready.get('reason', 'no status')}: {ready.get('message', '')})")
         result = {"simulated": False, "tokens_per_s": {"measured": measured},
                   "conditions": {c["type"]: c["status"] for c in (final.get("status") or {}).get("conditions", [])}}
         (out / "summary.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
