@@ -145,6 +145,10 @@ def test_live_mode_converges_pushes_with_token_and_reports(tuned):
     assert spec_status["numSteps"] == 5
     assert spec_status["acceptLength"] > 2.5 and spec_status["tokensPerSecond"] > 0
     assert spec_status["lastTuneTime"].endswith("Z")
+    # no profile ConfigMap: the costs come from the simulated pod's start-up probe, refined by its live timings
+    assert spec_status["costSource"] == "RefinedOnline", spec_status
+    bucket1 = next(e for e in spec_status["costProfile"] if e["bucket"] == "1")
+    assert bucket1["source"] == "RefinedOnline" and bucket1["cycleMs"] > bucket1["plainCycleMs"] > 0
     moves = [(h["fromSteps"], h["toSteps"]) for h in status["history"] if h["bucket"] == "1"]
     assert moves[:2] == [(3, 4), (4, 5)], status["history"]
     assert len(status["history"]) <= 50

@@ -59,8 +59,9 @@ def mean_nccl(per_pod: list[dict[str, float]]) -> dict[str, float]:
 
 
 async def read_counters(session: aiohttp.ClientSession, config, ns: str, targets: list[Target],
-                        now: float) -> tuple[list, dict]:
-    """(snapshots, mean NCCL latencies) of the pods: their /metrics, or the same series from Prometheus."""
+                        now: float, costs_for: Callable[[str], bool] | None = None) -> tuple[list, dict]:
+    """(snapshots, mean NCCL latencies) of the pods: their /metrics, or the same series from Prometheus.
+    ``costs_for(pod)`` says whether to parse the pod's start-up cost probe this time (``Tuner.wants_costs``)."""
     timeout = config.scrape_timeout
     if not targets:
         return [], {}
@@ -88,7 +89,8 @@ async def read_counters(session: aiohttp.ClientSession, config, ns: str, targets
                 text = body.decode("utf-8")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, UnicodeDecodeError) as exc:
             return scrape.down(t.pod, now, f"GET {t.metrics_url} failed: {type(exc).__name__}: {exc}"), {}
-        return scrape.parse_metrics(text, t.pod, now), nccl_from_text(text)
+        costs = costs_for(t.pod) if costs_for is not None else True
+        return scrape.parse_metrics(text, t.pod, now, costs=costs), nccl_from_text(text)
 
     results = await asyncio.gather(*(one(t) for t in targets))
     return [r[0] for r in results], mean_nccl([r[1] for r in results if r[1]])

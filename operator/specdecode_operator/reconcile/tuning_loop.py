@@ -104,7 +104,7 @@ class TuningLoop:
                 log.warning("tuner %s: EndpointSlices not listed: %s", report.ref(), e)
                 targets = None
         snaps, nccl = ([], {}) if targets is None else await read_counters(self.pusher.session, self.config, ns,
-                                                                          targets, now)
+                                                                          targets, now, st.tuner.wants_costs)
         d = st.tuner.step(now, snaps)
         acting = not paused
         if st.mode == "Live" and acting:
@@ -153,8 +153,9 @@ class TuningLoop:
             self.report.resume()
         if st.profile.problem:
             self.report.warn_once("InvalidTunerProfile", st.profile.problem)
-        log.info("tuner %s: mode %s, %s steps, interval %ss%s", self.report.ref(), mode, initial, at.intervalSeconds,
-                 f", profile {profile_ref}" if st.profile.cost else "")
+        log.info("tuner %s: mode %s, %s steps, interval %ss, costs %s", self.report.ref(), mode, initial,
+                 at.intervalSeconds, f"from profile ConfigMap {profile_ref} (override)" if st.profile.cost else
+                 "from the pods' start-up probe, refined online")
 
 
 async def run(reconciler, body, memo, stopped, reconcile: Callable[[], Awaitable[None]]) -> None:

@@ -57,6 +57,7 @@ PROM_METRICS = (
     "specdecode_requests_verified_total",
     "specdecode_tokens_generated_total",
     "specdecode_num_steps",
+    "specdecode_cost_seconds",  # the start-up cost probe; constant per pod, a few dozen series
 )
 
 
@@ -93,7 +94,8 @@ async def query_prometheus(
             pod = labels.get(pod_label)
             if pod not in texts:
                 continue
-            keep = {k: v for k, v in labels.items() if k in ("bucket", "position", "phase", "simulated")}
+            keep = {k: v for k, v in labels.items()
+                    if k in ("bucket", "position", "phase", "simulated", "stage", "steps", "batch")}
             lab = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(keep.items()))
             texts[pod].append(f"{metric}{{{lab}}} {series['value'][1]}")
     return [parse_metrics("\n".join(lines) + "\n", p, time) if lines else down(p, time, "no series in Prometheus")
