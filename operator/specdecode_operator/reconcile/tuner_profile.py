@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from specdecode_runtime.goodput import CycleCost
+from specdecode_runtime.input_files import parse_yaml_documents
 from specdecode_runtime.scenario import Scenario, cost_for_draft_tp, parse_scenario
 
 from .apply import ApiError
@@ -44,7 +43,8 @@ async def load(client, ns: str, ref: str | None, draft_tp: int) -> Profile:
     if text is None:
         return Profile(problem=f"profile ConfigMap {ref} has none of the keys {', '.join(PROFILE_KEYS)}")
     try:
-        sc = parse_scenario(yaml.safe_load(text), source=f"ConfigMap {ref}")
+        docs = parse_yaml_documents(text, f"ConfigMap {ref}")  # bounded depth and size, duplicate keys refused
+        sc = parse_scenario(docs[0] if len(docs) == 1 else docs, source=f"ConfigMap {ref}")
     except Exception as e:  # ScenarioError, YAML errors: the profile is input, never a crash
         return Profile(problem=f"profile ConfigMap {ref}: {e}"[:1000])
     cost = sc.cycle_cost()
