@@ -106,7 +106,13 @@ def _make_remote_draft_worker_cls() -> type:
                 if self.topk == 1:
                     parents = self._topk1_parents_prealloc[:bs]
                     scores = self._topk1_score_indices_prealloc[:bs]
-            kv_loc_plan = None if batch.forward_mode.is_idle() else self._plan_verify_window(batch)
+            kv_loc_plan = None
+            if not batch.forward_mode.is_idle():
+                kv_loc_plan = self._plan_verify_window(batch)
+                # On S, prepare_for_draft's ForwardBatch.init_new backfills the batch's seq_lens_sum, which sizes
+                # the verify tree mask; the same backfill here, so both build the verify input from the same batch.
+                if batch.seq_lens_sum is None and batch.seq_lens_cpu is not None:
+                    batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
             verify_input = state.original_build_verify_input(
                 batch, draft_input, parents, scores, tokens, None,
                 target_worker=self.target_worker, topk=self.topk, num_steps=self.speculative_num_steps,
