@@ -1,16 +1,23 @@
-"""Operator at scale on the API emulator: N SpecDecodeDeployments created at once.
+"""Operator at scale: N SpecDecodeDeployments created at once, on the API emulator or a real kube-apiserver.
 
 Measures time until every object has its workload child and a status for generation 1, per-reconcile latency,
 operator API calls per reconcile, writes per CR (initial) and in steady state (goal: zero), and the RSS of the
-operator's process. Three processes: the emulator (``testbed.serve``), the operator (kopf + our handlers in a
-``spawn``ed process that only answers counter requests over a pipe) and this one (creates the objects, polls).
+operator's process. Three processes: the API server, the operator (kopf + our handlers in a ``spawn``ed process
+that only answers counter requests over a pipe) and this one (creates the objects, polls).
 
-    python bench/operator_scale.py --count 500 --json
+    python bench/operator_scale.py --count 500 --json                 # the API emulator (testbed.serve)
+    python bench/operator_scale.py --count 500 --envtest --json       # a fresh kube-apiserver + etcd (envtest/)
+    python bench/operator_scale.py --count 500 --kubeconfig K --json  # any API server (admin credentials)
+
+On a real API server the committed CRD is applied (server-side) and the objects go to a fresh namespace that the
+operator watches. With ``--envtest`` the bench also knows the API server's and etcd's processes (their CPU) and
+reads the API server's audit log, which counts every request of the operator's identity, kopf's own included.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import json
 import multiprocessing
@@ -19,8 +26,11 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import kubernetes
+import yaml
 
 from specdecode_operator.reconcile.apply import resource_path
 
@@ -42,14 +52,22 @@ def cpu_seconds(pid: int | str = "self") -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def operator_process(url: str, resync: float, conn) -> None:
+ROOT = Path(__file__).resolve().parents[1]
+CRD_FILE = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
+OPERATOR_USER = "specdecode-operator-bench"
+
+
+def operator_process(url: str | None, resync: float, conn, namespace: str | None = None) -> None:
     """The operator alone in a process (as deployed: kopf, our handlers, the kubernetes client), answering the
-    bench's requests for its counters over a pipe; nothing of the bench's client or polling runs here."""
+    bench's requests for its counters over a pipe; nothing of the bench's client or polling runs here.
+    ``url``: the emulator; else the API server of $KUBECONFIG (kopf and the client read it), watching
+    ``namespace``."""
     from specdecode_operator.opconfig import OperatorConfig
     from specdecode_operator.testbed.runner import OperatorThread
 
     config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
-                            resync_seconds=resync, request_timeout=10)
+                            resync_seconds=resync, request_timeout=10,
+                            namespaces=(namespace,) if namespace else ())
     with OperatorThread(config) as op:
         rec = op.registry.reconciler
         conn.send("ready")
@@ -60,9 +78,9 @@ def operator_process(url: str, resync: float, conn) -> None:
                        "durations": list(rec.durations) if cmd == "durations" else None})
 
 
-def body(i: int) -> dict:
+def body(i: int, namespace: str = "default") -> dict:
     return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-            "metadata": {"name": f"sdd-{i:04d}", "namespace": "default"},
+            "metadata": {"name": f"sdd-{i:04d}", "namespace": namespace},
             "spec": {"replicas": 1, "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": 8},
                      "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1 + (i % 2)}}}
 
@@ -70,6 +88,103 @@ def body(i: int) -> dict:
 def percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
+class Emulator:
+    """The API emulator in its own process (history off, as a real API server keeps none)."""
+
+    name = "emulator"
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "specdecode_operator.testbed.serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        self.namespace = "default"
+        self.operator_kubeconfig = None
+        self.pids = {"emulator": self.proc.pid}
+        cfg = kubernetes.client.Configuration()
+        cfg.host = self.url
+        cfg.connection_pool_maxsize = 16
+        self.api = kubernetes.client.ApiClient(cfg)
+
+    def list_query(self) -> list:
+        return []
+
+    def close(self) -> None:
+        self.proc.kill()  # its shutdown of hundreds of open watches is not part of the measurement
+        self.proc.wait(10)
+
+
+class RealApiServer:
+    """A real kube-apiserver: from a kubeconfig (admin), or a fresh envtest Environment this bench starts and
+    stops (then the operator gets an identity of its own, so the audit log separates its requests)."""
+
+    name = "kube-apiserver"
+
+    def __init__(self, kubeconfig: str | None, envtest: bool):
+        self.url = None
+        self.env = None
+        self.pids: dict[str, int] = {}
+        if envtest:
+            sys.path.insert(0, str(ROOT))
+            from tests.k8s.envtest import Environment
+
+            self.env = Environment().start()
+            self.pids = self.env.pids
+            kubeconfig = str(self.env.kubeconfig)
+            self.operator_kubeconfig = str(self.env.kubeconfig_for(OPERATOR_USER, ["system:masters"]))
+        else:
+            self.operator_kubeconfig = kubeconfig
+        self.api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+        self.api.configuration.connection_pool_maxsize = 16
+        self.namespace = f"scale-{uuid.uuid4().hex[:6]}"
+        crd = yaml.safe_load(CRD_FILE.read_text())
+        self.call("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
+                  crd, [("fieldManager", "operator-scale-bench"), ("force", "true")],
+                  content_type="application/apply-patch+yaml")
+        deadline = time.monotonic() + 60
+        while not any(c["type"] == "Established" and c["status"] == "True" for c in (self.call(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+                .get("status") or {}).get("conditions") or []):
+            if time.monotonic() > deadline:
+                raise SystemExit("the CRD did not become Established")
+            time.sleep(0.1)
+        self.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": self.namespace}})
+
+    def call(self, method, path, body=None, query=None, content_type=None):
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        m, u, h, b, _ = self.api.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                                 body=body, auth_settings=["BearerToken"])
+        r = self.api.call_api(m, u, h, b, _request_timeout=60)
+        r.read()
+        if not 200 <= r.status < 300:
+            raise SystemExit(f"{method} {path}: {r.status} {r.data[:500]!r}")
+        return json.loads(r.data)
+
+    def list_query(self) -> list:
+        return [("resourceVersion", "0")]  # from the API server's watch cache, as informers list
+
+    def requests_by_operator(self, since: int = 0) -> tuple[int, dict]:
+        """(requests, {verb resource: n}) of the operator's identity in the audit log after offset ``since``."""
+        counts: collections.Counter = collections.Counter()
+        if self.env is None:
+            return 0, {}
+        for e in self.env.audit_events(since, user=OPERATOR_USER):
+            ref = e.get("objectRef") or {}
+            counts[f"{e.get('verb')} {ref.get('resource', e.get('requestURI', '?'))}"
+                   + (f"/{ref['subresource']}" if ref.get("subresource") else "")] += 1
+        return sum(counts.values()), dict(counts.most_common())
+
+    def audit_offset(self) -> int:
+        return self.env.audit_offset() if self.env else 0
+
+    def close(self) -> None:
+        self.api.close()
+        if self.env is not None:
+            self.env.stop()
 
 
 def main() -> int:
@@ -80,34 +195,40 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=15.0,
                         help="seconds after 'all ready' before the steady-state window starts")
     parser.add_argument("--timeout", type=float, default=300.0)
+    server = parser.add_mutually_exclusive_group()
+    server.add_argument("--kubeconfig", help="a real API server (admin credentials) instead of the emulator")
+    server.add_argument("--envtest", action="store_true",
+                        help="start a fresh kube-apiserver + etcd (tests/k8s/envtest.py) for this run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    emulator = subprocess.Popen([sys.executable, "-m", "specdecode_operator.testbed.serve"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-    url = emulator.stdout.readline().strip()
-    cfg = kubernetes.client.Configuration()
-    cfg.host = url
-    cfg.connection_pool_maxsize = 16
-    api = kubernetes.client.ApiClient(cfg)
+    backend = RealApiServer(args.kubeconfig, args.envtest) if args.kubeconfig or args.envtest else Emulator()
+    ns = backend.namespace
 
     def call(method, path, body=None, query=None):
-        m, u, h, b, _ = api.param_serialize(method, path, query_params=query or [],
-                                            header_params={"Accept": "application/json"}, body=body)
-        r = api.call_api(m, u, h, b, _request_timeout=30)
+        m, u, h, b, _ = backend.api.param_serialize(method, path, query_params=query or [],
+                                                    header_params={"Accept": "application/json"}, body=body,
+                                                    auth_settings=["BearerToken"])
+        r = backend.api.call_api(m, u, h, b, _request_timeout=60)
         r.read()
         return json.loads(r.data)
 
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=operator_process, args=(url, args.resync, child), daemon=True)
+    proc = ctx.Process(target=operator_process, args=(backend.url, args.resync, child, None if backend.url else ns),
+                       daemon=True)
     load_before = os.getloadavg()[0]
+    audit: dict = {}
+    if backend.operator_kubeconfig:  # read when the kubernetes package is imported, so set before the spawn
+        os.environ["KUBECONFIG"] = backend.operator_kubeconfig
     try:
         proc.start()
         if not parent.poll(60) or parent.recv() != "ready":
             raise SystemExit("the operator did not start")
         rss_before = rss_mb(proc.pid)[0]
-        cpu_before, emu_cpu_before = cpu_seconds(proc.pid), cpu_seconds(emulator.pid)
+        cpu_before = cpu_seconds(proc.pid)
+        server_cpu_before = {k: cpu_seconds(pid) for k, pid in backend.pids.items()}
+        audit_start = backend.audit_offset() if isinstance(backend, RealApiServer) else 0
 
         def stats(cmd: str = "stats") -> dict:
             parent.send(cmd)
@@ -116,17 +237,18 @@ def main() -> int:
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: call("POST", resource_path("specdecode.io/v1alpha1", "specdecodedeployments",
-                                                                "default"), body(i)), range(args.count)))
+                                                                ns), body(i, ns)), range(args.count)))
         created = time.monotonic() - started
-        # Polling loads the emulator (at N=500 one LIST of the objects is ~2 MB of JSON): every 0.5 s, and the
+        # Polling loads the API server (at N=500 one LIST of the objects is ~2 MB of JSON): every 0.5 s, and the
         # Deployments are listed only once every object has its status (written after the children).
         deps: list = []
         while True:
-            sdds = call("GET", resource_path("specdecode.io/v1alpha1", "specdecodedeployments", "default"))["items"]
+            sdds = call("GET", resource_path("specdecode.io/v1alpha1", "specdecodedeployments", ns),
+                        query=backend.list_query())["items"]
             with_status = sum(1 for s in sdds if (s.get("status") or {}).get("observedGeneration") == 1
                               and s["status"].get("conditions"))
             if with_status == args.count:
-                deps = call("GET", resource_path("apps/v1", "deployments", "default"))["items"]
+                deps = call("GET", resource_path("apps/v1", "deployments", ns), query=backend.list_query())["items"]
                 if len(deps) == args.count:
                     break
             if time.monotonic() - started > args.timeout:
@@ -134,16 +256,21 @@ def main() -> int:
             time.sleep(0.5)
         ready_s = time.monotonic() - started
         cpu_ready = cpu_seconds(proc.pid) - cpu_before
-        emu_cpu_ready = cpu_seconds(emulator.pid) - emu_cpu_before
+        server_cpu_ready = {k: round(cpu_seconds(pid) - server_cpu_before[k], 1) for k, pid in backend.pids.items()}
         rss_ready = rss_mb(proc.pid)[0]
         at_ready = stats("durations")
         durations_ms = [d * 1000 for d in at_ready["durations"]]
+        if isinstance(backend, RealApiServer):
+            audit["requests_to_ready"], audit["requests_to_ready_by_verb"] = backend.requests_by_operator(audit_start)
         # Writes after "ready" are the wave's tail (e.g. the tuner's first interval); steady state is measured
         # once that has settled: a window of --steady-seconds (longer than the resync period) after --settle.
         time.sleep(args.settle)
         mark = stats()
+        audit_mark = backend.audit_offset() if isinstance(backend, RealApiServer) else 0
         time.sleep(args.steady_seconds)
         end = stats()
+        if isinstance(backend, RealApiServer):
+            audit["requests_steady"], audit["requests_steady_by_verb"] = backend.requests_by_operator(audit_mark)
         rss, hwm = rss_mb(proc.pid)
         load_after = os.getloadavg()[0]
         parent.send("stop")
@@ -151,13 +278,13 @@ def main() -> int:
     finally:
         if proc.is_alive():
             proc.kill()
-        emulator.kill()  # its shutdown of hundreds of open watches is not part of the measurement
-        emulator.wait(10)
+        backend.close()
 
     def delta(a: dict, b: dict) -> dict:
         return {k: v - a.get(k, 0) for k, v in b.items() if v - a.get(k, 0)}
 
     result = {
+        "api_server": backend.name + (" (envtest)" if args.envtest else ""),
         "count": args.count,
         "seconds_to_create": round(created, 2),
         "seconds_to_all_ready": round(ready_s, 2),
@@ -165,7 +292,10 @@ def main() -> int:
         "reconcile_p50_ms": round(percentile(durations_ms, 0.5), 2),
         "reconcile_p99_ms": round(percentile(durations_ms, 0.99), 2),
         "reconcile_mean_ms": round(statistics.fmean(durations_ms), 2) if durations_ms else 0,
+        "reconciles_per_cr_initial": round(at_ready["reconciles"] / args.count, 2),
+        "reconciles_per_second_initial": round(at_ready["reconciles"] / ready_s, 1),
         "api_calls_per_reconcile_initial": round(at_ready["calls"] / max(1, at_ready["reconciles"]), 2),
+        "api_calls_per_cr_initial": round(at_ready["calls"] / args.count, 2),
         "writes_per_cr_initial": round(at_ready["writes"] / args.count, 2),
         "writes_initial_by_resource": at_ready["write_counts"],
         "writes_after_ready_before_steady": mark["writes"] - at_ready["writes"],
@@ -181,12 +311,15 @@ def main() -> int:
         "rss_peak_mb_operator_process": round(hwm, 1),
         "rss_mb_operator_process_idle_before": round(rss_before, 1),
         "cpu_s_operator_process_to_ready": round(cpu_ready, 1),
-        "cpu_s_emulator_to_ready": round(emu_cpu_ready, 1),
+        "cpu_s_api_server_to_ready": server_cpu_ready,
         "resync_seconds": args.resync,
         "loadavg_1m_before": round(load_before, 2),
         "loadavg_1m_after": round(load_after, 2),
         "cpus": os.cpu_count(),
     }
+    if audit:  # every request of the operator's identity, kopf's watches and finalizer patches included
+        result["audit_requests_per_cr_initial"] = round(audit["requests_to_ready"] / args.count, 2)
+        result.update({f"audit_{k}": v for k, v in audit.items()})
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 
