@@ -119,3 +119,16 @@ def test_demo_checks_its_input_files_first(tmp_path):
     r = specdecode("demo", "-f", bad, "--out", tmp_path / "out")
     assert r.returncode == 2 and "spec.draft.tensorParallelSize" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_help_lists_every_command_with_its_own_help():
+    """`specdecode --help` names the lazily loaded commands with the help their modules give."""
+    from specdecode_operator import cli
+
+    def helps(parser):
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {c.dest: c.help for c in action._choices_actions}
+
+    full, lazy = helps(cli.build_parser("*")), helps(cli.build_parser(None))
+    assert full == lazy
+    assert set(cli._COMMANDS) <= set(full)
