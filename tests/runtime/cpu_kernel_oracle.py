@@ -150,10 +150,10 @@ def tree_inputs(rng, bs, topk, steps, ndt):
     return parents, sel, seq_lens
 
 
-def build_tree(fn, parents, sel, seq_lens, topk, steps, ndt, mode):
+def build_tree(fn, parents, sel, seq_lens, topk, steps, ndt, mode, fill=False):
     bs = seq_lens.shape[0]
     size = ndt * int((seq_lens + ndt).sum()) if mode == 0 else bs * ndt * ndt
-    out = dict(tree_mask=torch.zeros(size, dtype=torch.bool), positions=torch.zeros(bs * ndt, dtype=torch.int64),
+    out = dict(tree_mask=torch.full((size,), fill, dtype=torch.bool), positions=torch.zeros(bs * ndt, dtype=torch.int64),
                retrieve_index=torch.full((bs, ndt), -1, dtype=torch.int64),
                retrieve_next_token=torch.full((bs, ndt), -1, dtype=torch.int64),
                retrieve_next_sibling=torch.full((bs, ndt), -1, dtype=torch.int64))
@@ -230,11 +230,13 @@ def check_verify_mask(rng, case):
     bs, topk, steps = rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 3)
     ndt = rng.randint(2, min(topk + (steps - 1) * topk * topk, 6) + 1)
     parents, sel, seq_lens = tree_inputs(rng, bs, topk, steps, ndt)
-    tree = build_tree(spec_tree.sgl_build_tree_kernel_triton, parents, sel, seq_lens, topk, steps, ndt, 0)
+    tree = build_tree(spec_tree.sgl_build_tree_kernel_triton, parents, sel, seq_lens, topk, steps, ndt, 0, fill=True)
     offset, ok = 0, True
     for b, L in enumerate(seq_lens.tolist()):
         m = A.verify_mask(L, ndt, tree["tree_mask"], offset, torch.device("cpu"))
-        ok &= bool(m[:, :L].all()) and bool(m[:, L:].diagonal().all())
+        full = tree["tree_mask"][offset:offset + ndt * (L + ndt)].view(ndt, L + ndt)
+        # every row sees the prefix, the root and itself, and exactly the cells the kernel set
+        ok &= bool(m[:, :L + 1].all()) and bool(m[:, L:].diagonal().all()) and torch.equal(m, full)
         offset += ndt * (L + ndt)
     record("verify_mask_slices", case, ok and offset == tree["tree_mask"].numel())
 

@@ -37,7 +37,9 @@ def verify_mask(prefix_len: int, ntok: int, custom_mask: torch.Tensor | None, of
     """[ntok, prefix_len + ntok] attend-mask of one request's verify tokens: the FULL_MASK slice of
     ``custom_mask`` at ``offset`` (the layout SGLang's tree builder writes), or prefix + causal for a chain."""
     if custom_mask is not None:
-        return custom_mask[offset:offset + ntok * (prefix_len + ntok)].view(ntok, prefix_len + ntok).bool()
+        mask = custom_mask[offset:offset + ntok * (prefix_len + ntok)].view(ntok, prefix_len + ntok).bool().clone()
+        mask[:, :prefix_len] = True  # SGLang leaves the prefix columns unwritten when its backend does not read them
+        return mask
     mask = torch.ones(ntok, prefix_len + ntok, dtype=torch.bool, device=device)
     mask[:, prefix_len:] = torch.ones(ntok, ntok, dtype=torch.bool, device=device).tril()
     return mask

@@ -33,6 +33,9 @@ def prepare_environment(tp: int, environ: dict[str, str] | os._Environ | None = 
     env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", cpu_thread_binding(tp))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")  # no GPU: nothing to wait for on a crash
+    # SGLang wraps its native rotary in torch.compile(dynamic=True); on a CPU every new batch shape recompiles it
+    # (a 16-token generation took 6.8 s instead of 1.3 s), so the schedulers run it eagerly.
+    env.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 
 def server_kwargs(model_dir: str, draft_dir: str | None = None, *, tp: int = 1, algorithm: str | None = None,
