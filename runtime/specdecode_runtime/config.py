@@ -119,6 +119,13 @@ class RuntimeConfig(_Model):
     server: ServerConfig = ServerConfig()
     topology: TopologyConfig = TopologyConfig()
     extra_args: list[str] = Field(default=[], alias="extraArgs")
+    # Where SGLang runs. None = cuda (omitted from the dump so existing runtime.yaml files are unchanged); cpu runs
+    # real SGLang with the runtime's CPU kernel stand-ins (specdecode_runtime.cpu), for tests and pre-flight checks.
+    device: Literal["cpu", "cuda"] | None = None
+
+    @property
+    def target_device(self) -> str:
+        return self.device or "cuda"
 
     def to_yaml(self) -> str:
         data = self.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -59,6 +59,19 @@ def server_kwargs(model_dir: str, draft_dir: str | None = None, *, tp: int = 1, 
     return kw
 
 
+# The same settings as SGLang command-line flags, for ``specdecode-runtime launch`` with ``device: cpu`` (the
+# launcher's own flags, e.g. --tp-size, come first; argparse keeps the last occurrence of a flag).
+CLI_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
+             "--sampling-backend", "pytorch", "--disable-overlap-schedule", "--dtype", "float32")
+
+
+def prepare_launch(tp: int) -> None:
+    """Before SGLang's server starts in this process: environment for the spawned schedulers and the CPU
+    stand-ins here (pass :func:`.scheduler.run_scheduler_process` as SGLang's scheduler entry point)."""
+    prepare_environment(tp)
+    install()
+
+
 def engine_class():
     """``sglang.Engine`` whose scheduler processes install the CPU stand-ins first."""
     install()
