@@ -158,6 +158,7 @@ def test_operator_run_refuses_bad_and_busy_ports(tmp_path):
                            env=env, timeout=30), f"--liveness-port: cannot listen on 0.0.0.0:{port}")
 
 
+@pytest.mark.slow
 def test_missing_runtime_dependency_in_a_real_launch(tmp_path):
     """A real `launch` (no --dry-run) where a module SGLang imports is missing: a message, not a traceback."""
     import subprocess
