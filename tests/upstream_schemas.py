@@ -1,8 +1,7 @@
 """Validate objects of upstream custom kinds against their vendored CRD schemas.
 
-Kinds: LeaderWorkerSet (kubernetes-sigs/lws), ServiceMonitor and PrometheusRule (prometheus-operator), and the kopf
-peering kinds the chart ships. The CRDs are vendored under tests/data/upstream-crds/ (see SOURCE.md there) and the
-chart's crds/.
+Kinds: LeaderWorkerSet (kubernetes-sigs/lws), ServiceMonitor and PrometheusRule (prometheus-operator). The CRDs are
+vendored under tests/data/upstream-crds/ (see SOURCE.md there).
 
 The CRD's openAPIV3Schema is turned into JSON Schema the way research/toolchain.md §4 describes:
 - ``x-kubernetes-*`` keys are dropped; ``x-kubernetes-int-or-string`` keeps its ``anyOf`` integer/string;
@@ -27,7 +26,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_DIR = Path(__file__).resolve().parent / "data" / "upstream-crds"
-CHART_CRDS_DIR = ROOT / "charts" / "specdecode-operator" / "crds"
 ELIDED = "x-specdecode-elided"
 POD_TEMPLATE_K8S_VERSION = "1.33.0"
 
@@ -42,7 +40,6 @@ class UpstreamSchemaError(ValueError):
 
 def _crd_files() -> list[Path]:
     files = sorted(UPSTREAM_DIR.glob("*.yaml"))
-    files += sorted(p for p in CHART_CRDS_DIR.glob("kopf.dev_*.yaml"))
     return files
 
 
@@ -134,7 +131,7 @@ def _json_path(parts) -> str:
 
 
 def validate_custom(obj: dict) -> None:
-    """Validate ``obj`` (a LeaderWorkerSet, ServiceMonitor, PrometheusRule or kopf peering) against its upstream CRD.
+    """Validate ``obj`` (a LeaderWorkerSet, ServiceMonitor or PrometheusRule) against its upstream CRD.
 
     Raises ``UpstreamSchemaError`` (a ValueError) naming the object and the JSON path of the best-matching error;
     ``KeyError`` when the kind is not vendored.

@@ -45,6 +45,19 @@ class OperatorConfig:
     # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
     tune_interval_scale: float = 1.0
     identity: str = dataclasses.field(default_factory=socket.gethostname)
+    # One active replica (leadership.py): only the holder of Lease <operator_namespace>/<lease_name> runs kopf.
+    # Takeover after a crash <= lease_duration + retry_period; a cut-off leader stops after renew_deadline.
+    leader_election: bool = False
+    lease_name: str = "specdecode-operator"
+    lease_duration_seconds: float = 8.0
+    renew_deadline_seconds: float = 5.0
+    retry_period_seconds: float = 1.0
+    # Watches: the server closes each after this long; the client cuts one that runs 15 s longer or stays silent
+    # for this + 15 s (a half-open connection), and kopf reopens it (re-listing) - a stalled watch costs <= this.
+    watch_timeout_seconds: float = 60.0
+    # kopf's own API calls (watch lists, finalizers): delays between retries, short so that a pass after an API
+    # outage is not parked behind a long back-off once the server answers again.
+    api_error_backoffs: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0, 3.0, 3.0)
 
     @property
     def labels(self) -> dict[str, str]:

@@ -1,13 +1,13 @@
-"""``specdecode operator run``: the kopf operator with flags layered over SPECDECODE_* environment variables.
+"""``specdecode operator run``: the operator process (operator_process.py) with flags layered over SPECDECODE_*
+environment variables. With ``--leader-elect`` only the replica holding the Lease runs kopf.
 
-Equivalent without this wrapper: ``kopf run -m specdecode_operator.operator_main`` (the same registry, built from
-the environment), so kopf's own flags (--verbose, --peering, --liveness) remain available.
+For development, ``kopf run -m specdecode_operator.operator_main`` runs the same registry built from the
+environment with kopf's own flags (no Lease: run one replica).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import urllib.parse
@@ -31,9 +31,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                       help="serve kopf's liveness endpoint /healthz on this port (0: off)")
     run.add_argument("--default-image", help="runtime image when spec.runtime.image is empty")
     run.add_argument("--label-selector", help="only handle objects with these labels (k=v,k2=v2)")
-    run.add_argument("--peering", dest="peering_name", help="kopf peering name (HA: one active replica)")
-    run.add_argument("--standalone", action="store_true", default=None, help="no peering (a single replica)")
-    run.add_argument("--priority", type=int, help="peering priority of this replica")
+    run.add_argument("--leader-elect", dest="leader_election", action="store_true", default=None,
+                     help="only the replica holding Lease <operator-namespace>/<lease-name> acts (HA)")
+    run.add_argument("--lease-name", help="name of the leader-election Lease (default specdecode-operator)")
+    run.add_argument("--identity", help="this replica's name in the Lease (default: the host name, the pod's name)")
     run.add_argument("--resync-seconds", type=float, help="level-based resync period per object (default 30)")
     run.add_argument("--prometheus-url", help="tuner: read runtime counters from this Prometheus server "
                      "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
@@ -119,9 +120,7 @@ def check_ports(config) -> None:
 
 
 def run_operator(args) -> int:
-    import kopf
-
-    from .reconcile.handlers import make_registry
+    from . import operator_process
 
     config = config_from_args(args)
     check_credentials(config)
@@ -129,10 +128,4 @@ def run_operator(args) -> int:
     level = "DEBUG" if args.verbose else getattr(args, "log_level", "info").upper()
     logging.basicConfig(level=getattr(logging, level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kwargs = dict(registry=make_registry(config), clusterwide=not config.namespaces,
-                  namespaces=list(config.namespaces), standalone=config.standalone, priority=config.priority,
-                  liveness_endpoint=config.liveness_endpoint)
-    if not config.standalone:
-        kwargs["peering_name"] = config.peering_name
-    asyncio.run(kopf.operator(**kwargs))
-    return 0
+    return operator_process.run(config)

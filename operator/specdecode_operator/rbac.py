@@ -1,12 +1,28 @@
-"""Every API permission the operator uses, declared once: the chart renders its ClusterRole from this list and an
-e2e test checks the emulator's request log against it (a new API call without a rule fails the test)."""
+"""Every API permission the operator uses, declared once, with where the chart grants it.
+
+The chart renders its (Cluster)Roles from this list (``files/rbac-rules.yaml``, written by
+``tests/chart/regen.py``); one test checks that every request the operator makes is allowed by a rule here, another
+that every granted verb is used by the operator in some test (an unused grant fails it).
+
+Scopes:
+- ``cluster``: cluster-scoped reads kopf needs in every mode (ClusterRole);
+- ``operator-namespace``: the leader-election Lease, in the operator's own namespace only (Role);
+- ``watched``: the SpecDecodeDeployments and their children; a ClusterRole when watching every namespace, else a
+  Role per watched namespace;
+- ``control-token``: the per-deployment control-token Secrets. Never cluster-wide: a Role per watched namespace,
+  and when watching every namespace, a RoleBinding (to a ClusterRole that is not bound cluster-wide) in each
+  namespace the chart lists in ``rbac.controlTokenNamespaces``. Elsewhere Live step control is unavailable and the
+  object says so (``ControlTokenUnavailable``); everything else works.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 READ = ("get", "list", "watch")
-WRITE = ("create", "patch", "update", "delete")
+APPLY = ("create", "patch")  # server-side apply: patch, and create when the object does not exist yet
+CHILD = READ + APPLY + ("delete",)  # a child the render may drop (Deployment <-> LeaderWorkerSet) is deleted
+SCOPES = ("cluster", "operator-namespace", "watched", "control-token")
 
 
 class Rule(NamedTuple):
@@ -14,29 +30,29 @@ class Rule(NamedTuple):
     resource: str
     verbs: tuple[str, ...]
     why: str
+    scope: str = "watched"
 
     def to_dict(self) -> dict:
         return {"apiGroups": [self.api_group], "resources": [self.resource], "verbs": list(self.verbs)}
 
 
 RULES: list[Rule] = [
-    Rule("specdecode.io", "specdecodedeployments", READ + ("patch",), "watch the CRs; kopf's finalizer"),
-    Rule("specdecode.io", "specdecodedeployments/status", ("get", "patch", "update"), "status by server-side apply"),
-    Rule("apps", "deployments", READ + WRITE, "single-node serving workload"),
-    Rule("leaderworkerset.x-k8s.io", "leaderworkersets", READ + WRITE, "multi-node serving workload"),
-    Rule("", "configmaps", READ + WRITE, "runtime configuration"),
-    Rule("", "services", READ + WRITE, "client and headless services"),
-    Rule("", "secrets", READ + WRITE, "the per-deployment control token"),
-    Rule("policy", "poddisruptionbudgets", READ + WRITE, "disruption budget"),
-    Rule("networking.k8s.io", "networkpolicies", READ + WRITE, "only the operator reaches the control port"),
-    Rule("monitoring.coreos.com", "servicemonitors", READ + WRITE, "optional Prometheus scraping"),
+    Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "kopf discovers served resources",
+         "cluster"),
+    Rule("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election: one active replica",
+         "operator-namespace"),
+    Rule("specdecode.io", "specdecodedeployments", ("list", "watch", "patch"), "watch the CRs; kopf's finalizer"),
+    Rule("specdecode.io", "specdecodedeployments/status", ("patch",), "status by server-side apply"),
+    Rule("apps", "deployments", CHILD, "single-node serving workload"),
+    Rule("leaderworkerset.x-k8s.io", "leaderworkersets", CHILD, "multi-node serving workload"),
+    Rule("", "configmaps", CHILD, "runtime configuration"),
+    Rule("", "services", CHILD, "client and headless services"),
+    Rule("policy", "poddisruptionbudgets", CHILD, "disruption budget"),
+    Rule("networking.k8s.io", "networkpolicies", CHILD, "only the operator reaches the control port"),
+    Rule("monitoring.coreos.com", "servicemonitors", CHILD, "optional Prometheus scraping"),
     Rule("", "events", ("create", "patch"), "Events on the CRs"),
-    Rule("events.k8s.io", "events", ("create", "patch"), "Events on the CRs (new API)"),
-    Rule("apiextensions.k8s.io", "customresourcedefinitions", READ, "kopf discovers served resources"),
-    Rule("kopf.dev", "kopfpeerings", READ + ("patch",), "peering: only one replica acts"),
-    Rule("kopf.dev", "clusterkopfpeerings", READ + ("patch",), "peering when cluster-wide"),
-    Rule("", "pods", READ, "tuner: pod IPs of runtime pods"),
-    Rule("discovery.k8s.io", "endpointslices", READ, "tuner: endpoints of runtime pods"),
+    Rule("discovery.k8s.io", "endpointslices", ("list",), "tuner: endpoints of runtime pods"),
+    Rule("", "secrets", ("get",) + APPLY, "the per-deployment control token", "control-token"),
 ]
 
 
@@ -45,11 +61,17 @@ def allowed(api_group: str, resource: str, verb: str) -> bool:
     return any(r.api_group == api_group and r.resource == resource and verb in r.verbs for r in RULES)
 
 
+def by_scope(scope: str) -> list[dict]:
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; one of {SCOPES}")
+    return [r.to_dict() for r in RULES if r.scope == scope]
+
+
 def cluster_role(name: str = "specdecode-operator") -> dict:
-    """The ClusterRole the chart ships (rules grouped per API group and resource)."""
+    """The operator's ClusterRole when watching every namespace (without the control-token Secrets)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name},
-        "rules": [{"apiGroups": [r.api_group], "resources": [r.resource], "verbs": list(r.verbs)} for r in RULES],
+        "rules": by_scope("cluster") + by_scope("watched"),
     }

@@ -32,7 +32,7 @@ COMBOS: dict[str, dict] = {
         "runtime": {"image": "registry.example.com/sd/runtime@sha256:" + "a" * 64}, "logLevel": "debug",
         "imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "system-cluster-critical",
         "nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
-        "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"}, "peering": {"name": "sd-peering"},
+        "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"}, "leaderElection": {"leaseName": "sd-lease"},
         "extraEnv": [{"name": "SPECDECODE_EXTRA", "value": "1"}], "podAnnotations": {"a": "b"},
     },
 }

@@ -10,20 +10,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdecode-operator"
-CLUSTER_ALWAYS = {("apiextensions.k8s.io", "customresourcedefinitions")}
-CLUSTER_WIDE_ONLY = {("", "namespaces"), ("kopf.dev", "clusterkopfpeerings")}
 HEADER = (CHART / "files" / "rbac-rules.yaml").read_text().split("\nalways:\n")[0] + "\n"
+PARTS = {"cluster": "always", "operator-namespace": "operatorNamespace", "watched": "namespaced",
+         "control-token": "controlToken"}
 
 
-def split(rules: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {"always": [], "clusterWideOnly": [], "namespaced": []}
-    for rule in rules:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                key = (group, resource)
-                part = "always" if key in CLUSTER_ALWAYS else "clusterWideOnly" if key in CLUSTER_WIDE_ONLY else "namespaced"
-                out[part].append({"apiGroups": [group], "resources": [resource], "verbs": list(rule["verbs"])})
-    return out
+def split(rbac) -> dict[str, list[dict]]:
+    return {part: rbac.by_scope(scope) for scope, part in PARTS.items()}
 
 
 def main() -> None:
@@ -31,9 +24,7 @@ def main() -> None:
         shutil.copyfile(crd, CHART / "crds" / crd.name)
     from specdecode_operator import rbac
 
-    rules = getattr(rbac, "RULES", None) or rbac.rules()
-    rules = [r if isinstance(r, dict) else r.to_dict() for r in rules]
-    body = yaml.safe_dump(split(rules), sort_keys=False, default_flow_style=None, width=120)
+    body = yaml.safe_dump(split(rbac), sort_keys=False, default_flow_style=None, width=120)
     (CHART / "files" / "rbac-rules.yaml").write_text(HEADER + body)
 
 

@@ -17,6 +17,6 @@ def test_chart_crd_matches_the_generator():
     assert (CHART / "crds" / NAME).read_text() == crd_yaml()
 
 
-def test_chart_ships_the_kopf_peering_crds():
-    text = (CHART / "crds" / "kopf.dev_peerings.yaml").read_text()
-    assert "clusterkopfpeerings.kopf.dev" in text and "kopfpeerings.kopf.dev" in text
+def test_chart_ships_only_the_specdecode_crd():
+    """Leader election uses a built-in Lease: no third-party CRD (kopf's peering) is installed."""
+    assert sorted(p.name for p in (CHART / "crds").glob("*.yaml")) == [NAME]

@@ -1,30 +1,11 @@
-"""The operator Deployment: PodSecurity `restricted`, probes, resources, flags, peering and the PDB."""
-
-import pytest
+"""The operator Deployment: probes, resources, flags, leader election and the PDB (PodSecurity `restricted`:
+test_pod_security.py)."""
 
 from chartlib import COMBOS, of_kind, one, render, render_notes
 
 
 def pod_spec(values=None):
     return one(render(values), "Deployment")["spec"]["template"]["spec"]
-
-
-@pytest.mark.parametrize("combo", sorted(COMBOS))
-def test_pod_meets_restricted_pod_security(combo):
-    spec = pod_spec(COMBOS[combo])
-    psc = spec["securityContext"]
-    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
-    assert psc["seccompProfile"]["type"] == "RuntimeDefault"
-    for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
-        assert not spec.get(forbidden)
-    assert all("hostPath" not in v for v in spec.get("volumes", []))
-    for c in spec["containers"] + spec.get("initContainers", []):
-        sc = c["securityContext"]
-        assert sc["allowPrivilegeEscalation"] is False
-        assert sc["readOnlyRootFilesystem"] is True
-        assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
-        assert not sc.get("privileged")
-        assert all(p.get("hostPort") is None for p in c.get("ports", []))
 
 
 def test_container_has_resources_and_probes_on_the_liveness_port():
@@ -52,12 +33,12 @@ def operator_config(values=None):
 
 def test_environment_is_read_by_opconfig_as_intended():
     cfg = operator_config(COMBOS["overrides"])
-    assert cfg.namespaces == () and cfg.standalone is False and cfg.peering_name == "sd-peering"
+    assert cfg.namespaces == ()
     assert cfg.default_image == "registry.example.com/sd/runtime@sha256:" + "a" * 64
     assert cfg.operator_namespace == "specdecode-system"
     assert cfg.metrics_port == 8080
     ns = operator_config(COMBOS["namespaced-single"])
-    assert ns.namespaces == ("team-a",) and ns.standalone is True
+    assert ns.namespaces == ("team-a",)
     assert operator_config(COMBOS["namespaced"]).namespaces == ("team-a", "team-b")
     assert operator_config(COMBOS["metrics-off"]).metrics_port == 0
     assert operator_config(COMBOS["monitoring-on"]).metrics_port == 9090
@@ -71,35 +52,46 @@ def test_operator_pod_labels_match_what_the_operator_selects_on():
     assert dict(OperatorConfig().operator_labels).items() <= labels.items()
 
 
-def test_flags_parse_with_the_operator_cli():
+def cli_config(values=None):
+    """The OperatorConfig `specdecode operator run` builds from the chart's args and environment."""
     from specdecode_operator import cli
+    from specdecode_operator.operator_cli import config_from_args
 
-    parser = cli.build_parser()
+    c = pod_spec(values)["containers"][0]
+    args = cli.build_parser().parse_args(["operator", "run", *c["args"]])  # SystemExit(2) on an unknown flag
+    environment = {k: v for k, v in env(c).items() if k.startswith("SPECDECODE_") and v is not None}
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, environment, clear=True):
+        return config_from_args(args)
+
+
+def test_flags_parse_with_the_operator_cli():
     c = pod_spec(COMBOS["overrides"])["containers"][0]
     assert c["image"] == "registry.example.com:5000/sd/op:1.2.3"
     assert "--log-level=debug" in c["args"]
-    try:
-        parser.parse_args(["operator", "run", "--help"])
-    except SystemExit as e:
-        if e.code != 0:
-            pytest.skip("`specdecode operator run` is not registered in this checkout yet")
-    parser.parse_args(["operator", "run", *c["args"]])  # SystemExit(2) on an unknown flag
+    cfg = cli_config(COMBOS["overrides"])
+    assert cfg.leader_election is True and cfg.lease_name == "sd-lease"
+    assert cfg.identity == "$(POD_NAME)"  # the kubelet expands it from the env var of that name
+    assert env(c)["POD_NAME"] is None  # ... which comes from the downward API
+    assert any(e["name"] == "POD_NAME" and e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+               for e in c["env"])
 
 
-def test_multiple_replicas_use_peering_single_replica_does_not():
-    docs = render({"replicaCount": 2})
-    peering = one(docs, "ClusterKopfPeering")["metadata"]["name"]
-    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert env(container)["SPECDECODE_PEERING_NAME"] == peering and env(container)["SPECDECODE_STANDALONE"] == "false"
-    single = render(COMBOS["single-replica"])
-    assert not of_kind(single, "ClusterKopfPeering") and not of_kind(single, "PodDisruptionBudget")
-    assert env(one(single, "Deployment")["spec"]["template"]["spec"]["containers"][0])["SPECDECODE_STANDALONE"] == "true"
-
-
-def test_namespaced_peering_is_one_kopfpeering_per_watched_namespace():
-    docs = render(COMBOS["namespaced"])
-    assert sorted(p["metadata"]["namespace"] for p in of_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
-    assert not of_kind(docs, "ClusterKopfPeering")
+def test_every_replica_count_elects_one_leader_by_lease():
+    """Leader election is on for one replica too: a rolling update briefly runs two pods (maxSurge 1)."""
+    for values in ({}, COMBOS["single-replica"], COMBOS["namespaced"]):
+        docs = render(values)
+        cfg = cli_config(values)
+        assert cfg.leader_election is True and cfg.lease_name == "sd-specdecode-operator"
+        assert cfg.operator_namespace == "specdecode-system"
+        assert not of_kind(docs, "ClusterKopfPeering") and not of_kind(docs, "KopfPeering")
+        role = next(r for r in of_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election"))
+        assert role["metadata"]["namespace"] == cfg.operator_namespace
+        named = [r for r in role["rules"] if r.get("resourceNames")]
+        assert named and all(r["resourceNames"] == [cfg.lease_name] for r in named)
+    assert one(render(), "Deployment")["spec"]["replicas"] == 2
 
 
 def test_pdb_selects_the_operator_pods():

@@ -5,24 +5,20 @@ import yaml
 
 from chartlib import CHART, COMBOS, NAMESPACE, of_kind, one, render
 
-CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), ("", "namespaces"), ("kopf.dev", "clusterkopfpeerings")}
-# The lead's minimum: what the operator needs whatever its implementation details.
+CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions")}
+# What the operator needs whatever its implementation details.
 REQUIRED = {
-    ("specdecode.io", "specdecodedeployments"): {"get", "list", "watch", "patch"},
-    ("specdecode.io", "specdecodedeployments/status"): {"get", "patch", "update"},
+    ("specdecode.io", "specdecodedeployments"): {"list", "watch", "patch"},
+    ("specdecode.io", "specdecodedeployments/status"): {"patch"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("discovery.k8s.io", "endpointslices"): {"get", "list", "watch"},
+    ("discovery.k8s.io", "endpointslices"): {"list"},
     ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
-    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
 }
-READ_ONLY = {("", "pods"), ("discovery.k8s.io", "endpointslices"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+READ_ONLY = {("discovery.k8s.io", "endpointslices"), ("apiextensions.k8s.io", "customresourcedefinitions")}
 
 
 def triples(rules) -> set[tuple[str, str, str]]:
@@ -53,33 +49,67 @@ def test_chart_rules_equal_the_operators_declared_api_calls():
         f"only in the chart: {sorted(chart - declared)}; only in rbac.py: {sorted(declared - chart)}. "
         "Run `python tests/chart/regen.py`."
     )
+    rendered = granted(render(COMBOS["namespaced"]))
+    assert rendered == declared  # every rule is rendered somewhere (namespaced mode renders each scope)
+
+
+def cluster_wide(docs) -> set[tuple[str, str, str]]:
+    """What the operator may do in every namespace: ClusterRoles bound by a ClusterRoleBinding."""
+    bound = {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")}
+    return set().union(*(triples(r["rules"]) for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"] in bound))
 
 
 def test_cluster_wide_grants_cover_the_minimum_and_nothing_dangerous():
     docs = render()
-    rules = by_resource(granted(docs))
+    rules = by_resource(cluster_wide(docs))
     for resource, verbs in REQUIRED.items():
         assert verbs <= rules.get(resource, set()), (resource, rules.get(resource))
     for resource in READ_ONLY:
         assert rules[resource] <= {"get", "list", "watch"}, resource
     flat = granted(docs)
     assert not any("*" in t for t in flat)
-    assert not any(v in {"escalate", "bind", "impersonate", "deletecollection"} for _, _, v in flat)
-    assert not any(r in {"nodes", "clusterroles", "clusterrolebindings", "roles", "rolebindings", "serviceaccounts/token"} for _, r, _ in flat)
+    assert not any(v in {"escalate", "bind", "impersonate", "deletecollection", "update"} for _, _, v in flat
+                   if _ != "leases")
+    assert not any(r in {"nodes", "pods", "clusterroles", "clusterrolebindings", "roles", "rolebindings",
+                         "serviceaccounts", "serviceaccounts/token"} for _, r, _ in flat)
+
+
+@pytest.mark.parametrize("combo", ["defaults", "namespaced", "overrides"])
+def test_no_cluster_wide_secret_access(combo):
+    docs = render(COMBOS[combo])
+    assert not any(r == "secrets" for _, r, _ in cluster_wide(docs))
+    token_role = next(r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-control-token"))
+    assert by_resource(triples(token_role["rules"])) == {("", "secrets"): {"get", "create", "patch"}}
+
+
+def test_control_token_secrets_are_bound_per_namespace():
+    def bindings(values):
+        return sorted(b["metadata"]["namespace"] for b in of_kind(render(values), "RoleBinding")
+                      if b["roleRef"]["name"].endswith("-control-token"))
+
+    assert bindings({}) == []  # all namespaces, none listed: no Secret access anywhere
+    assert bindings({"rbac": {"controlTokenNamespaces": ["llm", "search"]}}) == ["llm", "search"]
+    assert bindings(COMBOS["namespaced"]) == ["team-a", "team-b"]  # namespaced mode: the watched namespaces
+
+
+def test_the_lease_is_granted_in_the_release_namespace_only():
+    docs = render()
+    lease = [(r["metadata"].get("namespace"), t) for r in of_kind(docs, "Role") + of_kind(docs, "ClusterRole")
+             for t in triples(r["rules"]) if t[1] == "leases"]
+    assert lease and {ns for ns, _ in lease} == {NAMESPACE}
+    assert {v for _, (_, _, v) in lease} == {"get", "create", "update"}
 
 
 def test_namespaced_mode_keeps_namespaced_grants_in_roles_only():
     docs = render(COMBOS["namespaced"])
-    cluster = by_resource(granted(docs, ("ClusterRole",)))
-    assert set(cluster) <= CLUSTER_SCOPED
-    assert ("", "namespaces") not in cluster and ("kopf.dev", "clusterkopfpeerings") not in cluster
-    roles = of_kind(docs, "Role")
+    assert set(by_resource(cluster_wide(docs))) <= CLUSTER_SCOPED
+    roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == "sd-specdecode-operator"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    cluster_wide = by_resource(granted(render()))
+    everywhere = by_resource(cluster_wide(render()))
     for role in roles:
         got = by_resource(triples(role["rules"]))
         assert not set(got) & CLUSTER_SCOPED
-        assert got == {k: v for k, v in cluster_wide.items() if k not in CLUSTER_SCOPED}
+        assert got == {k: v for k, v in everywhere.items() if k not in CLUSTER_SCOPED}
 
 
 def test_bindings_point_at_the_operator_service_account():
@@ -90,5 +120,6 @@ def test_bindings_point_at_the_operator_service_account():
         for binding in of_kind(docs, "ClusterRoleBinding") + of_kind(docs, "RoleBinding"):
             assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
             role_kind = binding["roleRef"]["kind"]
-            ns = binding["metadata"].get("namespace")
-            assert any(r["metadata"]["name"] == binding["roleRef"]["name"] and r["metadata"].get("namespace") == ns for r in of_kind(docs, role_kind))
+            ns = binding["metadata"].get("namespace") if role_kind == "Role" else None
+            assert any(r["metadata"]["name"] == binding["roleRef"]["name"] and r["metadata"].get("namespace") == ns
+                       for r in of_kind(docs, role_kind))

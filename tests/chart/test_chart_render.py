@@ -43,7 +43,7 @@ def test_crds_validate_strictly():
 
 
 def test_every_namespaced_object_has_a_namespace():
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"}
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
     for combo in COMBOS.values():
         for doc in render(combo):
             assert (doc["kind"] in cluster_scoped) == ("namespace" not in doc["metadata"]), doc["kind"]

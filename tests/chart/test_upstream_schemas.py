@@ -41,7 +41,7 @@ def mutated(obj, path, value):
 
 def test_kinds():
     kinds = {k for _, k in supported_kinds()}
-    assert {"LeaderWorkerSet", "PrometheusRule", "ServiceMonitor", "ClusterKopfPeering", "KopfPeering"} <= kinds
+    assert {"LeaderWorkerSet", "PrometheusRule", "ServiceMonitor"} <= kinds
 
 
 def test_valid_objects_pass():
@@ -50,7 +50,6 @@ def test_valid_objects_pass():
     validate_custom(SMON)
     validate_custom(mutated(SMON, ["spec", "endpoints", 0, "targetPort"], 9090))  # int-or-string
     validate_custom(mutated(RULE, ["spec", "groups", 0, "partial_response_strategy"], "WARN"))  # RE2 (?i) pattern
-    validate_custom({"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "p", "namespace": "n"}})
 
 
 WORKER = ["spec", "leaderWorkerTemplate", "workerTemplate", "spec"]

@@ -46,11 +46,9 @@ app.kubernetes.io/part-of: specdecode
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* Peering is on when more than one replica runs: kopf elects one active replica through a peering object. */}}
-{{- define "specdecode-operator.peering" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- default (include "specdecode-operator.fullname" .) .Values.peering.name }}
-{{- end }}
+{{/* The leader-election Lease: only the replica holding it acts (one replica or many, and during rollouts). */}}
+{{- define "specdecode-operator.leaseName" -}}
+{{- default (include "specdecode-operator.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
 {{/* The RBAC rules, generated from specdecode_operator.rbac into files/rbac-rules.yaml. */}}

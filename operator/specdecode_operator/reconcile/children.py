@@ -18,6 +18,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 SECRET_KIND = ("v1", "Secret", "secrets", True)
 ALL_KINDS: list[tuple[str, str, str, bool]] = [*CHILD_KINDS, SECRET_KIND]
+# Watched through kopf indexes: every child kind but Secrets (never granted cluster-wide; see reconciler.py)
+INDEXED_KINDS: list[tuple[str, str, str, bool]] = list(CHILD_KINDS)
 PLURALS = {(api_version, kind): plural for api_version, kind, plural, _ in ALL_KINDS}
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
+from typing import Callable
 
 import kopf
 import kubernetes
 
 from ..api.models import GROUP, PLURAL, VERSION
+from ..endpoints import Endpoints
 from ..opmetrics import OperatorMetrics
 from ..render.names import MANAGED_BY
 from . import children, tuner_pod_io, tuning_loop
@@ -25,6 +28,7 @@ from .reconciler import Reconciler
 
 log = logging.getLogger("specdecode.operator")
 FINALIZER = "specdecode.io/kopf-finalizer"  # kopf's, required by its timers and daemons
+ERROR_RETRY_MAX_SECONDS = 4.0  # a failed pass is retried after 0.5, 1, 2, 4, 4 ... s (with jitter), not at resync
 
 
 def _split(api_version: str) -> tuple[str, str]:
@@ -54,34 +58,54 @@ def kube_configuration(config) -> kubernetes.client.Configuration:
     return kubernetes.client.Configuration.get_default_copy()
 
 
-def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.OperatorRegistry:
+def make_registry(config, metrics: OperatorMetrics | None = None, *, fence: Callable[[], bool] | None = None,
+                  serve_metrics: bool = True) -> kopf.OperatorRegistry:
+    """The kopf registry. ``fence``: writes are refused unless it returns True (the Lease is held, see
+    leadership.py). ``serve_metrics``: serve /metrics from kopf's startup (False when the process serves it)."""
     registry = kopf.OperatorRegistry()
     metrics = metrics or OperatorMetrics()
     reconciler = Reconciler(config, metrics)
     registry.reconciler = reconciler  # type: ignore[attr-defined]  # for tests, benchmarks and the demo
     labels = config.labels or None
     index_ids = {}
+    endpoints: list[Endpoints] = []
 
     if config.server:
         @kopf.on.login(registry=registry)
         def login(**_):
             return kopf.ConnectionInfo(server=config.server, insecure=True, token=config.token)
+    else:
+        # kopf registers its credential discovery only in its default registry; ours is our own: in-cluster
+        # service account, else KUBECONFIG / ~/.kube/config, through the kubernetes client as everywhere else.
+        @kopf.on.login(registry=registry)
+        def login(**kwargs):
+            return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_):
         settings.posting.level = logging.WARNING  # Events come from events.py, not from every log line
         settings.networking.request_timeout = config.request_timeout * 3
-        settings.watching.server_timeout = 300
+        # Watches end on the server after watch_timeout; the client cuts one that outlives that by 15 s or stays
+        # silent that long (a half-open connection never errors by itself), and kopf reopens it.
+        settings.watching.server_timeout = int(config.watch_timeout_seconds)  # timeoutSeconds: an integer
         if config.namespaces and not any(c in ns for ns in config.namespaces for c in "*?!,"):
             # Exact namespace names: no need to list namespaces (the chart's namespaced mode does not grant it;
             # kopf would retry the 403 for seconds before falling back to the names) or to watch CRDs.
             settings.scanning.disabled = True
+        settings.watching.client_timeout = config.watch_timeout_seconds + 15
+        settings.watching.inactivity_timeout = config.watch_timeout_seconds + 15
+        settings.watching.connect_timeout = config.request_timeout
+        settings.watching.reconnect_backoff = 0.5
+        settings.networking.connect_timeout = config.request_timeout
+        settings.networking.error_backoffs = config.api_error_backoffs
         settings.persistence.finalizer = FINALIZER
         reconciler.client = KubeClient(kube_configuration(config), metrics=metrics, timeout=config.request_timeout,
                                        retries=config.retries, backoff=config.backoff_seconds,
-                                       workers=config.api_workers)
+                                       workers=config.api_workers, fence=fence)
         reconciler.http = tuner_pod_io.open_session()  # one for all tuner daemons, on kopf's loop
-        metrics.serve(config.metrics_port)
+        if serve_metrics and config.metrics_port:
+            endpoints.append(await Endpoints(metrics.registry, lambda: (True, {}), metrics_port=config.metrics_port,
+                                             health_port=None).start())
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
@@ -90,13 +114,14 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
         if reconciler.http is not None:  # kopf has stopped the daemons before cleanup
             await reconciler.http.close()
             reconciler.http = None
-        metrics.close()
+        while endpoints:
+            await endpoints.pop().stop()
 
     @kopf.on.probe(id="reconciles", registry=registry)
     def probe(**_):
         return sum(s.value for m in metrics.reconciles.collect() for s in m.samples if s.name.endswith("_total"))
 
-    for api_version, kind, plural, _ in children.ALL_KINDS:
+    for api_version, kind, plural, _ in children.INDEXED_KINDS:
         group, version = _split(api_version)
         index_id = f"children_{plural}"
         index_ids[plural] = index_id
@@ -124,10 +149,34 @@ def make_registry(config, metrics: OperatorMetrics | None = None) -> kopf.Operat
     async def run(body, memo, kwargs):
         if body["metadata"].get("deletionTimestamp"):
             return  # deletion belongs to the garbage collector: children carry our owner reference
+        memo["latest"] = (body, kwargs, time.monotonic())
         lock = memo.setdefault("lock", asyncio.Lock())
         async with lock:
-            await reconciler.reconcile(body, memo, live_from(kwargs))
+            result = await reconciler.reconcile(body, memo, live_from(kwargs))
         update_gauges(kwargs)
+        if result == "error":
+            retry_soon(memo)
+        else:
+            memo.pop("retry_delay", None)
+
+    def retry_soon(memo) -> None:
+        """After a failed pass (API errors that outlasted the client's retries), try again within seconds rather
+        than at the next resync: convergence after an API outage then follows the outage's end by at most
+        ERROR_RETRY_MAX_SECONDS plus one pass. One pending retry per object; it uses the newest body kopf gave us
+        and gives up when kopf has not handed this object over for a while (deleted, or no longer ours)."""
+        pending = memo.get("retry_task")
+        if pending is not None and not pending.done():
+            return
+        delay = min(memo.get("retry_delay", 0.25) * 2, ERROR_RETRY_MAX_SECONDS)
+        memo["retry_delay"] = delay
+
+        async def again():
+            await asyncio.sleep(delay * (0.75 + random.random() / 2))
+            body, kwargs, seen = memo["latest"]
+            if time.monotonic() - seen < 2 * config.resync_seconds + 10:
+                await run(body, memo, kwargs)
+
+        memo["retry_task"] = asyncio.get_running_loop().create_task(again())
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, labels=labels)
     async def on_event(event, body, memo, **kwargs):

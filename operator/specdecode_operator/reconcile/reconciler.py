@@ -24,6 +24,10 @@ log = logging.getLogger("specdecode.operator")
 WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet"}
 
 STATUS_TRUST_SECONDS = 60.0  # at most this long our last status write is trusted over an older-looking body
+# The control-token Secret is not watched (Secret access is granted per namespace, never cluster-wide, so there is
+# no cluster-wide watch to index it): it is read (one GET) at most this often per object, and re-created or repaired
+# then. A missing grant (403) is reported once as ControlTokenUnavailable and re-tried at the same period.
+SECRET_RECHECK_SECONDS = 120.0
 
 LiveChildren = Callable[[str, str], Iterable[dict]]  # (namespace, owner uid) -> children from the watch cache
 
@@ -175,15 +179,32 @@ class Reconciler:
         ns, name, uid = md["namespace"], md["name"], md["uid"]
         rendered, full = self._desired(body, sdd, memo)
         secret_key = ("v1", "Secret", names.control_secret(name))
-        secret_live = await self._resolve(memo, secret_key, "secrets", ns, live)
-        if secret_live is not None and not children.is_ours(secret_live, uid):
+        rendered_secret: list[dict] = []
+        known: dict = {}
+        checked = memo.get("secret_checked")
+        if checked is None or time.monotonic() - checked[0] >= SECRET_RECHECK_SECONDS:
+            try:
+                secret_live = await self._resolve(memo, secret_key, "secrets", ns, live)
+            except ApiError as e:
+                if e.status != 403:
+                    raise
+                memo["secret_checked"] = (time.monotonic(), "forbidden")
+                events.once(memo, body, "ControlTokenUnavailable",
+                            f"Secret {secret_key[2]} cannot be managed in namespace {ns} ({e.message}); Live step "
+                            "control needs the operator's control-token Role here (chart value "
+                            "rbac.controlTokenNamespaces)")
+            else:
+                events.forget(memo, "ControlTokenUnavailable")
+                if secret_live is not None and not children.is_ours(secret_live, uid):
+                    obs.collisions.append(f"Secret/{secret_key[2]}")
+                else:
+                    rendered_secret = [children.with_owner(
+                        secret.control_secret(name, ns, children.expand(secret_live)), body)]
+                    if secret_live is not None:
+                        known[secret_key] = secret_live
+        elif checked[1] == "collision":
             obs.collisions.append(f"Secret/{secret_key[2]}")
-            secret_live = None
-            rendered_secret = []
-        else:
-            rendered_secret = [children.with_owner(secret.control_secret(name, ns, children.expand(secret_live)), body)]
         desired = [*rendered, *rendered_secret]
-        known = {secret_key: secret_live} if secret_live is not None else {}
         created: list[str] = []
 
         async def sync(child: dict):
@@ -216,6 +237,10 @@ class Reconciler:
                 obs.workload = current
 
         await asyncio.gather(*(sync(c) for c in desired))
+        if rendered_secret:
+            memo["secret_checked"] = (time.monotonic(), "ok")
+        elif f"Secret/{secret_key[2]}" in obs.collisions:
+            memo["secret_checked"] = (time.monotonic(), "collision")
         if created:  # one Event per pass, not one per child: 7 POSTs per new object would double its API calls
             events.emit(body, "Created", "created " + ", ".join(sorted(created)))
         if obs.collisions:

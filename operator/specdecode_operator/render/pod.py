@@ -11,6 +11,19 @@ from ..api.models import SpecDecodeDeployment
 from . import names
 
 TERMINATION_GRACE_SECONDS = 180  # long generations in flight get to finish after the drain
+# The runtime runs as this non-root user (the runtime image's USER; for the upstream SGLang image, which runs as root,
+# the pod sets it). Its writable paths are the in-memory /dev/shm and an emptyDir at /tmp: the root filesystem is
+# read-only, so every cache (Triton, TorchInductor, FlashInfer, CUDA JIT, Hugging Face) is pointed under /tmp.
+RUNTIME_UID = 10001
+SCRATCH_DIR = "/tmp"
+SCRATCH_SIZE = "16Gi"  # JIT caches (Triton, FlashInfer, CUDA) and SGLang's IPC sockets
+CACHE_ENV = {
+    "HOME": f"{SCRATCH_DIR}/home",
+    "XDG_CACHE_HOME": f"{SCRATCH_DIR}/cache",
+    "TRITON_CACHE_DIR": f"{SCRATCH_DIR}/cache/triton",
+    "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH_DIR}/cache/torchinductor",
+    "HF_HOME": f"{SCRATCH_DIR}/cache/huggingface",
+}
 PRESTOP_DRAIN_SECONDS = 30  # endpoints are removed before the server stops accepting requests
 SGLANG_DIST_PORT = 20000
 
@@ -64,7 +77,9 @@ def environment(sdd: SpecDecodeDeployment, cfg: RuntimeConfig) -> list[dict[str,
     if cfg.topology.nodes > 1:
         for var in _multi_node_env(sdd):
             env[var["name"]] = var
-    env["PROMETHEUS_MULTIPROC_DIR"] = {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/tmp/specdecode-metrics"}
+    env["PROMETHEUS_MULTIPROC_DIR"] = {"name": "PROMETHEUS_MULTIPROC_DIR", "value": f"{SCRATCH_DIR}/specdecode-metrics"}
+    for key, value in CACHE_ENV.items():  # before runtime.env: a user may point a cache at a volume of theirs
+        env[key] = {"name": key, "value": value}
     for var in sdd.spec.runtime.env:
         if isinstance(var, dict) and "name" in var:
             env[str(var["name"])] = dict(var)
@@ -132,10 +147,12 @@ def pod_template(
         ports.append({"name": "control", "containerPort": spec.runtime.controlPort, "protocol": "TCP"})
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "scratch", "mountPath": SCRATCH_DIR},
         {"name": "runtime-config", "mountPath": CONFIG_MOUNT_DIR, "readOnly": True},
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.runtime.shmSize}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
         {"name": "runtime-config", "configMap": {"name": names.config_map(name)}},
     ]
     if spec.runtime.launcher == "specdecode":
@@ -157,13 +174,29 @@ def pod_template(
         "volumeMounts": mounts,
         **_probes(serves_http),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_DRAIN_SECONDS}}},
-        "securityContext": {"allowPrivilegeEscalation": False},
+        # Pod Security Standard `restricted`: GPUs need no privilege, no capability and no host namespace (the
+        # device plugin hands the devices over; shared memory is the in-memory /dev/shm volume).
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        },
     }
     if not container["ports"]:
         container.pop("ports")
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # the runtime never calls the Kubernetes API
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "runAsGroup": RUNTIME_UID,
+            "fsGroup": RUNTIME_UID,
+            "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a large model volume at every start
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [container],
         "volumes": volumes,
     }

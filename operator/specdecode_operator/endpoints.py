@@ -1,0 +1,65 @@
+"""The operator's own HTTP endpoints: ``/metrics`` (prometheus-client exposition of its registry) and ``/healthz``.
+
+Why not prometheus-client's ``start_http_server``: a thread per connection and no deadline, so slow clients hold
+threads forever. Both endpoints here are served by aiohttp with the project's limits (``http_limits``): a request
+head must arrive within the deadline, headers are capped, and only GET is routed (no request body is ever read).
+``/healthz`` answers on standby replicas too (they run no kopf), so probes keep a waiting replica alive.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from specdecode_runtime.http_limits import SERVER_LIMITS
+
+HealthFn = Callable[[], tuple[bool, dict]]  # -> (healthy, details for the JSON body)
+
+
+class Endpoints:
+    def __init__(self, registry, health: HealthFn, *, metrics_port: int, health_port: int | None,
+                 host: str = "0.0.0.0") -> None:
+        self.registry, self.health = registry, health
+        self.metrics_port, self.health_port, self.host = metrics_port, health_port, host
+        self._runners: list[web.AppRunner] = []
+        self.ports: dict[str, int] = {}
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        ok, details = self.health()
+        return web.Response(text=json.dumps(details), status=200 if ok else 503, content_type="application/json")
+
+    async def _serve(self, name: str, port: int, path: str, handler) -> None:
+        app = web.Application(client_max_size=1024)
+        app.router.add_get(path, handler)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, **SERVER_LIMITS)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, port).start()
+        self._runners.append(runner)
+        self.ports[name] = int(runner.addresses[0][1])
+
+    async def start(self) -> "Endpoints":
+        if self.metrics_port:
+            await self._serve("metrics", self.metrics_port, "/metrics", self._metrics)
+        if self.health_port:
+            await self._serve("healthz", self.health_port, "/healthz", self._healthz)
+        return self
+
+    async def stop(self) -> None:
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+
+
+def port_of(url: str | None) -> int | None:
+    """The port of a liveness URL such as ``http://0.0.0.0:8081/healthz`` (None: no health endpoint)."""
+    if not url:
+        return None
+    from urllib.parse import urlparse
+
+    return urlparse(url).port

@@ -1,0 +1,129 @@
+"""The operator process (``specdecode operator run``): its endpoints, then kopf on the one replica that leads.
+
+Order: serve ``/healthz`` and ``/metrics`` (endpoints.py; a standby answers probes too) -> with leader election,
+wait for the Lease (leadership.py) doing nothing else: no watch, no list, no write -> run kopf (standalone: the
+Lease, not kopf's peering, decides who acts) with every API write fenced on the Lease -> if the Lease is lost,
+stop at once: the process exits with status 1 after a short grace period for kopf to stop, and the kubelet
+restarts it as a standby. A clean stop (SIGTERM) releases the Lease so that a standby takes over at its next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+from typing import Callable
+
+import kopf
+import kubernetes
+
+from .endpoints import Endpoints, port_of
+from .leadership import LeaderElector
+from .opmetrics import OperatorMetrics
+from .reconcile.apply import USER_AGENT
+from .reconcile.handlers import kube_configuration, make_registry
+
+log = logging.getLogger("specdecode.operator")
+LOST_GRACE_SECONDS = 3.0  # after losing the Lease, kopf gets this long to stop before the process exits
+
+
+class OperatorProcess:
+    """One replica. ``exit_on_lost``: exit the process when the Lease is lost (production); tests running a
+    replica in a thread set it False and read ``lost``."""
+
+    def __init__(self, config, *, exit_on_lost: bool = True) -> None:
+        self.config = config
+        self.exit_on_lost = exit_on_lost
+        self.metrics = OperatorMetrics()
+        self.elector: LeaderElector | None = None
+        self.role = "starting"
+        self.endpoints: Endpoints | None = None
+        self.registry = None
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._kopf_task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ health
+    def health(self) -> tuple[bool, dict]:
+        alive = self._kopf_task is None or not self._kopf_task.done()
+        if self.elector is not None and self.role in ("standby", "leader"):
+            alive = alive and self.elector.alive()
+        reconciles = sum(s.value for m in self.metrics.reconciles.collect() for s in m.samples
+                         if s.name.endswith("_total"))
+        return alive, {"role": self.role, "identity": self.config.identity, "reconciles": reconciles}
+
+    # ------------------------------------------------------------------ control
+    def stop(self) -> None:
+        """Thread-safe: ask the replica to stop (releases the Lease if held)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def _lost(self) -> None:
+        """Called from the election threads when the Lease is lost: stop acting now."""
+        self.role = "lost"
+        self.stop()
+        if self.exit_on_lost:
+            timer = threading.Timer(LOST_GRACE_SECONDS, lambda: os._exit(1))
+            timer.daemon = True
+            timer.start()
+
+    async def main(self) -> int:
+        config = self.config
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self.endpoints = await Endpoints(self.metrics.registry, self.health, metrics_port=config.metrics_port,
+                                         health_port=port_of(config.liveness_endpoint)).start()
+        try:
+            fence: Callable[[], bool] | None = None
+            if config.leader_election:
+                self.role = "standby"
+                lease_cfg = kube_configuration(config)
+                lease_cfg.retries = False  # one attempt per call: the election loop retries on its own period
+                api = kubernetes.client.ApiClient(lease_cfg)
+                api.user_agent = USER_AGENT + " leader-election"
+                started = asyncio.Event()
+                self.elector = LeaderElector(
+                    api, name=config.lease_name, namespace=config.operator_namespace, identity=config.identity,
+                    lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
+                    retry_period=config.retry_period_seconds,
+                    request_timeout=min(config.request_timeout, config.renew_deadline_seconds / 3),
+                    on_started=lambda: self._loop.call_soon_threadsafe(started.set), on_lost=self._lost,
+                ).start()
+                log.info("%s waits for Lease %s/%s", config.identity, config.operator_namespace, config.lease_name)
+                waiting = [asyncio.ensure_future(started.wait()), asyncio.ensure_future(self._stop.wait())]
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for task in waiting:
+                    task.cancel()
+                if self._stop.is_set():
+                    return 0 if not self.elector.lost else 1
+                fence = lambda: self.elector.leading  # noqa: E731
+            self.role = "leader"
+            self.registry = make_registry(config, self.metrics, fence=fence, serve_metrics=False)
+            self._kopf_task = asyncio.ensure_future(kopf.operator(
+                registry=self.registry, clusterwide=not config.namespaces, namespaces=list(config.namespaces),
+                standalone=True, liveness_endpoint=None, stop_flag=self._stop))
+            await self._kopf_task
+            return 1 if self.elector is not None and self.role == "lost" else 0
+        finally:
+            if self.elector is not None:
+                self.elector.stop(release=self.role != "lost")
+            await self.endpoints.stop()
+
+    def run(self) -> int:
+        return asyncio.run(self.main())
+
+
+def run(config) -> int:
+    """The process entry: SIGTERM/SIGINT stop kopf and release the Lease."""
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)  # it logs every poll of a standby at INFO
+    process = OperatorProcess(config)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, process.stop)
+        return await process.main()
+
+    return asyncio.run(main())

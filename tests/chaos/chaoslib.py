@@ -1,0 +1,291 @@
+"""The chaos suite's harness: the API emulator in this process, operator replicas as real processes started with
+the chart's rendered arguments and environment (so SIGKILL, RSS and exit codes are those of the product), and the
+measurements each scenario reports (converged time, lost / duplicated children, crashes, peak RSS).
+
+Every wait is bounded; a scenario that does not converge fails with what it was waiting for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import kubernetes
+import yaml
+
+from k8s.cluster import Cluster, minimal_sdd, wait_for
+from specdecode_operator.testbed.runner import EmulatorServer, standard_emulator
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
+RESULTS = ROOT / "bench" / "results" / "chaos.jsonl"  # one line per scenario run; chaos.md is written from it
+CHILDREN = [("apps/v1", "deployments"), ("v1", "configmaps"), ("v1", "services"), ("policy/v1", "poddisruptionbudgets"),
+            ("networking.k8s.io/v1", "networkpolicies"), ("v1", "secrets")]
+EXPECTED = {"deployments": 1, "configmaps": 1, "services": 2, "poddisruptionbudgets": 1, "networkpolicies": 1,
+            "secrets": 1}  # what minimal_sdd(tp=8) renders: client + headless Service
+LEASE_NAMESPACE = "specdecode-system"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chart_operator_command(values: dict | None = None) -> tuple[list[str], dict[str, str], int]:
+    """(args, SPECDECODE_* env, replicas) of the operator Deployment as the chart renders it with ``values``."""
+    sys.path.insert(0, str(ROOT / "tests" / "chart"))
+    from chartlib import one, render
+
+    dep = one(render(values), "Deployment")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    return list(container["args"]), env, dep["spec"]["replicas"]
+
+
+class Bed:
+    """The emulator behind a real port, a kubeconfig for it, and a ``Cluster`` client in namespace ``default``."""
+
+    def __init__(self, tmp_path: pathlib.Path):
+        self.server = EmulatorServer(standard_emulator(yaml.safe_load(CRD_FILE.read_text()))).__enter__()
+        self.emulator = self.server.emulator
+        self.url = self.server.url
+        self.kubeconfig = tmp_path / "kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "bed",
+            "clusters": [{"name": "bed", "cluster": {"server": self.url}}],
+            "users": [{"name": "bed", "user": {"token": "chaos"}}],
+            "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": "bed"}}],
+        }))
+        cfg = kubernetes.client.Configuration()
+        cfg.host = self.url
+        self.cluster = Cluster(cfg, "default", emulator=self.emulator)
+        self.tmp = tmp_path
+
+    def close(self) -> None:
+        self.cluster.close()
+        self.server.__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ faults (on the emulator's loop)
+    def inject(self, **fault) -> Any:
+        return self.server.call(lambda: self.emulator.inject(**fault))
+
+    def clear_faults(self) -> None:
+        self.server.call(lambda: self.emulator.faults.clear())
+
+    # ------------------------------------------------------------------ observations
+    def children(self, name: str) -> dict[str, int]:
+        """How many objects of each child kind carry this SDD's instance label (1 each when converged)."""
+        out = {}
+        for api_version, plural in CHILDREN:
+            items = self.cluster.list(api_version, plural, selector=f"app.kubernetes.io/instance={name}")
+            out[plural] = len(items)
+        return out
+
+    def converged(self, names: list[str]) -> bool:
+        """Every SDD has each child (``EXPECTED``) exactly once and a status for its current generation."""
+        for name in names:
+            sdd = self.cluster.get_sdd(name)
+            if sdd is None:
+                return False
+            status = sdd.get("status") or {}
+            if status.get("observedGeneration") != sdd["metadata"]["generation"]:
+                return False
+            if self.children(name) != EXPECTED:
+                return False
+        return True
+
+    def lost_and_duplicated(self, names: list[str]) -> tuple[int, int]:
+        lost = dup = 0
+        for name in names:
+            for plural, n in self.children(name).items():
+                lost += max(0, EXPECTED[plural] - n)
+                dup += max(0, n - EXPECTED[plural])
+        return lost, dup
+
+    def lease_holder(self, name: str) -> str | None:
+        try:
+            lease = self.cluster.call("GET", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{name}")
+        except Exception:
+            return None
+        return (lease.get("spec") or {}).get("holderIdentity")
+
+
+class Replica:
+    """One operator process started like the chart's container (``specdecode operator run <chart args>`` with the
+    chart's SPECDECODE_* environment), against the bed's kubeconfig, on free local ports."""
+
+    def __init__(self, bed: Bed, identity: str, args: list[str], env: dict[str, str],
+                 extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None):
+        self.identity = identity
+        self.metrics_port, self.health_port = free_port(), free_port()
+        args = [a for a in args if not a.startswith(("--liveness-port", "--identity"))]
+        argv = [sys.executable, "-m", "specdecode_operator.cli", "operator", "run", *args,
+                f"--liveness-port={self.health_port}", f"--identity={identity}", *extra_args]
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("SPECDECODE_")}
+        environ.update(env)
+        environ.update({"SPECDECODE_METRICS_PORT": str(self.metrics_port), "KUBECONFIG": str(bed.kubeconfig),
+                        "POD_NAME": identity, "PYTHONUNBUFFERED": "1"})
+        environ.update(extra_env or {})
+        self.log_path = bed.tmp / f"{identity}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(argv, env=environ, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.peak_rss_kb = 0
+        self._sampling = True
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while self._sampling and self.proc.poll() is None:
+            try:
+                for line in pathlib.Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_rss_kb = max(self.peak_rss_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+
+    def health(self) -> dict | None:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
+                return json.loads(r.read())
+        except Exception:
+            return None
+
+    def metric(self, name: str) -> float:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as r:
+                text = r.read().decode()
+        except Exception:
+            return 0.0
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and not line.startswith("#"))
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        wait_for(lambda: self.health() is not None or self.exited(), timeout=timeout, interval=0.1,
+                 what=f"{self.identity} serves /healthz")
+        assert not self.exited(), self.tail()
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def close(self) -> None:
+        self.terminate()
+        self._sampling = False
+        self._log.close()
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def crashed(self) -> bool:
+        """A traceback in the log or an exit other than a clean stop (SIGKILL by the test is not a crash)."""
+        text = self.log_path.read_text(errors="replace")
+        return "Traceback (most recent call last)" in text
+
+
+class Pool:
+    """Operator replicas kept at ``count`` the way a Deployment and its kubelet keep them: a replica that exits
+    (SIGKILL by a scenario, or status 1 after losing the Lease) is replaced by a new process at once."""
+
+    def __init__(self, bed: Bed, count: int, values: dict | None = None, prefix: str = "op", **kw):
+        self.bed, self.count, self.prefix, self.kw = bed, count, prefix, kw
+        self.args, self.env, _ = chart_operator_command(values)
+        self.live: list[Replica] = []
+        self.all: list[Replica] = []
+        self.restarts = 0
+        for _ in range(count):
+            self._start()
+
+    def _start(self) -> Replica:
+        r = Replica(self.bed, f"{self.prefix}-{len(self.all)}", self.args, self.env, **self.kw)
+        self.live.append(r)
+        self.all.append(r)
+        return r
+
+    def tick(self) -> None:
+        for r in list(self.live):
+            if r.exited():
+                self.live.remove(r)
+                self.restarts += 1
+                self._start()
+
+    def by_identity(self, identity: str | None) -> Replica | None:
+        return next((r for r in self.live if r.identity == identity), None)
+
+    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        """Like wait_for, replacing exited replicas meanwhile."""
+        def check():
+            self.tick()
+            return predicate()
+        return wait_for(check, timeout=timeout, interval=0.5, what=what)
+
+    def peak_rss_mb(self) -> float:
+        return round(max(r.peak_rss_kb for r in self.all) / 1024, 1)
+
+    def crashed(self) -> int:
+        return sum(r.crashed() for r in self.all)
+
+    def close(self) -> None:
+        for r in self.all:
+            r.close()
+
+
+def sdds(bed: Bed, count: int, prefix: str = "c", tp: int = 8) -> list[str]:
+    names = [f"{prefix}{i}" for i in range(count)]
+    for name in names:
+        bed.cluster.create_sdd(minimal_sdd(name, tp=tp))
+    return names
+
+
+def time_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> float:
+    started = time.monotonic()
+    wait_for(predicate, timeout=timeout, interval=interval, what=what)
+    return time.monotonic() - started
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    fault: str
+    converged_s: float | None
+    lost: int
+    duplicated: int
+    crashed: int
+    peak_rss_mb: float
+    backend: str = "emulator"
+    notes: dict = field(default_factory=dict)
+
+    def record(self) -> None:
+        """Append to bench/results/chaos.jsonl (tests/chaos/report.py turns it into chaos.md)."""
+        if os.environ.get("SPECDECODE_CHAOS_RECORD"):
+            RESULTS.parent.mkdir(parents=True, exist_ok=True)
+            with RESULTS.open("a") as f:
+                f.write(json.dumps({**self.__dict__, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                        + "\n")

@@ -1,0 +1,27 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+# tests/ (k8s.cluster, upstream helpers) and tests/chart (chartlib) as plain modules
+for p in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parents[1] / "chart"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from chaos.chaoslib import Bed  # noqa: E402
+
+
+@pytest.fixture
+def bed(tmp_path):
+    b = Bed(tmp_path)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def replicas():
+    """Operator processes started by a test; stopped (SIGTERM, then SIGKILL) at its end."""
+    started = []
+    yield started
+    for r in started:
+        r.close()
