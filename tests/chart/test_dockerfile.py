@@ -102,3 +102,10 @@ def test_dockerignore_keeps_the_context_small():
     copied = re.findall(r"^COPY (?!--from)(.+?) \S+$", TEXT, re.M)
     for src in " ".join(copied).split():
         assert src not in ignored, src
+
+
+def test_runtime_runs_as_the_non_root_uid_the_rendered_pod_sets():
+    from specdecode_operator.render.pod import RUNTIME_UID
+
+    user = stages()["runtime"]["user"]
+    assert user == f"{RUNTIME_UID}:{RUNTIME_UID}" and RUNTIME_UID != 0
