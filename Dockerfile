@@ -37,13 +37,13 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_BREAK_SYSTEM_PACKAGES=1
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python3 -m pip install "$(ls /wheels/specdecode_operator-*.whl)[runtime]" \
- && python3 -c "import sglang, specdecode_runtime; print('sglang', sglang.__version__)"
 # Non-root, with the same uid the rendered pod sets (render/pod.py RUNTIME_UID): the pod's root filesystem is
 # read-only and every cache lives under the /tmp emptyDir (HOME included).
 RUN groupadd --system --gid 10001 specdecode \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp/home --shell /usr/sbin/nologin specdecode
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    python3 -m pip install "$(ls /wheels/specdecode_operator-*.whl)[runtime]" \
+ && python3 -c "import sglang, specdecode_runtime; print('sglang', sglang.__version__)"
 ENV HOME=/tmp/home \
     XDG_CACHE_HOME=/tmp/cache
 USER 10001:10001
