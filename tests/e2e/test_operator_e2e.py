@@ -204,24 +204,19 @@ def test_conflict_and_server_error_storms_converge(emulated):
     assert all(f.hits == f.times for f in em.faults)
 
 
-def test_operator_restart_resumes_without_duplicate_writes(emulator_factory):
-    from specdecode_operator.testbed.runner import OperatorThread
-    from k8s.fixtures import operator_config
-
-    cluster = emulator_factory()
+def test_operator_restart_resumes_without_duplicate_writes(cluster):
     cluster.create_sdd(sdd())
     wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
     cluster.make_ready(APPS, "deployments", "llama")
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
     # and the tuner's first report (status.speculative): a restart before it would rightly write it then
     wait_for(lambda: (cluster.get_sdd("llama").get("status") or {}).get("speculative"))
-    cluster.operator.__exit__(None, None, None)
-    mark = len(cluster.emulator.log)
-    cluster.operator = OperatorThread(operator_config(server=cluster.server.url)).__enter__()
+    cluster.stop_operator()
+    mark = cluster.log_mark()
+    cluster.start_operator()
     import time
     time.sleep(1.5)
-    writes = [(r.verb, r.resource, r.name) for r in cluster.emulator.writes(since=mark) if r.resource != "events"]
-    assert writes == []
+    assert cluster.operator_writes(since=mark) == []
     assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"
 
 

@@ -35,6 +35,16 @@ class Cluster:
         self.emulator = emulator
         self.operator = operator
         self.bed = None  # the real API server's ApiServerBed (audit log, operator identity), when there is one
+        self.operator_factory: Callable[[], Any] | None = None  # starts an operator like the first one
+
+    def stop_operator(self) -> None:
+        if self.operator is not None:
+            self.operator.__exit__(None, None, None)
+            self.operator = None
+
+    def start_operator(self) -> None:
+        """A new operator with the same configuration (a restart: a new pod after the old one went away)."""
+        self.operator = self.operator_factory()
 
     # ------------------------------------------------------------------ what the operator did
     def log_mark(self) -> int:

@@ -79,10 +79,11 @@ def _factory(request, tmp_path, backend: str):
     def build(*, admission: bool = True, operator: bool = True, **config) -> Cluster:
         if backend == "emulator":
             server = EmulatorServer(standard_emulator(committed_crd(), admission=admission)).__enter__()
-            op = OperatorThread(operator_config(server=server.url, **config)).__enter__() if operator else None
+            start = lambda: OperatorThread(operator_config(server=server.url, **config)).__enter__()  # noqa: E731
             cfg = kubernetes.client.Configuration()
             cfg.host = server.url
-            cluster = Cluster(cfg, "default", emulator=server.emulator, operator=op)
+            cluster = Cluster(cfg, "default", emulator=server.emulator, operator=start() if operator else None)
+            cluster.operator_factory = start
             cluster.server = server
             opened.append((cluster, server, None))
             return cluster
@@ -120,12 +121,11 @@ def _real_cluster(request, tmp_path, opened, operator: bool, config: dict) -> Cl
     if bed is not None:
         bed.grant(namespace)
     mark = bed.env.audit_offset() if bed else 0
-    op = None
-    if operator:
-        values = {**TEST_CONFIG, **config}
-        op = OperatorProcess(operator_kubeconfig, (namespace,), tmp_path / f"operator-{namespace}.log", **values)
-        op.__enter__()
-    cluster = Cluster(cfg, namespace, emulator=None, operator=op)
+    values = {**TEST_CONFIG, **config}
+    log = tmp_path / f"operator-{namespace}.log"
+    start = lambda: OperatorProcess(operator_kubeconfig, (namespace,), log, **values).__enter__()  # noqa: E731
+    cluster = Cluster(cfg, namespace, emulator=None, operator=start() if operator else None)
+    cluster.operator_factory = start
     cluster.bed = bed
 
     def finalize() -> list[str]:

@@ -31,10 +31,38 @@ def crd_validator(crd: dict) -> Validator:
     return validate
 
 
+def prune(value, schema: dict):
+    """Drop fields the structural schema does not declare, as the API server does before defaulting (silently:
+    with the default fieldValidation it only adds a Warning header). Objects marked
+    x-kubernetes-preserve-unknown-fields, and maps (additionalProperties), keep their keys."""
+    if isinstance(value, dict) and schema.get("type", "object") == "object" \
+            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is not None:
+            return {k: prune(v, props[k]) for k, v in value.items() if k in props}
+        if isinstance(extra, dict):
+            return {k: prune(v, extra) for k, v in value.items()}
+        return value
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [prune(v, schema["items"]) for v in value]
+    return value
+
+
+def _storage_schema(crd: dict) -> dict:
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage", True))
+    return version["schema"]["openAPIV3Schema"]
+
+
 def crd_defaulter(crd: dict) -> Defaulter:
     from specdecode_operator.api.validate import apply_defaults
 
+    schema = _storage_schema(crd)
+    roots = {k: v for k, v in schema.get("properties", {}).items() if k not in ("apiVersion", "kind", "metadata")}
+
     def default(obj: dict) -> dict:
-        return apply_defaults(obj, crd=crd)
+        pruned = {k: (prune(v, roots[k]) if k in roots else v) for k, v in obj.items()
+                  if k in roots or k in ("apiVersion", "kind", "metadata")}
+        return apply_defaults(pruned, crd=crd)
 
     return default
