@@ -12,7 +12,7 @@ import logging
 import os
 import urllib.parse
 
-from specdecode_runtime.cli_common import UsageError, check_can_listen, check_port
+from specdecode_runtime.cli_common import UsageError, check_can_listen, check_port, float_in
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,10 +35,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="only the replica holding Lease <operator-namespace>/<lease-name> acts (HA)")
     run.add_argument("--lease-name", help="name of the leader-election Lease (default specdecode-operator)")
     run.add_argument("--identity", help="this replica's name in the Lease (default: the host name, the pod's name)")
-    run.add_argument("--resync-seconds", type=float, help="level-based resync period per object (default 30)")
+    run.add_argument("--resync-seconds", type=float_in(0, 86400), help="level-based resync period per object (default 30)")
     run.add_argument("--prometheus-url", help="tuner: read runtime counters from this Prometheus server "
                      "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
-    run.add_argument("--tune-restart-seconds", type=float,
+    run.add_argument("--tune-restart-seconds", type=float_in(0, 86400),
                      help="Rollout mode: seconds of serving a restart costs, unless a tuner profile says (default 300)")
     run.add_argument("--operator-namespace", help="namespace the operator runs in (NetworkPolicy peer)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")

@@ -75,3 +75,41 @@ def check_can_listen(flag: str, host: str, port: int) -> None:
         socket.create_server((host, port)).close()
     except OSError as e:
         raise UsageError(f"{flag}: cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def float_in(low: float, high: float):
+    """argparse type: a finite number with ``low < value <= high`` (``nan`` and ``inf`` would never end a loop)."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value <= low:
+            raise argparse.ArgumentTypeError(f"must be > {low:g} (a finite number), got {text}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_float = float_in(0.0, 1e9)
+
+
+def int_in(low: int, high: int):
+    """argparse type: an integer within ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be within {low}..{high}, got {value}")
+        return value
+
+    parse.__name__ = f"integer {low}..{high}"
+    return parse

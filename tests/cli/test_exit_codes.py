@@ -193,3 +193,25 @@ def test_simulations_are_bounded_in_work(tmp_path):
 def test_demo_with_an_unusable_kubeconfig(tmp_path):
     refused(specdecode("demo", "--kubeconfig", tmp_path / "missing", "--out", tmp_path / "out"),
             f"--kubeconfig {tmp_path / 'missing'}: cannot load")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["simulate", "--scenario", str(SEED), "--offline", "--speed", "nan"], "--speed: must be > 0 (a finite number)"),
+    (["simulate", "--scenario", str(SEED), "--offline", "--duration", "nan"], "--duration: must be > 0"),
+    (["simulate", "--scenario", str(SEED), "--offline", "--speed", "1e12"], "--speed: must be at most 10000"),
+    (["simulate", "--scenario", str(SEED), "--offline", "--seed", "-5"], "--seed: must be within 0.."),
+    (["simulate", "--scenario", str(SEED), "--offline", "--candidates", "0,1,99999999999"], "within 0..64"),
+    (["simulate", "--scenario", str(SEED), "--offline", "--steps", "65"], "--steps: must be within 0..64"),
+])
+def test_simulate_number_flags_are_bounded(args, fragment):
+    refused(runtime(*args), fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["demo", "--speed", "inf"], "--speed: must be > 0 (a finite number), got inf"),
+    (["demo", "--max-seconds", "nan"], "--max-seconds: must be > 0"),
+    (["operator", "run", "--resync-seconds", "nan"], "--resync-seconds: must be > 0"),
+    (["operator", "run", "--tune-restart-seconds", "-1"], "--tune-restart-seconds: must be > 0"),
+])
+def test_specdecode_number_flags_are_bounded(args, fragment):
+    refused(specdecode(*args), fragment)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specdecode_runtime.cli_common import UsageError
-from specdecode_runtime.simulate.cli import positive_float
+from specdecode_runtime.cli_common import UsageError, float_in
+from specdecode_runtime.simulate.cli import MAX_SPEED
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("demo", help="run operator + tuner against simulated runtime pods (no cluster, no GPU)")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="where the plot and summary go (default demo-out/)")
-    p.add_argument("--speed", type=positive_float, default=10.0, help="simulated seconds per wall second (default 10)")
+    p.add_argument("--speed", type=float_in(0, MAX_SPEED), default=10.0, help="simulated seconds per wall second (default 10)")
     p.add_argument("-f", "--file", type=Path, default=None, help="SpecDecodeDeployment to apply (default: embedded seed PCIe box)")
     p.add_argument("--scenario", type=Path, default=None, help="scenario for the simulated pods (default: embedded seed scenario with a workload shift)")
     p.add_argument("--kubeconfig", default=None, help="run against a real cluster with the real runtime image instead")
-    p.add_argument("--max-seconds", type=positive_float, default=110.0, help="wall-clock limit (default 110)")
+    p.add_argument("--max-seconds", type=float_in(0, 86400), default=110.0, help="wall-clock limit (default 110)")
     p.set_defaults(func=run)
     return p
 

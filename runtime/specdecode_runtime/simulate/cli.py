@@ -9,11 +9,13 @@ import json
 import socket
 import sys
 
+from ..cli_common import float_in, int_in, positive_float
 from ..config import TOKEN_PATH, candidate_steps
 from ..control import StepTable, StepTableError
 from ..http_limits import SERVER_LIMITS
-from ..scenario import ScenarioError, allowed_draft_tps, load_scenario
+from ..scenario import MAX_STEPS, ScenarioError, allowed_draft_tps, load_scenario
 
+MAX_SPEED = 10_000.0  # simulated seconds per wall second; beyond it a request would wait on a long simulation
 DEFAULT_CANDIDATES = [0, *candidate_steps(1, 7, 3)]
 
 
@@ -22,34 +24,24 @@ def _int_list(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
+    if not values or any(not 0 <= v <= MAX_STEPS for v in values):
+        raise argparse.ArgumentTypeError(f"expected step counts within 0..{MAX_STEPS}, got {text!r}")
     return values
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
-    return v
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--scenario", required=True, help="scenario YAML (docs/scenarios.md)")
     p.add_argument("--port", type=int, default=30000, help="HTTP port (default 30000; 0: any free port, printed)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--speed", type=positive_float, default=1.0, help="simulated seconds per wall second (default 1)")
+    p.add_argument("--speed", type=float_in(0, MAX_SPEED), default=1.0, help="simulated seconds per wall second (default 1)")
     p.add_argument("--token-file", default=TOKEN_PATH,
                    help=f"bearer token for /specdecode/v1/steps (default {TOKEN_PATH}; missing/empty -> every request 401)")
     p.add_argument("--candidates", type=_int_list, default=DEFAULT_CANDIDATES,
                    help=f"captured step counts the step table may use (default {','.join(map(str, DEFAULT_CANDIDATES))})")
-    p.add_argument("--steps", type=int, default=None, help="initial steps for every batch size (default: 3 if a "
+    p.add_argument("--steps", type=int_in(0, MAX_STEPS), default=None, help="initial steps for every batch size (default: 3 if a "
                    "candidate, else the largest candidate; 0 = no speculation)")
-    p.add_argument("--draft-tp", type=int, default=None, help="simulate the draft on this many ranks (needs draftTp)")
-    p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    p.add_argument("--draft-tp", type=int_in(1, 1024), default=None, help="simulate the draft on this many ranks (needs draftTp)")
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=None, help="override the scenario's seed")
     p.add_argument("--offline", action="store_true", help="no server: run the scenario in-process and print JSON")
     p.add_argument("--duration", type=positive_float, default=None, help="--offline: simulated seconds (default: scenario)")
     p.set_defaults(func=run)
