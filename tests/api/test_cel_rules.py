@@ -100,7 +100,7 @@ def test_defaults_are_applied_like_the_api_server():
     obj = apply_defaults(base())
     assert obj["spec"]["speculative"] == {
         "numSteps": 3, "eagleTopK": 1,
-        "autotune": {"mode": "Off", "minSteps": 1, "maxSteps": 7, "intervalSeconds": 30, "objective": "Throughput"},
+        "autotune": {"mode": "Off", "minSteps": 1, "maxSteps": 7, "intervalSeconds": 10, "objective": "Throughput"},
     }
     assert obj["spec"]["placement"]["gpusPerNode"] == 8
     assert obj["spec"]["nccl"] == {"profile": "Auto", "env": {}}
