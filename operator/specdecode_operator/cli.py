@@ -80,7 +80,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     and tests), the others appear in ``--help`` by name only."""
     from .images import RUNTIME_IMAGE
 
-    parser = argparse.ArgumentParser(prog="specdecode", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="specdecode", description=__doc__.splitlines()[0].replace("``", ""))
     cli_common.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -104,7 +104,7 @@ def _quiet_imports(verbose: bool):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="specdecode-runtime", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="specdecode-runtime", description=__doc__.splitlines()[0].replace("``", ""))
     cli_common.add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("launch", help="start the patched SGLang server from runtime.yaml")
