@@ -46,8 +46,18 @@ def _models(opts, root: Path):
         return Models(target=opts.model_path, draft=opts.draft_model_path, vocab=vocab)
     from ..cpu.tiny_models import make_tiny_models
 
-    tiny = make_tiny_models(root / "models", opts.model_config or None, seed=0)
+    tiny = make_tiny_models(root / "models", opts.model_config or default_shape(opts.tp), seed=0)
     return Models(target=tiny.target, draft=tiny.draft(opts.algorithm, opts.agree), vocab=tiny.shape["vocab_size"])
+
+
+def default_shape(tp: int) -> dict[str, int]:
+    """The tiny target's shape when ``--model-config`` is not given: every attention and KV head split evenly over
+    ``tp`` ranks (SGLang's loader shards KV heads, it does not replicate them for a Llama this small)."""
+    from ..cpu.tiny_models import DEFAULT_SHAPE
+
+    heads = max(DEFAULT_SHAPE["num_attention_heads"], tp)
+    return {"num_attention_heads": heads, "num_key_value_heads": max(DEFAULT_SHAPE["num_key_value_heads"], tp),
+            "hidden_size": max(DEFAULT_SHAPE["hidden_size"], 16 * heads)}
 
 
 def _kill_children() -> None:

@@ -169,6 +169,14 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if ns.model_path is not None and ns.model_config is not None:
         raise OptionError("--model-config describes the tiny model; it cannot be combined with --model-path")
     shape = _read_model_config(ns.model_config) if ns.model_config is not None else {}
+    if shape:
+        from ..cpu.tiny_models import validate_shape
+
+        full = validate_shape(shape)
+        for key in ("num_attention_heads", "num_key_value_heads"):
+            if full[key] % ns.tp:
+                raise OptionError(f"--model-config: {key} {full[key]} must be divisible by --tp {ns.tp} (every "
+                                  "rank holds whole heads)")
     return Options(device=device, tp=ns.tp, draft_tp=draft_tp, draft_ranks=ranks, algorithm=algorithm,
                    steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
                    model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
