@@ -132,6 +132,7 @@ class LeaderElector:
                                             retry_period=retry_period, onstarted_leading=self._started_leading,
                                             onstopped_leading=self._stopped_leading)
         self._threads: list[threading.Thread] = []
+        self._released = False
 
     # ------------------------------------------------------------------ state
     @property
@@ -186,9 +187,10 @@ class LeaderElector:
 
     def stop(self, release: bool = True) -> None:
         """Stop acting; with ``release`` hand the Lease over at once instead of letting it expire."""
+        was_leading = self.leading
         self._stopping.set()
         self.lock.closed = True
-        was_leading = self.leading
         self._lost.set()
-        if release and was_leading:
+        if release and was_leading and not self._released:
+            self._released = True
             self.lock.release()

@@ -56,8 +56,12 @@ class OperatorProcess:
 
     # ------------------------------------------------------------------ control
     def stop(self) -> None:
-        """Thread-safe: ask the replica to stop (releases the Lease if held)."""
-        if self._loop is not None and self._stop is not None:
+        """Thread-safe: stop acting now and hand the Lease over, then let kopf shut down. The fence closes first
+        (every API write of ours is refused from here on), so releasing the Lease before kopf has finished its
+        shutdown cannot give two writers; a standby takes over at its next poll instead of after expiry."""
+        if self.elector is not None and self.role != "lost":
+            threading.Thread(target=self.elector.stop, kwargs={"release": True}, daemon=True).start()
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
 
     def _lost(self) -> None:
