@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 import kubernetes
+import kubernetes.watch
 import yaml
 
 from specdecode_operator.reconcile.apply import resource_path
@@ -107,9 +108,6 @@ class Emulator:
         cfg.connection_pool_maxsize = 16
         self.api = kubernetes.client.ApiClient(cfg)
 
-    def list_query(self) -> list:
-        return []
-
     def close(self) -> None:
         self.proc.kill()  # its shutdown of hundreds of open watches is not part of the measurement
         self.proc.wait(10)
@@ -129,7 +127,8 @@ class RealApiServer:
             sys.path.insert(0, str(ROOT))
             from tests.k8s.envtest import Environment
 
-            self.env = Environment().start()
+            # room for a ClusterIP Service per object (the test bed's default range is a /24)
+            self.env = Environment(extra_apiserver_args=["--service-cluster-ip-range=10.96.0.0/16"]).start()
             self.pids = self.env.pids
             kubeconfig = str(self.env.kubeconfig)
             self.operator_kubeconfig = str(self.env.kubeconfig_for(OPERATOR_USER, ["system:masters"]))
@@ -164,9 +163,6 @@ class RealApiServer:
             raise SystemExit(f"{method} {path}: {r.status} {r.data[:500]!r}")
         return json.loads(r.data)
 
-    def list_query(self) -> list:
-        return [("resourceVersion", "0")]  # from the API server's watch cache, as informers list
-
     def requests_by_operator(self, since: int = 0) -> tuple[int, dict]:
         """(requests, {verb resource: n}) of the operator's identity in the audit log after offset ``since``."""
         counts: collections.Counter = collections.Counter()
@@ -185,6 +181,72 @@ class RealApiServer:
         self.api.close()
         if self.env is not None:
             self.env.stop()
+
+
+def ready(sdd: dict) -> bool:
+    status = sdd.get("status") or {}
+    return status.get("observedGeneration") == 1 and bool(status.get("conditions"))
+
+
+def poll_until_ready(call, ns: str, count: int, started: float, timeout: float) -> None:
+    """The emulator: poll every 0.5 s (at N=500 one LIST of the objects is ~2 MB of JSON); Deployments are listed
+    only once every object has its status (written after the children)."""
+    deps: list = []
+    while True:
+        sdds = call("GET", resource_path("specdecode.io/v1alpha1", "specdecodedeployments", ns))["items"]
+        with_status = sum(1 for s in sdds if ready(s))
+        if with_status == count:
+            deps = call("GET", resource_path("apps/v1", "deployments", ns))["items"]
+            if len(deps) == count:
+                return
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"timeout: {with_status}/{count} with status, {len(deps)} deployments")
+        time.sleep(0.5)
+
+
+class Tracker:
+    """A real API server: one watch on the objects and one on their Deployments, started before the objects are
+    created, so the bench adds two streams to the API server's load instead of a multi-MB LIST per poll."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, ns: str, count: int):
+        import threading
+
+        self.count, self.ready, self.deployments = count, set(), set()
+        self.lock, self.complete = threading.Lock(), threading.Event()
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+        self.watches = []
+        for group, version, plural, on in (("specdecode.io", "v1alpha1", "specdecodedeployments", self._sdd),
+                                           ("apps", "v1", "deployments", self._deployment)):
+            rv = self.custom.list_namespaced_custom_object(group, version, ns, plural)["metadata"]["resourceVersion"]
+            w = kubernetes.watch.Watch()
+            self.watches.append(w)
+            threading.Thread(target=self._follow, args=(w, group, version, ns, plural, rv, on), daemon=True).start()
+
+    def _follow(self, w, group, version, ns, plural, rv, on) -> None:
+        try:
+            for event in w.stream(self.custom.list_namespaced_custom_object, group, version, ns, plural,
+                                  resource_version=rv, timeout_seconds=3600):
+                with self.lock:
+                    on(event["object"])
+                    if len(self.ready) == self.count and len(self.deployments) == self.count:
+                        self.complete.set()
+        except Exception:  # the stream closed by stop() once complete; else wait() reports the timeout
+            if not self.complete.is_set():
+                raise
+
+    def _sdd(self, obj: dict) -> None:
+        if ready(obj):
+            self.ready.add(obj["metadata"]["name"])
+
+    def _deployment(self, obj: dict) -> None:
+        self.deployments.add(obj["metadata"]["name"])
+
+    def wait(self, started: float, timeout: float) -> None:
+        if not self.complete.wait(max(0.0, timeout - (time.monotonic() - started))):
+            raise SystemExit(f"timeout: {len(self.ready)}/{self.count} with status, "
+                             f"{len(self.deployments)} deployments")
+        for w in self.watches:
+            w.stop()
 
 
 def main() -> int:
@@ -234,26 +296,17 @@ def main() -> int:
             parent.send(cmd)
             return parent.recv()
 
+        if isinstance(backend, RealApiServer):
+            tracker = Tracker(backend.api, ns, args.count)
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: call("POST", resource_path("specdecode.io/v1alpha1", "specdecodedeployments",
                                                                 ns), body(i, ns)), range(args.count)))
         created = time.monotonic() - started
-        # Polling loads the API server (at N=500 one LIST of the objects is ~2 MB of JSON): every 0.5 s, and the
-        # Deployments are listed only once every object has its status (written after the children).
-        deps: list = []
-        while True:
-            sdds = call("GET", resource_path("specdecode.io/v1alpha1", "specdecodedeployments", ns),
-                        query=backend.list_query())["items"]
-            with_status = sum(1 for s in sdds if (s.get("status") or {}).get("observedGeneration") == 1
-                              and s["status"].get("conditions"))
-            if with_status == args.count:
-                deps = call("GET", resource_path("apps/v1", "deployments", ns), query=backend.list_query())["items"]
-                if len(deps) == args.count:
-                    break
-            if time.monotonic() - started > args.timeout:
-                raise SystemExit(f"timeout: {with_status}/{args.count} with status, {len(deps)} deployments")
-            time.sleep(0.5)
+        if isinstance(backend, RealApiServer):
+            tracker.wait(started, args.timeout)
+        else:
+            poll_until_ready(call, ns, args.count, started, args.timeout)
         ready_s = time.monotonic() - started
         cpu_ready = cpu_seconds(proc.pid) - cpu_before
         server_cpu_ready = {k: round(cpu_seconds(pid) - server_cpu_before[k], 1) for k, pid in backend.pids.items()}
