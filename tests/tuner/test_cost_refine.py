@@ -54,3 +54,17 @@ def test_sparse_intervals_are_ignored_and_old_ones_fade():
     for _ in range(60):
         r.add(batch=4, steps=3, spec_fraction=1.0, cycle_ms=TRUE.cycle_ms(3, 4), cycles=500)
     assert r.refine(BIASED).cycle_ms(3, 4) == pytest.approx(TRUE.cycle_ms(3, 4), rel=0.01)
+
+
+def test_doubt_is_large_only_for_parts_no_timing_has_exercised():
+    r = CostRefiner()
+    prior = r.refine(BIASED)
+    assert prior.relative_sd(4, 3, 4) > 0  # no data: the prior's error
+    for _ in range(6):
+        r.add(batch=4, steps=2, spec_fraction=1.0, cycle_ms=TRUE.cycle_ms(2, 4), cycles=500)
+        r.add(batch=4, steps=3, spec_fraction=1.0, cycle_ms=TRUE.cycle_ms(3, 4), cycles=500)
+    fit = r.refine(BIASED)
+    between_seen = fit.relative_sd(3, 2, 4)
+    to_plain = fit.relative_sd(0, 2, 4)  # plain decoding never ran: its split from the speculative extra is unknown
+    assert between_seen < 0.01 and to_plain > 2 * between_seen
+    assert fit.relative_sd(2, 2, 4) == 0.0

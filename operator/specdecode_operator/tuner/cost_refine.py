@@ -42,21 +42,38 @@ def parts(base: CycleCost, batch: float) -> tuple[float, float, float]:
     return t0, t1 - d - t0, d
 
 
+def features(base: CycleCost, k: float, batch: float) -> np.ndarray:
+    t0, s, d = parts(base, batch)
+    return np.array([t0, s if k > 0 else 0.0, d * k])
+
+
 @dataclass(frozen=True)
 class RefinedCost:
     """A ``CycleCost`` stand-in (the policy and the goodput model only call ``cycle_ms``): the base profile with
-    its three parts scaled by the fitted factors."""
+    its three parts scaled by the fitted factors, and the factors' posterior covariance ``cov``."""
 
     base: CycleCost
     rv: float = 1.0
     rs: float = 1.0
     rd: float = 1.0
+    cov: tuple[tuple[float, ...], ...] | None = None
 
     def cycle_ms(self, k: int, batch: float) -> float:
         t0, s, d = parts(self.base, batch)
         if k <= 0:
             return self.rv * t0
         return self.rv * t0 + self.rs * s + self.rd * d * k
+
+    def relative_sd(self, k: int, cur: int, batch: float) -> float:
+        """Standard deviation of ``cycle_ms(k) - cycle_ms(cur)`` relative to ``cycle_ms(cur)``: how far the model
+        can be trusted to compare a k with the one running. Near 0 between step counts whose timings were seen
+        (or that the data pin down), about the prior's error for a part never exercised (k = 0 seen only from
+        speculative cycles: the plain cycle and the speculative extra are told apart by nothing but the prior)."""
+        if self.cov is None or k == cur:
+            return 0.0
+        g = features(self.base, k, batch) - features(self.base, cur, batch)
+        var = float(g @ np.asarray(self.cov) @ g)
+        return float(np.sqrt(max(var, 0.0))) / max(self.cycle_ms(cur, batch), 1e-9)
 
     def step_ms(self, batch: float) -> float:
         """What one more draft step adds to a cycle."""
@@ -110,8 +127,8 @@ class CostRefiner:
             prec += (x * w[:, None]).T @ x
             rhs += (x * (w * y)[:, None]).sum(axis=0)
         try:
-            r = np.linalg.solve(prec, rhs)
+            cov = np.linalg.inv(prec)
         except np.linalg.LinAlgError:
             return RefinedCost(base)
-        rv, rs, rd = (float(max(v, 0.05)) for v in r)
-        return RefinedCost(base, rv, rs, rd)
+        rv, rs, rd = (float(max(v, 0.05)) for v in cov @ rhs)
+        return RefinedCost(base, rv, rs, rd, tuple(tuple(float(x) for x in row) for row in cov))

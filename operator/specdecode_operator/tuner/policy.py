@@ -222,7 +222,10 @@ def choose(
             return False
         return not (judged and direction == state.last_direction)
 
-    if best != cur and gain > cfg.hysteresis:
+    # The cost model's own doubt about best vs cur (a refined profile knows which parts live timings have pinned
+    # down): a predicted gain inside it is not evidence.
+    doubt = cost.relative_sd(best, cur, batch) if best != cur and hasattr(cost, "relative_sd") else 0.0
+    if best != cur and gain > cfg.hysteresis + doubt:
         # A detected workload change is a new world, not noise: the cooldown does not hold the old choice there.
         if cooling(1 if best > cur else -1) and not workload_changed:
             return Choice(cur, "hold", f"cooldown: k={best} predicted {gain:+.1%} but last change "
@@ -245,5 +248,6 @@ def choose(
             return Choice(nxt, "explore", f"position {acc.observed + 1} unobserved: optimistic {opt:.1f} "
                           f"vs {g[cur]:.1f} tok/s, probing one interval", opt_gain, g)
     if best != cur:
-        return Choice(cur, "hold", f"k={best} predicted {gain:+.1%} <= hysteresis {cfg.hysteresis:.0%}", gain, g)
+        return Choice(cur, "hold", f"k={best} predicted {gain:+.1%} <= hysteresis {cfg.hysteresis:.0%}"
+                      + (f" + cost doubt {doubt:.1%}" if doubt else ""), gain, g)
     return Choice(cur, "hold", f"k={cur} is the model's best", 0.0, g)

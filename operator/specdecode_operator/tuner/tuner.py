@@ -174,11 +174,11 @@ class Tuner:
         if base is None:
             cost, _ = self.estimator.cost(label, None)
             return cost, PHASE_AVERAGES if cost is not None else "None"
-        ref = self.refiners.get(label)
-        if not self.refine or ref is None or not ref.observations:
+        if not self.refine:
             return base, source
-        refined = ref.refine(base, PRIOR_SD_OVERRIDE if source == OVERRIDE else None)
-        return refined, OVERRIDE if source == OVERRIDE else REFINED
+        ref = self.refiners.setdefault(label, CostRefiner())
+        refined = ref.refine(base, PRIOR_SD_OVERRIDE if source == OVERRIDE else None)  # the prior alone without data
+        return refined, source if source == OVERRIDE or not ref.observations else REFINED
 
     def wants_costs(self, pod: str) -> bool:
         """Whether the next scrape of ``pod`` should parse its start-up cost probe: not yet seen, or the pod restarted
