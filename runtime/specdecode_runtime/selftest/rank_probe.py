@@ -9,6 +9,8 @@ serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
   draft's group: its collectives no longer match the other ranks'.
 * ``kv_profile``: when SGLang profiles free memory to size the target KV pool, how many bytes of gathered target
   vocabulary this rank already holds for the draft (so the pool is sized with them resident).
+* ``kv_cell``: the target's KV bytes per token as SGLang sizes the pool (draft pool included): equal on every rank,
+  or the ranks would size different token counts.
 * ``verify``: per target verify forward, the KV slots it writes (``out_cache_loc``), its positions and input ids.
   Every rank must write the same slots.
 * ``switch``: every step-tier swap, with the decode round it happened at.
@@ -173,6 +175,17 @@ def _wrap_sglang() -> None:
 
         return apply_runtime_state
 
+    def cell(orig):
+        def __init__(self, kvc, *a, **k):
+            orig(self, kvc, *a, **k)
+            if not kvc.is_draft_worker:
+                record("kv_cell", cell_size=int(getattr(self, "_cell_size", 0) or 0))
+
+        return __init__
+
+    from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
+
+    _wrap(DefaultPoolConfigurator, "__init__", cell)
     _wrap(ModelRunner, "_get_attention_backend", backend)
     _wrap(ModelRunner, "init_attention_backends", backends)
     _wrap(KVCacheConfigurator, "_profile_available_bytes", profile)

@@ -109,9 +109,13 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
                 bad.append(f"rank {rk} (outside S) kept {e['gathered_bytes']} bytes")
             if opts.algorithm == "EAGLE3" and e.get("head_gathered"):
                 bad.append(f"rank {rk}: the target head was gathered for an EAGLE-3 draft with its own head")
+        cells = {rk: [e["cell_size"] for e in evs] for rk, evs in _by_rank(r, "kv_cell").items()}
+        if len({json.dumps(v) for v in cells.values()}) > 1:
+            bad.append(f"KV bytes per token differ across ranks {cells}")
         held = {rk: evs[0]["gathered_bytes"] for rk, evs in prof.items() if evs}
         out.append(Check("KV pool sized with the draft's gathered vocabulary resident", not bad,
-                         "; ".join(bad) or f"bytes held at KV sizing per rank {held}"))
+                         "; ".join(bad) or f"bytes held at KV sizing per rank {held}; KV bytes per token "
+                         f"{next(iter(cells.values()), None)} on every rank"))
     # Metrics: the exported specdecode_* counters equal the engine's own per-request counts.
     eng, exp = r.acceptance.get("engine"), r.acceptance.get("exported")
     if eng and exp:

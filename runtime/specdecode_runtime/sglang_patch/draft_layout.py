@@ -229,6 +229,53 @@ def gather_shared_vocab(worker: Any, st: _SplitState) -> None:
                 " and head" if use_head else "; the draft has its own head")
 
 
+def wrap_pool_sizing(orig):
+    """``DefaultPoolConfigurator.__init__`` (every rank, the target's KV sizing): SGLang prices the EAGLE draft's KV
+    per token as the target's per-layer KV at the target's head split (``kv_heads / N`` per rank). On S the draft
+    runs at TP |S| and its pool holds ``kv_heads / |S|`` heads per rank, up to N/|S| times that price. Every rank
+    adds the difference to the per-token cell size (the placement is the same everywhere, so every rank still
+    sizes the same token count), which keeps S's draft pool inside SGLang's budget; outside S it stays unused."""
+
+    def __init__(self, kvc):
+        orig(self, kvc)
+        st = state.split
+        if st is None or kvc.is_draft_worker or not kvc.spec_algorithm.is_eagle():
+            return
+        extra = draft_pool_extra_bytes_per_token(self, kvc, st.groups.placement.draft_tp_size)
+        if extra > 0:
+            self._cell_size += extra
+            logger.info("specdecode: KV cell size +%d B/token for the draft pool at TP %d on S",
+                        extra, st.groups.placement.draft_tp_size)
+
+    return __init__
+
+
+def draft_pool_extra_bytes_per_token(configurator: Any, kvc: Any, draft_tp: int) -> int:
+    """Bytes per token S's draft pool needs beyond SGLang's estimate; 0 where SGLang prices it another way
+    (fused, hybrid, DSA or HiSparse layouts keep SGLang's own sizing)."""
+    from sglang.srt.configs.model_config import is_deepseek_dsa
+    from sglang.srt.runtime_context import get_memory, get_parallel
+
+    aux = kvc.spec_aux_config
+    draft_cfg, draft_layers = aux.draft_model_config, aux.eagle_draft_num_layers
+    if draft_cfg is None or not draft_layers or kvc.fused_entry_bytes("full") is not None:
+        return 0
+    if getattr(kvc, "mambaish_config", None) is not None or get_memory().enable_hisparse:
+        return 0
+    if is_deepseek_dsa(kvc.model_config.hf_config):
+        return 0
+    layers = int(kvc.layer_info.num_effective_layers)
+    if layers <= 0:
+        return 0
+    n = get_parallel().attn_tp_size
+    at_n, at_s = draft_cfg.get_num_kv_heads(n), draft_cfg.get_num_kv_heads(draft_tp)
+    if at_s <= at_n:
+        return 0
+    target_cell = configurator._compute_cell_size(kvc, layers)
+    budgeted = int(target_cell * int(draft_layers) / layers)  # SGLang's own estimate of the draft's KV per token
+    return budgeted * at_s // at_n - budgeted
+
+
 def wrap_embed(orig):
     def _resolve_shared_embed_and_head(self):
         st = state.split

@@ -30,6 +30,11 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint("sglang.srt.managers.scheduler.Scheduler.init_memory_pools", ("self",), "use",
                "sizes the target KV pool (init_target_memory_pool) after the draft worker is built, so the vocab "
                "gather at the end of EAGLEWorkerV2.__init__ is resident when free memory is profiled"),
+    PatchPoint("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.__init__", ("self", "kvc"),
+               "wrap", "the KV cell size per token also prices S's draft pool at the draft's TP (its heads per rank)"),
+    PatchPoint("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_cell_size",
+               ("self", "kvc", "num_layers"), "use", "the target's KV bytes per token, from which SGLang prices "
+               "the draft's"),
     PatchPoint("sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3", (), "use",
                "sets load_lm_head_from_target: an EAGLE-3 draft with its own head never gets the target's"),
     PatchPoint(f"{EW2}.EAGLEWorkerV2.forward_batch_generation",
