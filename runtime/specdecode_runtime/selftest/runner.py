@@ -155,7 +155,11 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
     write_launch_files(plan)
     os.environ.update(env)
     os.environ.update(plan.env)
-    return prepare_server_args(plan.args)
+    # SGLang's --enable-metrics registers its tokenizer-side series in this process's global registry, once per
+    # Engine, and the self-test starts several engines in one process; the specdecode_* series it checks are
+    # written by the scheduler processes into the multiprocess directory either way.
+    args = [a for a in plan.args if a != "--enable-metrics"]
+    return prepare_server_args(args)
 
 
 def _put_steps(control: dict[str, Any], steps: int) -> dict:
