@@ -165,7 +165,24 @@ def probe_finalizer_holds_deletion(c):
             "gone_after_release": outcome(lambda: c.call("GET", cm_path(c, "fin")))}
 
 
+def probe_generation_counts_spec_changes_only(c):
+    c.create_sdd(minimal_sdd("gen"))
+    labelled = c.patch_sdd("gen", {"metadata": {"labels": {"team": "a"}}})
+    respecced = c.patch_sdd("gen", {"spec": {"replicas": 3}})
+    return {"after_label": labelled["metadata"]["generation"], "after_spec": respecced["metadata"]["generation"]}
+
+
+def probe_watch_from_resource_version(c):
+    """A watch from the list's resourceVersion sends only what changes after it, and ends at timeoutSeconds."""
+    c.call("POST", cm_path(c), configmap("w1"))
+    rv = c.call("GET", cm_path(c))["metadata"]["resourceVersion"]
+    events = c.watch_events(cm_path(c), [("watch", "true"), ("resourceVersion", rv), ("timeoutSeconds", "1")])
+    return {"events": [(e["type"], e["object"]["metadata"]["name"]) for e in events]}
+
+
 PROBES = {
+    "generation_counts_spec_changes_only": probe_generation_counts_spec_changes_only,
+    "watch_from_resource_version": probe_watch_from_resource_version,
     "create_conflict_and_missing": probe_create_conflict_and_missing,
     "stale_resource_version": probe_stale_resource_version,
     "json_patch_test_failure": probe_json_patch_test_failure,

@@ -85,6 +85,25 @@ class Cluster:
             raise ApiFailure(response.status, data)
         return data
 
+    def watch_events(self, path: str, query: list, seconds: float = 3.0) -> list[dict]:
+        """The events of one watch request, read until the server ends it or ``seconds`` pass without data."""
+        import urllib3
+
+        _, url, headers, _, _ = self.api.param_serialize("GET", path, query_params=query,
+                                                         header_params={"Accept": "application/json"},
+                                                         auth_settings=["BearerToken"])
+        response = self.api.rest_client.pool_manager.request(
+            "GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=5, read=seconds))
+        data = b""
+        try:
+            for chunk in response.stream(4096):
+                data += chunk
+        except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+            pass
+        finally:
+            response.release_conn()
+        return [json.loads(line) for line in data.splitlines() if line.strip()]
+
     def sdd_path(self, name: str | None = None, sub: str | None = None) -> str:
         return resource_path(API_VERSION, PLURAL, self.namespace, name, sub)
 

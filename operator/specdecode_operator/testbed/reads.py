@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp.web
@@ -55,23 +56,34 @@ class ReadHandlers(ObjectStore):
         })
 
     async def _serve_watch(self, request):  # type: ignore[override]
+        """Without a resourceVersion (or "0"): every object as ADDED, then changes. From a resourceVersion (what
+        a client that listed first sends): only objects changed since, as MODIFIED (deletions in between are not
+        replayed: no event history is kept). The stream ends after timeoutSeconds, as the real server's does."""
         match = compile_selector(request.params.get("labelSelector"))
+        since = request.params.get("resourceVersion") or "0"
+        since = int(since) if since.isdigit() else 0
+        timeout = request.params.get("timeoutSeconds")
         yield b""
         async with self._lock:
             events = [
-                {"type": "ADDED", "object": obj.raw}
+                {"type": "MODIFIED" if since else "ADDED", "object": obj.raw}
                 for (res, ns, _n), obj in self._objects.items()
                 if res == request.resource and not obj.deleted
                 and (request.namespace is None or ns == request.namespace)
+                and int(obj.raw.get("metadata", {}).get("resourceVersion") or 0) > since
                 and match(obj.raw.get("metadata", {}).get("labels") or {})
             ]
         for event in events:
             yield event
-        async for event in self._buses[request.resource]:
-            md = event.get("object", {}).get("metadata", {})
-            if request.namespace is not None and md.get("namespace") != request.namespace:
-                continue
-            if request.name is not None and md.get("name") != request.name:
-                continue
-            if match(md.get("labels") or {}):
-                yield event
+        try:
+            async with asyncio.timeout(float(timeout) if timeout and timeout.isdigit() else None):
+                async for event in self._buses[request.resource]:
+                    md = event.get("object", {}).get("metadata", {})
+                    if request.namespace is not None and md.get("namespace") != request.namespace:
+                        continue
+                    if request.name is not None and md.get("name") != request.name:
+                        continue
+                    if match(md.get("labels") or {}):
+                        yield event
+        except TimeoutError:
+            return
