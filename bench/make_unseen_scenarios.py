@@ -92,6 +92,48 @@ def scenarios() -> dict[str, dict]:
         "description": "H200 NVLink, acceptance jumps between three noisy regimes every 15-90 s for 20 min (simulated)",
         **H200_COST, "restartSeconds": 300, "phases": phases, "seed": 104,
     }
+    # --- Written after the tuner's rules were fixed and evaluated once, never tuned on (bench/results/tuner.md) ---
+    # 5. The PCIe box with the draft on all 8 ranks (the seed's layout): batch grows 1 -> 6 while acceptance moves.
+    pcie_tp8 = {"interconnect": "PCIe", "cost": {"verify": {"base": 10.7, "perToken": 0.11},
+                                                 "draftStep": {"base": 2.9963, "perSeq": 0.0075},
+                                                 "draftExtend": {"base": 2.9963, "perToken": 0.0075},
+                                                 "overhead": 0.3, "broadcast": 0.0}}
+    steps5 = [("chat-b1", {1: 1.0}, chain(0.57, 0.93)), ("code-b1", {1: 1.0}, chain(0.93, 0.99)),
+              ("code-b2", {2: 1.0}, chain(0.93, 0.99)), ("chat-b3", {2: 0.5, 4: 0.5}, chain(0.6, 0.94)),
+              ("code-b6", {4: 0.5, 8: 0.5}, chain(0.93, 0.99)), ("chat-b6", {4: 0.5, 8: 0.5}, chain(0.57, 0.93))]
+    out["fresh-pcie-tp8-ramp"] = {
+        "name": "fresh-pcie-tp8-ramp",
+        "description": "PCIe 8-GPU box, draft on TP8, batch 1 -> 6 with chat/code acceptance, 120 s phases (simulated)",
+        **pcie_tp8, "restartSeconds": 300,
+        "phases": [{"name": n, "seconds": 120, "batchSize": b, "acceptance": a} for n, b, a in steps5],
+        "seed": 105,
+    }
+    # 6. Acceptance cycles through three regimes every 45 s while the batch mix shifts every 135 s (H200).
+    regimes3 = [chain(0.85, 0.97), chain(0.65, 0.92), chain(0.75, 0.95)]
+    mixes3 = [{1: 0.7, 2: 0.3}, {2: 0.5, 8: 0.5}, {8: 0.5, 24: 0.5}, {1: 0.5, 16: 0.5}]
+    out["fresh-flip-45s-mix"] = {
+        "name": "fresh-flip-45s-mix",
+        "description": "H200 NVLink, acceptance regime every 45 s, batch mix every 135 s, 18 min (simulated)",
+        **H200_COST, "restartSeconds": 300,
+        "phases": [{"name": f"m{i:02d}", "seconds": 45, "batchSize": mixes3[(i // 3) % 4],
+                    "acceptance": regimes3[i % 3]} for i in range(24)],
+        "seed": 106,
+    }
+    # 7. Irregular chat/code phases (30-150 s) with jitter, batch 1-4 (H200), drawn with another seed.
+    rng = np.random.default_rng(777)
+    phases, t = [], 0
+    while t < 1200:
+        sec = int(rng.integers(30, 151))
+        first = float(np.clip(rng.choice([0.6, 0.88]) + rng.normal(0, 0.05), 0.3, 0.97))
+        decay = float(np.clip(rng.choice([0.9, 0.97]) + rng.normal(0, 0.01), 0.8, 0.995))
+        phases.append({"name": f"r{len(phases):02d}", "seconds": sec, "batchSize": {1: 0.5, 2: 0.25, 4: 0.25},
+                       "acceptance": chain(first, decay)})
+        t += sec
+    out["fresh-irregular"] = {
+        "name": "fresh-irregular",
+        "description": "H200 NVLink, irregular chat/code phases of 30-150 s with jitter, 20 min (simulated)",
+        **H200_COST, "restartSeconds": 300, "phases": phases, "seed": 107,
+    }
     return out
 
 
