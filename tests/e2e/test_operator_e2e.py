@@ -239,12 +239,14 @@ def test_every_api_call_is_covered_by_the_declared_rbac(emulated):
 def test_the_chart_rbac_grants_every_call_the_operator_makes(apiserver_factory):
     """On the real API server the operator holds only its ServiceAccount's token, bound to the chart's rendered
     ClusterRole; the audit log shows every request it made and whether RBAC let it through."""
-    cluster = apiserver_factory()
+    cluster = apiserver_factory(operator=False)
     if cluster.bed is None:
         pytest.skip("needs the local API server's audit log (an external cluster's is not readable here)")
     mark = cluster.log_mark()
+    cluster.start_operator()  # after the mark: its start-up lists and watches count too
     cluster.create_sdd(sdd())
     wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"))
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"), what="Deployment")
     cluster.make_ready(APPS, "deployments", "llama")
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
     cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 16}}})
@@ -257,3 +259,24 @@ def test_the_chart_rbac_grants_every_call_the_operator_makes(apiserver_factory):
     assert {("watch", "specdecodedeployments"), ("patch", "deployments"), ("patch", "specdecodedeployments"),
             ("delete", "deployments")} <= seen, sorted(seen)
     assert cluster.bed.forbidden(mark) == []
+
+
+def test_a_rule_missing_from_the_chart_is_caught(apiserver_bed, tmp_path):
+    """The check above can fail: with ConfigMaps left out of the chart's rules the operator is refused, the audit
+    log names the call, and no ConfigMap is created."""
+    from k8s.apiserver import OperatorProcess
+    from k8s.cluster import Cluster, unique_namespace
+    from k8s.fixtures import TEST_CONFIG
+
+    bed = apiserver_bed
+    namespace = unique_namespace()
+    bed.env.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    bed.grant(namespace, without=("", "configmaps"))
+    mark = bed.env.audit_offset()
+    cluster = Cluster(bed.env.configuration(), namespace)
+    with OperatorProcess(bed.operator_kubeconfig, (namespace,), tmp_path / "operator.log", **TEST_CONFIG):
+        cluster.create_sdd(sdd())
+        refused = wait_for(lambda: bed.forbidden(mark), what="a refusal in the audit log")
+        assert any("core/configmaps" in r and f"ns={namespace}" in r for r in refused), refused
+        assert cluster.get("v1", "configmaps", "llama-runtime") is None
+    cluster.close()
