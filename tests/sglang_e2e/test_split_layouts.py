@@ -1,0 +1,186 @@
+"""The split draft inside real SGLang 0.5.23 on a CPU: scheduler processes over gloo, the runtime's launch path
+(runtime.yaml -> launcher plan -> SGLang's parser -> patched scheduler entry point), greedy tokens compared with the
+tiny target's own greedy continuation (transformers, float32), and what every rank recorded checked by the same
+code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`).
+
+Each test starts one engine (start-up dominates on 2 cores): TP 2 with the draft on rank 0 in Live mode with two
+step changes mid-generation; TP 4 with an EAGLE-3 draft on rank 1 as a single-step tree; TP 4 with the draft on
+two ranks. Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing rank 0 or
+not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
+if str(RUNTIME) not in sys.path:
+    sys.path.insert(0, str(RUNTIME))
+
+if TYPE_CHECKING:
+    from specdecode_runtime.cpu.tiny_models import TinyModels
+    from specdecode_runtime.selftest.options import Options
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _require_sglang() -> None:
+    from specdecode_runtime.sglang_patch import installed_sglang_version
+
+    if installed_sglang_version() is None:
+        if os.environ.get("SPECDECODE_REQUIRE_SGLANG"):
+            pytest.fail("SPECDECODE_REQUIRE_SGLANG is set but sglang is not installed")
+        pytest.skip("sglang is not installed")
+
+
+@lru_cache(maxsize=None)
+def _reference(target: str, prompts: tuple[tuple[int, ...], ...], n: int) -> list[list[int]]:
+    """The target's greedy continuation, computed by transformers (no SGLang, no speculation)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([list(p)])
+            gen = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=0)
+            out.append(gen[0, len(p):].tolist())
+    return out
+
+
+@dataclass
+class SplitRun:
+    opts: "Options"
+    report: dict
+    run: dict
+    ranks: dict[int, list[dict]]
+    models: "TinyModels"
+    reference: list[list[int]]
+
+    @property
+    def checks(self) -> dict[str, dict]:
+        return {c["name"]: c for c in self.run["checks"]}
+
+
+def _run(tmp_path, argv: list[str]) -> SplitRun:
+    """``specdecode-runtime selftest --layouts split`` in its own process (SGLang's shutdown kills every child of
+    the process that started the engine, which must not be pytest), then its kept records and models."""
+    import argparse
+
+    from specdecode_runtime.cpu.tiny_models import TinyModels
+    from specdecode_runtime.selftest.options import add_arguments, from_namespace
+    from specdecode_runtime.selftest.rank_probe import read_records
+    from specdecode_runtime.selftest.runner import max_new_tokens, prompts
+
+    _require_sglang()
+    keep = tmp_path / "keep"
+    argv = ["--device", "cpu", "--layouts", "split", "--json", "--timeout", "600", "--keep", str(keep), *argv]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
+                          text=True, env=env, timeout=840)
+    start = proc.stdout.find('{\n  "options"')
+    assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
+    report = json.loads(proc.stdout[start:])
+    run = report["runs"][0]
+    assert "hang" not in run, run["hang"]["summary"]
+    assert run["error"] is None, run["error"]
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    opts = from_namespace(ap.parse_args(argv))
+    root = keep / "models"
+    shape = json.loads((root / "shape.json").read_text())
+    models = TinyModels(target=str(root / "target"), eagle=str(root / "eagle"), eagle3=str(root / "eagle3"),
+                        eagle_agree=str(root / "eagle_agree"), eagle3_agree=str(root / "eagle3_agree"), shape=shape)
+    ref = _reference(models.target, tuple(tuple(p) for p in prompts(opts, shape["vocab_size"])), max_new_tokens(opts))
+    return SplitRun(opts, report, run, read_records(keep / "split" / "ranks"), models, ref)
+
+
+def _kv_cell_bytes(tiny, draft_dir: str, tp: int, draft_tp: int) -> int:
+    """The target's KV bytes per token with S's draft pool priced at its own head split (float32 K and V)."""
+    import json
+
+    s = tiny.shape
+    head_dim = s["hidden_size"] // s["num_attention_heads"]
+    draft_layers = json.loads((Path(draft_dir) / "config.json").read_text())["num_hidden_layers"]
+    per_head_layer = 2 * head_dim * 4
+    at_n, at_s = s["num_key_value_heads"] // tp, s["num_key_value_heads"] // draft_tp
+    return per_head_layer * (s["num_hidden_layers"] * at_n + draft_layers * at_s)
+
+
+def _kv_cells(ranks) -> dict[int, list[int]]:
+    return {rk: [e["cell_size"] for e in evs if e["event"] == "kv_cell"] for rk, evs in ranks.items()}
+
+
+def _kv_profile(ranks) -> dict[int, dict]:
+    return {rk: [e for e in evs if e["event"] == "kv_profile"][0] for rk, evs in ranks.items()}
+
+
+def _assert_checks(r: SplitRun, *names):
+    for name in names:
+        assert name in r.checks, sorted(r.checks)
+        assert r.checks[name]["ok"], f"{name}: {r.checks[name]['detail']}"
+
+
+SPLIT_CHECKS = ("target state built with the target TP group", "verify KV slots identical on every rank",
+                "KV pool sized with the draft's gathered vocabulary resident",
+                "exported acceptance counters equal the engine's counts")
+
+
+def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
+    """Live mode: tiers 1, 3, 5 captured; numSteps 3, then PUT 1 and PUT 5 while the prompts decode. Every rank
+    builds the target half of every tier with the target's TP group (before the fix S built it inside its
+    one-rank draft group: the tiers' target backends at TP 1 on rank 0), switches at the same decode round, writes
+    the same KV slots, and the exported counters equal SGLang's own."""
+    r = _run(tmp_path, ["--tp", "2", "--draft-ranks", "0", "--algorithm", "EAGLE", "--steps", "3",
+                        "--live-steps", "1,5"])
+    assert r.run["draft_ranks"] == [0]
+    assert r.run["tokens"] == r.reference
+    _assert_checks(r, *SPLIT_CHECKS, "step tier switched on every rank")
+    tiers = {(e["rank"], e["steps"]) for evs in r.ranks.values() for e in evs
+             if e["event"] == "target_backend" and e["tier"]}
+    assert tiers == {(rk, k) for rk in (0, 1) for k in (1, 5)}  # the two extra tiers, built on both ranks
+    assert [p["status"] for p in r.run["puts"]] == [200, 200]
+    assert r.run["acceptance"]["engine"]["accept_length"] > 1.2  # the agreeing draft is accepted
+    v, h = r.models.shape["vocab_size"], r.models.shape["hidden_size"]
+    prof = _kv_profile(r.ranks)
+    assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 2 * v * h * 4, 1: 0}  # embedding + head, S
+    cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE", True), tp=2, draft_tp=1)
+    assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {0: {cell}, 1: {cell}}
+
+
+def test_split_tp4_eagle3_draft_on_rank1_single_step_tree(tmp_path):
+    """EAGLE-3 with its own head, draft TP 1 on rank 1 (S without rank 0), topk 2 with numSteps 1: the tree's
+    parent_list is empty, and the target head is never gathered."""
+    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1", "--algorithm", "EAGLE3", "--steps", "1", "--topk", "2",
+                        "--num-draft-tokens", "3"])
+    assert r.run["draft_ranks"] == [1]
+    assert r.run["tokens"] == r.reference
+    _assert_checks(r, *SPLIT_CHECKS)
+    prof = _kv_profile(r.ranks)
+    assert all(p["head_gathered"] is False for p in prof.values())
+    v, h = r.models.shape["vocab_size"], r.models.shape["hidden_size"]
+    assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 0, 1: v * h * 4, 2: 0, 3: 0}  # embedding
+    cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE3", True), tp=4, draft_tp=1)
+    assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {rk: {cell} for rk in range(4)}
+
+
+def test_split_tp4_draft_tp2_on_two_ranks(tmp_path):
+    """Draft TP 2 on ranks 2 and 3 (its own all-reduces inside S), a topk-2 tree over 3 steps."""
+    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "2,3", "--algorithm", "EAGLE", "--steps", "3", "--topk", "2",
+                        "--num-draft-tokens", "5"])
+    assert r.run["draft_ranks"] == [2, 3]
+    assert r.run["tokens"] == r.reference
+    _assert_checks(r, *SPLIT_CHECKS)
+    v, h = r.models.shape["vocab_size"], r.models.shape["hidden_size"]
+    held = {rk: p["gathered_bytes"] for rk, p in _kv_profile(r.ranks).items()}
+    assert held == {0: 0, 1: 0, 2: v * h * 4, 3: v * h * 4}  # each rank of S keeps its half of embedding + head
