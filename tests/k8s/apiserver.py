@@ -42,12 +42,13 @@ def kubectl_binary() -> str:
     return found
 
 
-def kubectl(kubeconfig: os.PathLike | str, *args: str, input: str | None = None, timeout: float = 120) -> str:
+def kubectl(kubeconfig: os.PathLike | str, *args: str, input: str | None = None, timeout: float = 120,
+            check: bool = True) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
     env["KUBECONFIG"] = str(kubeconfig)
     done = subprocess.run([kubectl_binary(), *args], capture_output=True, text=True, input=input, timeout=timeout,
                           env=env)
-    if done.returncode != 0:
+    if check and done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
     return done.stdout
 
