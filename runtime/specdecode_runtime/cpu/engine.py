@@ -30,7 +30,7 @@ def prepare_environment(tp: int, environ: dict[str, str] | os._Environ | None = 
     """Environment every spawned SGLang process inherits on a CPU run."""
     env = os.environ if environ is None else environ
     env[DEVICE_ENV] = "cpu"
-    env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", cpu_thread_binding(tp))
+    env["SGLANG_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(tp)  # one entry per rank of this engine
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")  # no GPU: nothing to wait for on a crash
     # SGLang wraps its native rotary in torch.compile(dynamic=True); on a CPU every new batch shape recompiles it
@@ -72,15 +72,52 @@ def prepare_launch(tp: int) -> None:
     install()
 
 
+# Imported once by the forkserver of :func:`share_preloaded_children`; every scheduler and detokenizer forks from it.
+PRELOAD = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager",
+           "sglang.srt.speculative.eagle_worker_v2", "specdecode_runtime.cpu.patches")
+
+
+def share_preloaded_children() -> None:
+    """In a process that starts many engines (:mod:`.host`): SGLang's children fork from one forkserver that has
+    imported SGLang once, instead of each importing it after ``spawn`` (tens of seconds per engine on two cores).
+    SGLang forces ``spawn`` in ``_set_envs_and_config`` and, on shutdown, kills every child of this process; both
+    are adjusted so the forkserver is used and survives from one engine to the next."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    install()
+    from sglang.srt.entrypoints import engine as sgl_engine
+
+    if getattr(sgl_engine._set_envs_and_config, "__specdecode_cpu__", False):
+        return
+    mp.set_forkserver_preload(list(PRELOAD))
+    set_envs, kill_tree = sgl_engine._set_envs_and_config, sgl_engine.kill_process_tree
+
+    def _set_envs_and_config(server_args):
+        result = set_envs(server_args)
+        mp.set_start_method("forkserver", force=True)
+        return result
+
+    def kill_process_tree(parent_pid, include_parent=True, skip_pid=None, wait_timeout=60):
+        if parent_pid == os.getpid() and skip_pid is None and not include_parent:
+            skip_pid = forkserver._forkserver._forkserver_pid
+        return kill_tree(parent_pid, include_parent, skip_pid, wait_timeout)
+
+    _set_envs_and_config.__specdecode_cpu__ = True
+    sgl_engine._set_envs_and_config = _set_envs_and_config
+    sgl_engine.kill_process_tree = kill_process_tree
+
+
 def engine_class():
-    """``sglang.Engine`` whose scheduler processes install the CPU stand-ins first."""
+    """``sglang.Engine`` whose scheduler processes get this process's environment as it is now and install the CPU
+    stand-ins first."""
     install()
     from sglang.srt.entrypoints.engine import Engine
 
-    from .scheduler import run_scheduler_process
+    from .scheduler import SchedulerEntry
 
     class CpuEngine(Engine):
-        run_scheduler_process_func = staticmethod(run_scheduler_process)
+        run_scheduler_process_func = SchedulerEntry(os.environ)
 
     return CpuEngine
 

@@ -7,7 +7,8 @@
 
 Why a process of its own: ``Engine.shutdown`` kills every child of the process that started the engine, and a
 failing scheduler makes SGLang kill that process's whole tree; a test runner, or anything else that has children,
-must not be that process. One host serves many runs, so SGLang is imported once for all of them.
+must not be that process. One host serves many runs, and their SGLang processes fork from one preloaded
+forkserver (:func:`.engine.share_preloaded_children`), so SGLang is imported twice for all of them.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def main(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
     except (ValueError, KeyError, TypeError) as e:
         print(f"invalid input: {e}", file=sys.stderr)
         return 2
+    from .engine import share_preloaded_children
+
+    share_preloaded_children()
     for run in runs:
         try:
             _emit(stdout, run_one(run))
