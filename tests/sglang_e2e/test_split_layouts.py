@@ -51,10 +51,12 @@ def _reference(target: str, prompts: tuple[tuple[int, ...], ...], n: int) -> lis
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     out = []
     with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([list(p)])
-            gen = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=0)
-            out.append(gen[0, len(p):].tolist())
+        for p in prompts:  # argmax, token by token; EOS is an ordinary token here, as with ignore_eos
+            ids = list(p)
+            for _ in range(n):
+                logits = model(torch.tensor([ids])).logits[0, -1]
+                ids.append(int(logits.argmax()))
+            out.append(ids[len(p):])
     return out
 
 
