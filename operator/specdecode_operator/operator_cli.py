@@ -35,6 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="only the replica holding Lease <operator-namespace>/<lease-name> acts (HA)")
     run.add_argument("--lease-name", help="name of the leader-election Lease (default specdecode-operator)")
     run.add_argument("--identity", help="this replica's name in the Lease (default: the host name, the pod's name)")
+    run.add_argument("--watch-timeout", dest="watch_timeout_seconds", type=float,
+                     help="seconds before each watch is renewed; a silent one is cut 15 s after that (default 60)")
     run.add_argument("--resync-seconds", type=float_in(0, 86400), help="level-based resync period per object (default 30)")
     run.add_argument("--prometheus-url", help="tuner: read runtime counters from this Prometheus server "
                      "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
@@ -70,7 +72,7 @@ def config_from_args(args) -> "OperatorConfig":
     from .opconfig import OperatorConfig
 
     overrides = {k: getattr(args, k, None) for k in (
-        "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity",
+        "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity", "watch_timeout_seconds",
         "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("metrics_port") is not None:

@@ -85,6 +85,7 @@ class OperatorProcess:
                 self.role = "standby"
                 lease_cfg = kube_configuration(config)
                 lease_cfg.retries = False  # one attempt per call: the election loop retries on its own period
+                lease_cfg.connection_pool_maxsize = 1  # at most one kept-alive (possibly half-open) connection
                 api = kubernetes.client.ApiClient(lease_cfg)
                 api.user_agent = USER_AGENT + " leader-election"
                 started = asyncio.Event()
@@ -92,7 +93,7 @@ class OperatorProcess:
                     api, name=config.lease_name, namespace=config.operator_namespace, identity=config.identity,
                     lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
                     retry_period=config.retry_period_seconds,
-                    request_timeout=min(config.request_timeout, config.renew_deadline_seconds / 3),
+                    request_timeout=min(config.request_timeout, config.renew_deadline_seconds / 2),
                     on_started=lambda: self._loop.call_soon_threadsafe(started.set), on_lost=self._lost,
                 ).start()
                 log.info("%s waits for Lease %s/%s", config.identity, config.operator_namespace, config.lease_name)

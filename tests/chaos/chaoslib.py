@@ -96,11 +96,15 @@ class Bed:
         for name in names:
             sdd = self.cluster.get_sdd(name)
             if sdd is None:
+                self.waiting_on = f"{name}: no such SDD"
                 return False
             status = sdd.get("status") or {}
             if status.get("observedGeneration") != sdd["metadata"]["generation"]:
+                self.waiting_on = f"{name}: status for generation {status.get('observedGeneration')}"
                 return False
-            if self.children(name) != EXPECTED:
+            children = self.children(name)
+            if children != EXPECTED:
+                self.waiting_on = f"{name}: children {children}"
                 return False
         return True
 
@@ -140,6 +144,7 @@ class Replica:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, env=environ, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.peak_rss_kb = 0
+        self.killed = False
         self._sampling = True
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
@@ -183,6 +188,7 @@ class Replica:
         return self.proc.poll() is not None
 
     def kill(self) -> None:
+        self.killed = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
@@ -205,9 +211,15 @@ class Replica:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def crashed(self) -> bool:
-        """A traceback in the log or an exit other than a clean stop (SIGKILL by the test is not a crash)."""
+        """An exception from our code in the log (kopf logs the API errors it retries with a traceback of its own
+        frames: that is handling, not a crash), or an exit other than SIGKILL by the scenario, a clean stop, or
+        status 1 after losing the Lease."""
         text = self.log_path.read_text(errors="replace")
-        return "Traceback (most recent call last)" in text
+        ours = any("specdecode_operator/" in block or "specdecode_runtime/" in block
+                   for block in text.split("Traceback (most recent call last)")[1:])
+        code = self.proc.poll()
+        lost = "lost the Lease" in text
+        return ours or (code is not None and not self.killed and code not in (0, -15) and not (code == 1 and lost))
 
 
 class Pool:
@@ -244,7 +256,15 @@ class Pool:
         def check():
             self.tick()
             return predicate()
-        return wait_for(check, timeout=timeout, interval=0.5, what=what)
+        try:
+            return wait_for(check, timeout=timeout, interval=0.5, what=what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; waiting on {getattr(self.bed, 'waiting_on', '?')}") from None
+
+    def wait_time(self, predicate: Callable[[], Any], timeout: float, what: str) -> float:
+        started = time.monotonic()
+        self.wait(predicate, timeout, what)
+        return time.monotonic() - started
 
     def peak_rss_mb(self) -> float:
         return round(max(r.peak_rss_kb for r in self.all) / 1024, 1)
@@ -264,9 +284,13 @@ def sdds(bed: Bed, count: int, prefix: str = "c", tp: int = 8) -> list[str]:
     return names
 
 
-def time_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> float:
+def time_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
+               bed: "Bed | None" = None) -> float:
     started = time.monotonic()
-    wait_for(predicate, timeout=timeout, interval=interval, what=what)
+    try:
+        wait_for(predicate, timeout=timeout, interval=interval, what=what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; waiting on {getattr(bed, 'waiting_on', '?')}") from None
     return time.monotonic() - started
 
 
@@ -289,3 +313,114 @@ class Outcome:
             with RESULTS.open("a") as f:
                 f.write(json.dumps({**self.__dict__, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                         + "\n")
+
+
+class Proxy:
+    """A TCP proxy between operator replicas and the emulator, to break the network the way networks break:
+    ``drop()`` resets every open connection (dropped watches), ``freeze()`` stops forwarding on open connections
+    while new ones pass (half-open, stalled watches), ``partition()`` freezes everything, new connections included,
+    and ``heal()`` forwards again."""
+
+    def __init__(self, target_port: int):
+        import asyncio
+
+        self.target_port = target_port
+        self.port = free_port()
+        self.mode = "pass"
+        self._conns: set = set()
+        self._frozen: set = set()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(5)
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self._loop)
+
+        async def pipe(reader, writer, conn):
+            try:
+                while True:
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                    if conn in self._frozen:  # the bytes vanish: the peer sees a silent connection, while the
+                        continue              # sender's writes never block (a real kernel buffers them)
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError, asyncio.CancelledError):
+                pass
+            finally:
+                writer.close()
+
+        async def handle(client_r, client_w):
+            conn = object()
+            if self.mode == "partition":
+                self._frozen.add(conn)
+            try:
+                server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+            except OSError:
+                client_w.close()
+                return
+            tasks = [asyncio.ensure_future(pipe(client_r, server_w, conn)),
+                     asyncio.ensure_future(pipe(server_r, client_w, conn))]
+            self._conns.add((conn, client_w, server_w, tuple(tasks)))
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in tasks:
+                t.cancel()
+            client_w.close()
+            server_w.close()
+            self._conns = {c for c in self._conns if c[0] is not conn}
+            self._frozen.discard(conn)
+
+        async def main():
+            self._server = await asyncio.start_server(handle, "127.0.0.1", self.port)
+            self._ready.set()
+            await self._server.serve_forever()
+
+        try:
+            self._loop.run_until_complete(main())
+        except Exception:
+            pass
+
+    def _call(self, fn) -> None:
+        done = threading.Event()
+
+        def run():
+            fn()
+            done.set()
+        self._loop.call_soon_threadsafe(run)
+        done.wait(5)
+
+    def drop(self) -> None:
+        def run():
+            for conn, cw, sw, tasks in list(self._conns):
+                for t in tasks:
+                    t.cancel()
+                cw.transport.abort()
+                sw.transport.abort()
+        self._call(run)
+
+    def freeze(self) -> None:
+        self._call(lambda: self._frozen.update(c[0] for c in self._conns))
+
+    def partition(self) -> None:
+        def run():
+            self.mode = "partition"
+            self._frozen.update(c[0] for c in self._conns)
+        self._call(run)
+
+    def heal(self) -> None:
+        def run():
+            self.mode = "pass"
+            self._frozen.clear()
+        self._call(run)
+
+    def kubeconfig(self, bed: "Bed", name: str) -> pathlib.Path:
+        path = bed.tmp / f"kubeconfig-{name}"
+        cfg = yaml.safe_load(bed.kubeconfig.read_text())
+        cfg["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{self.port}"
+        path.write_text(yaml.safe_dump(cfg))
+        return path

@@ -23,7 +23,7 @@ def test_chart_defaults_one_replica_acts_and_a_killed_leader_is_replaced(bed, ki
         for r in pool.live:
             r.wait_serving()
         names = sdds(bed, 20)
-        converged = time_until(lambda: bed.converged(names), 90, "20 SDDs converged")
+        converged = time_until(lambda: bed.converged(names), 90, "20 SDDs converged", bed=bed)
         leader = pool.by_identity(bed.lease_holder(LEASE))
         standby = next(r for r in pool.live if r is not leader)
         assert standby.health()["role"] == "standby" and leader.health()["role"] == "leader"

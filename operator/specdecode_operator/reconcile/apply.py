@@ -47,9 +47,13 @@ class KubeClient:
     def __init__(self, configuration: kubernetes.client.Configuration, *, metrics=None, timeout: float = 10.0,
                  retries: int = 6, backoff: float = 0.2, workers: int = 16, fence=None):
         configuration.connection_pool_maxsize = max(workers, configuration.connection_pool_maxsize or 0)
+        # One attempt per call at the urllib3 level: ``request`` below retries with its own back-off; urllib3's
+        # default three retries nested inside it would multiply a stalled connection's timeout.
+        configuration.retries = False
         self.api = kubernetes.client.ApiClient(configuration)
         self.api.user_agent = USER_AGENT  # audit logs and the test bed's request log tell our calls apart
         self.metrics = metrics
+        self.closed = False
         self.fence = fence  # None, or () -> bool: False refuses every write (this replica lost its Lease)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="kube-api")
@@ -58,6 +62,7 @@ class KubeClient:
         self.write_counts: collections.Counter = collections.Counter()  # "verb plural[/subresource]" -> writes
 
     def close(self) -> None:
+        self.closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.api.close()
 
@@ -83,6 +88,8 @@ class KubeClient:
         loop = asyncio.get_running_loop()
         delay = self.backoff
         for attempt in range(self.retries + 1):
+            if self.closed:  # the operator is stopping; a handler kopf left running gets an error, not a crash
+                raise ApiError(0, "ShuttingDown", "the operator is stopping")
             if method != "GET" and self.fence is not None and not self.fence():
                 raise ApiError(0, "NotLeader", "this replica does not hold the operator Lease: no writes")
             self.calls += 1

@@ -153,6 +153,7 @@ def make_registry(config, metrics: OperatorMetrics | None = None, *, fence: Call
         lock = memo.setdefault("lock", asyncio.Lock())
         async with lock:
             result = await reconciler.reconcile(body, memo, live_from(kwargs))
+            memo["passed_at"] = time.monotonic()
         update_gauges(kwargs)
         if result == "error":
             retry_soon(memo)
@@ -187,10 +188,17 @@ def make_registry(config, metrics: OperatorMetrics | None = None, *, fence: Call
             # resourceVersion it saw. A status write here would make that patch fail (422) and kopf would retry
             # on every following event; the finalizer's own MODIFIED event starts the first pass instead.
             return
+        if body["metadata"].get("resourceVersion") in memo.get("own_status_rvs", ()):
+            return  # the echo of our own status write: the object is exactly what that pass (or tuner) left
         await run(body, memo, kwargs)
 
     @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry, labels=labels)
     async def resync(body, memo, **kwargs):
+        # The level-based fallback for what sends no event (children's drift and readiness): a pass that ran
+        # within the period already looked. During a creation wave every object has event-driven passes, and
+        # ticks on top of them would queue a pass per object per period behind the wave.
+        if time.monotonic() - memo.get("passed_at", float("-inf")) < config.resync_seconds:
+            return
         await run(body, memo, kwargs)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, labels=labels, cancellation_timeout=5.0)
