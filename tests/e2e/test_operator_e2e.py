@@ -280,3 +280,58 @@ def test_a_rule_missing_from_the_chart_is_caught(apiserver_bed, tmp_path):
         assert any("core/configmaps" in r and f"ns={namespace}" in r for r in refused), refused
         assert cluster.get("v1", "configmaps", "llama-runtime") is None
     cluster.close()
+
+
+@pytest.mark.parametrize("token_namespace", [False, True], ids=["defaults", "controlTokenNamespaces"])
+def test_the_chart_installed_cluster_wide(apiserver_bed, tmp_path, token_namespace):
+    """The chart watching every namespace (its default): a ClusterRole for everything but Secrets, which only
+    ``rbac.controlTokenNamespaces`` grants, per namespace. The operator runs cluster-wide under its release's
+    ServiceAccount (a label selector keeps it to this test's objects: other tests' namespaces are never deleted
+    here). Outside those namespaces the only refusal is the control-token Secret, reported by an Event, and
+    everything else is reconciled."""
+    import yaml
+
+    from k8s.apiserver import OPERATOR_NAMESPACE, OperatorProcess, chart_rbac, kubectl
+    from k8s.cluster import Cluster, unique_namespace
+    from k8s.fixtures import TEST_CONFIG
+
+    bed = apiserver_bed
+    namespace = unique_namespace()
+    bed.env.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    release = f"cw{int(token_namespace)}"
+    rbac = chart_rbac({"rbac": {"controlTokenNamespaces": [namespace] if token_namespace else []}}, release=release)
+    assert not [d for d in rbac if d["kind"] == "Role" and d["metadata"]["namespace"] == namespace]
+    kubectl(bed.env.kubeconfig, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-",
+            input=yaml.safe_dump_all(rbac, sort_keys=False))
+    (sa,) = [d["metadata"]["name"] for d in rbac if d["kind"] == "ServiceAccount"]
+    user = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"
+    cluster = Cluster(bed.env.configuration(), namespace)
+    body = sdd()
+    body["metadata"]["labels"] = {"e2e": namespace}
+    mark = bed.env.audit_offset()
+    kubeconfig = bed.env.service_account_kubeconfig(OPERATOR_NAMESPACE, sa)
+    config = {**TEST_CONFIG, "label_selector": f"e2e={namespace}"}
+    with OperatorProcess(kubeconfig, (), tmp_path / "operator.log", **config):
+        cluster.create_sdd(body)
+        wait_for(lambda: {"ConfigMap/llama-runtime", "Service/llama"} <= set(children_of(cluster, "llama")))
+        wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
+        cluster.make_ready(APPS, "deployments", "llama")
+        wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
+        if token_namespace:
+            wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"))
+        else:
+            event = wait_for(lambda: [e for e in cluster.list("v1", "events")
+                                      if e["reason"] == "ControlTokenUnavailable"])[0]
+            assert "rbac.controlTokenNamespaces" in event["message"]
+            assert "Secret/llama-control-token" not in children_of(cluster, "llama")
+        cluster.delete_sdd("llama")
+        wait_for(lambda: cluster.get_sdd("llama") is None)
+    cluster.close()
+    watches = {(e.get("objectRef") or {}).get("namespace") for e in bed.env.audit_events(mark, user=user)
+               if e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == "specdecodedeployments"}
+    assert watches == {None}  # one cluster-wide watch, not one per namespace
+    refused = bed.forbidden(mark, user=user)
+    if token_namespace:
+        assert refused == []
+    else:
+        assert refused and all(r.startswith("get core/secrets") and f"ns={namespace}" in r for r in refused), refused

@@ -74,11 +74,11 @@ def third_party_crds() -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def chart_rbac(values: dict | None = None) -> list[dict]:
+def chart_rbac(values: dict | None = None, release: str = RELEASE) -> list[dict]:
     """The chart's ServiceAccount, (Cluster)Roles and bindings, rendered by Helm's Go SDK (helm-python-sdk)."""
     import helm_python as helm
 
-    rendered = helm.Chart.load(str(CHART)).render({"replicaCount": 1, **(values or {})}, name=RELEASE,
+    rendered = helm.Chart.load(str(CHART)).render({"replicaCount": 1, **(values or {})}, name=release,
                                                   namespace=OPERATOR_NAMESPACE, is_install=True)
     kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     return [d for path, text in sorted(rendered.items()) if path.endswith(".yaml")
@@ -129,10 +129,11 @@ class ApiServerBed:
         kubectl(self.env.kubeconfig, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-",
                 input=yaml.safe_dump_all(docs, sort_keys=False))
 
-    def forbidden(self, since: int = 0) -> list[str]:
-        """Requests of the operator's ServiceAccount that RBAC refused (403) since audit offset ``since``."""
+    def forbidden(self, since: int = 0, user: str | None = None) -> list[str]:
+        """Requests of the operator's ServiceAccount (or ``user``) that RBAC refused (403) since audit offset
+        ``since``."""
         out = []
-        for e in self.env.audit_events(since, user=self.operator_user):
+        for e in self.env.audit_events(since, user=user or self.operator_user):
             if (e.get("responseStatus") or {}).get("code") != 403:
                 continue
             ref = e.get("objectRef") or {}
