@@ -72,3 +72,42 @@ def test_metrics_and_liveness_endpoints_serve(cluster_factory):
     assert ok and float(ok[0].rsplit(" ", 1)[1]) >= 1
     status, _ = wait_for(lambda: text(f"http://127.0.0.1:{live_port}/healthz"), what="/healthz")
     assert status == 200
+
+
+def _events(cluster, reason: str) -> list[dict]:
+    return [e for e in cluster.list("v1", "events") if e.get("reason") == reason]
+
+
+def test_a_key_added_to_a_selector_we_own_is_removed_and_reported(cluster):
+    """Server-side apply keeps fields of other managers, so an extra selector key (which makes the Service select
+    no pod) is not undone by re-applying: the operator removes it and says so."""
+    cluster.create_sdd(sdd())
+    svc = wait_for(lambda: cluster.get("v1", "services", "llama"), what="Service")
+    selector = dict(svc["spec"]["selector"])
+    cluster.call("PATCH", f"/api/v1/namespaces/{cluster.namespace}/services/llama",
+                 {"spec": {"selector": {"canary": "true"}}}, content_type="application/merge-patch+json",
+                 query=[("fieldManager", "someone-else")])
+    assert cluster.get("v1", "services", "llama")["spec"]["selector"]["canary"] == "true"
+    repaired = wait_for(lambda: (s := cluster.get("v1", "services", "llama")) and "canary" not in s["spec"]["selector"]
+                        and s, timeout=15, what="the added selector key removed")
+    assert repaired["spec"]["selector"] == selector
+    event = wait_for(lambda: _events(cluster, "DriftRepaired"), timeout=10, what="DriftRepaired Event")
+    assert "spec.selector: canary" in event[0]["message"] and event[0]["type"] == "Warning"
+
+
+def test_an_hpa_scaling_the_rendered_deployment_is_reverted_with_an_event(cluster):
+    """The supported path is the SpecDecodeDeployment's scale subresource; a change of the Deployment's replicas
+    by another client is put back and explained in an Event."""
+    cluster.create_sdd(sdd())
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama"), what="Deployment")
+    cluster.call("PATCH", f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments/llama",
+                 {"spec": {"replicas": 3}}, content_type="application/merge-patch+json",
+                 query=[("fieldManager", "horizontal-pod-autoscaler")])
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 1, timeout=15,
+             what="replicas put back")
+    event = wait_for(lambda: _events(cluster, "ReplicasOverridden"), timeout=10, what="ReplicasOverridden Event")
+    assert "scale the SpecDecodeDeployment" in event[0]["message"]
+    cluster.scale("llama", 2)  # the supported path works and raises no such Event
+    wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 2, timeout=15,
+             what="scaled through the SDD")
+    assert len(_events(cluster, "ReplicasOverridden")) == 1

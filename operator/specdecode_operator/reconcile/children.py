@@ -122,6 +122,57 @@ def needs_apply(desired: dict, live: dict | None) -> bool:
     return not contains(_comparable(desired), expand(live))
 
 
+# Maps the operator owns whole: a key someone else adds there changes what they mean (a Service selector with one
+# more key selects no pod), so added keys are drift too, removed by a patch (server-side apply leaves keys of other
+# field managers in place). Labels and annotations are not here: others may add their own.
+EXACT_MAPS: dict[str, list[tuple[str, ...]]] = {
+    "Service": [("spec", "selector")],
+    "PodDisruptionBudget": [("spec", "selector", "matchLabels")],
+    "NetworkPolicy": [("spec", "podSelector", "matchLabels")],
+}
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def added_keys(desired: dict, live: dict | None) -> dict[tuple[str, ...], list[str]]:
+    """Keys in ``live`` that the render does not set, in the maps of ``EXACT_MAPS`` (path -> sorted keys)."""
+    out = {}
+    live = expand(live)
+    for path in EXACT_MAPS.get(desired.get("kind", ""), []):
+        ours, theirs = _at(desired, path), _at(live, path)
+        if isinstance(ours, dict) and isinstance(theirs, dict):
+            extra = sorted(set(theirs) - set(ours))
+            if extra:
+                out[path] = extra
+    return out
+
+
+def removal_patch(added: dict[tuple[str, ...], list[str]]) -> dict:
+    """A JSON merge patch that deletes the ``added`` keys (null deletes in a merge patch)."""
+    patch: dict = {}
+    for path, keys in added.items():
+        node = patch
+        for key in path:
+            node = node.setdefault(key, {})
+        node.update({k: None for k in keys})
+    return patch
+
+
+def replicas_overridden(desired: dict, live: dict | None) -> int | None:
+    """The live spec.replicas of a workload when someone else changed it (an HPA aimed at the Deployment)."""
+    want = (desired.get("spec") or {}).get("replicas")
+    have = ((live or {}).get("spec") or {}).get("replicas")
+    if want is not None and have is not None and want != have and input_hash(desired) == input_hash(live):
+        return have
+    return None
+
+
 def _comparable(obj: dict) -> dict:
     out = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "status")}
     md = obj["metadata"]

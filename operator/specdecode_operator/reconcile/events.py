@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import kopf
 
-_REASONS_WARNING = {"InvalidSpec", "NameCollision", "ApplyFailed"}
+_REASONS_WARNING = {"InvalidSpec", "NameCollision", "ApplyFailed", "DriftRepaired", "ReplicasOverridden",
+                    "ControlTokenUnavailable"}
 
 
 def emit(body, reason: str, message: str) -> None:

@@ -18,7 +18,7 @@ from ..api.validate import InvalidSpec, parse, validate_object
 from ..render import RenderOptions, names, render
 from ..status import conditions, writer
 from . import children, events, secret, tuning
-from .apply import ApiError, KubeClient
+from .apply import FIELD_MANAGER, ApiError, KubeClient, resource_path
 
 log = logging.getLogger("specdecode.operator")
 WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet"}
@@ -104,6 +104,7 @@ class Reconciler:
             if written is not None:
                 memo["status_written"] = (time.monotonic(), written.get("status") or {},
                                           (written.get("metadata") or {}).get("resourceVersion"))
+                remember_own_write(memo, written)
         except ApiError as e:
             result = "error"
             log.warning("status of %s/%s not written: %s", md["namespace"], md["name"], e)
@@ -221,6 +222,22 @@ class Reconciler:
                 return
             if children.STUB in child:
                 child = full()[key]
+            if kind in WORKLOAD_KINDS and (overridden := children.replicas_overridden(child, current)) is not None:
+                events.once(memo, body, "ReplicasOverridden",
+                            f"spec.replicas of {kind} {key[2]} was set to {overridden} by another client (an "
+                            "HorizontalPodAutoscaler aimed at it?) and is put back to the SpecDecodeDeployment's "
+                            f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
+                            "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)")
+            added = children.added_keys(child, current) if current is not None else {}
+            if added:
+                current = children.cache_record(await self.client.request(
+                    "PATCH", resource_path(key[0], plural, ns, key[2]), body=children.removal_patch(added),
+                    query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json",
+                    verb="patch"))
+                memo["applied"][key] = (time.monotonic(), current)
+                self.metrics.child_writes.labels(kind, "repair").inc()
+                events.emit(body, "DriftRepaired", f"removed keys added by another client to {kind} {key[2]}: "
+                            + "; ".join(f"{'.'.join(p)}: {', '.join(k)}" for p, k in sorted(added.items())))
             if children.needs_apply(child, current):
                 written = children.cache_record(await self.client.apply(child, plural))
                 memo["applied"][key] = (time.monotonic(), written)
@@ -259,6 +276,14 @@ class Reconciler:
             obs.replaced.append(f"{key[1]}/{key[2]}")
             events.emit(body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
                         f"deleted {key[1]} {key[2]}: the current spec no longer renders it")
+
+
+def remember_own_write(memo, written: dict | None) -> None:
+    """The resourceVersions our last status writes (the reconciler's and the tuner's) produced: their watch events
+    bring nothing new, so handlers.on_event skips them instead of running a pass per echo."""
+    rv = ((written or {}).get("metadata") or {}).get("resourceVersion")
+    if rv:
+        memo["own_status_rvs"] = (*memo.get("own_status_rvs", ())[-1:], rv)
 
 
 def validated(body: dict, memo) -> tuple:
