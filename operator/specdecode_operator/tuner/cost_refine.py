@@ -28,6 +28,7 @@ from specdecode_runtime.goodput import CycleCost
 
 PRIOR_SD_MEASURED = 0.15  # relative error of a start-up probe per part (its dummy inputs are not the workload)
 PRIOR_SD_OVERRIDE = 0.05  # a hand-supplied profile is trusted more, but still checked against live timings
+PRIOR_SD_PHASE_AVERAGES = 0.5  # per-cycle phase averages of one k: their split into parts is barely known
 OBS_SD = 0.02  # relative error of one interval's mean cycle time at a known k (context drift, batch mix)
 FORGET = 0.97  # weight kept per interval by older observations (~33 intervals of memory)
 MAX_OBS = 120

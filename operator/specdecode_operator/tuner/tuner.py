@@ -16,7 +16,7 @@ from specdecode_runtime.config import DEFAULT_BUCKETS, bucket_label, candidate_s
 from specdecode_runtime.goodput import CycleCost, expected_tokens, goodput
 
 from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
-from .cost_refine import PRIOR_SD_OVERRIDE, CostRefiner, RefinedCost
+from .cost_refine import PRIOR_SD_OVERRIDE, PRIOR_SD_PHASE_AVERAGES, CostRefiner, RefinedCost
 from .estimator import Acceptance, Estimator, ObserveReport
 from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose
 
@@ -173,7 +173,13 @@ class Tuner:
         base, source = self._profile(label)
         if base is None:
             cost, _ = self.estimator.cost(label, None)
-            return cost, PHASE_AVERAGES if cost is not None else "None"
+            if cost is None:
+                return None, "None"
+            if not self.refine:
+                return cost, PHASE_AVERAGES
+            # Phase averages split the cycle by where the host spent its time, which under an overlapping scheduler
+            # is not where the GPU did: only their total at the running k is trusted (a wide prior on the parts).
+            return self.refiners.setdefault(label, CostRefiner()).refine(cost, PRIOR_SD_PHASE_AVERAGES), PHASE_AVERAGES
         if not self.refine:
             return base, source
         ref = self.refiners.setdefault(label, CostRefiner())
