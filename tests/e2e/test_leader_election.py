@@ -67,10 +67,8 @@ def holder(cluster) -> str | None:
 
 
 @pytest.mark.timeout(90)
-def test_standby_stays_idle_then_takes_over_when_the_holder_stops_renewing(cluster_factory):
-    cluster = cluster_factory(operator=False)
-    if cluster.emulator is None:
-        pytest.skip("needs the emulator's request log")
+def test_standby_stays_idle_then_takes_over_when_the_holder_stops_renewing(emulator_factory):
+    cluster = emulator_factory(operator=False)  # the emulator's request log tells the replicas' calls apart
     other = OtherHolder(cluster)
     mark = len(cluster.emulator.log)
     standby = Replica(cluster.server.url, "standby")
@@ -95,10 +93,8 @@ def test_standby_stays_idle_then_takes_over_when_the_holder_stops_renewing(clust
 
 
 @pytest.mark.timeout(90)
-def test_a_clean_stop_releases_the_lease_and_the_standby_takes_over_at_once(cluster_factory):
-    cluster = cluster_factory(operator=False)
-    if cluster.emulator is None:
-        pytest.skip("needs the emulator's request log")
+def test_a_clean_stop_releases_the_lease_and_the_standby_takes_over_at_once(emulator_factory):
+    cluster = emulator_factory(operator=False)  # the emulator's request log tells the replicas' calls apart
     first = Replica(cluster.server.url, "first")
     wait_for(lambda: first.process.role == "leader", timeout=15, what="first leads")
     second = Replica(cluster.server.url, "second")
