@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 READ = ("get", "list", "watch")
 APPLY = ("create", "patch")  # server-side apply: patch, and create when the object does not exist yet
-CHILD = READ + APPLY + ("delete",)  # a child the render may drop (Deployment <-> LeaderWorkerSet) is deleted
+CHILD = READ + APPLY  # children every render produces
+DROPPABLE = CHILD + ("delete",)  # children a spec change can drop (Deployment <-> LeaderWorkerSet, monitoring off, ...)
 SCOPES = ("cluster", "operator-namespace", "watched", "control-token")
 
 
@@ -43,14 +44,14 @@ RULES: list[Rule] = [
          "operator-namespace"),
     Rule("specdecode.io", "specdecodedeployments", ("list", "watch", "patch"), "watch the CRs; kopf's finalizer"),
     Rule("specdecode.io", "specdecodedeployments/status", ("patch",), "status by server-side apply"),
-    Rule("apps", "deployments", CHILD, "single-node serving workload"),
-    Rule("leaderworkerset.x-k8s.io", "leaderworkersets", CHILD, "multi-node serving workload"),
+    Rule("apps", "deployments", DROPPABLE, "single-node serving workload"),
+    Rule("leaderworkerset.x-k8s.io", "leaderworkersets", DROPPABLE, "multi-node serving workload"),
     Rule("", "configmaps", CHILD, "runtime configuration"),
     Rule("", "services", CHILD, "client and headless services"),
     Rule("policy", "poddisruptionbudgets", CHILD, "disruption budget"),
-    Rule("networking.k8s.io", "networkpolicies", CHILD, "only the operator reaches the control port"),
-    Rule("monitoring.coreos.com", "servicemonitors", CHILD, "optional Prometheus scraping"),
-    Rule("", "events", ("create", "patch"), "Events on the CRs"),
+    Rule("networking.k8s.io", "networkpolicies", DROPPABLE, "only the operator reaches the control port"),
+    Rule("monitoring.coreos.com", "servicemonitors", DROPPABLE, "optional Prometheus scraping"),
+    Rule("", "events", ("create",), "Events on the CRs"),
     Rule("discovery.k8s.io", "endpointslices", ("list",), "tuner: endpoints of runtime pods"),
     Rule("", "secrets", ("get",) + APPLY, "the per-deployment control token", "control-token"),
 ]

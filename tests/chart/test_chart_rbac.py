@@ -12,10 +12,10 @@ REQUIRED = {
     ("specdecode.io", "specdecodedeployments/status"): {"patch"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("discovery.k8s.io", "endpointslices"): {"list"},
-    ("", "events"): {"create", "patch"},
+    ("", "events"): {"create"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 READ_ONLY = {("discovery.k8s.io", "endpointslices"), ("apiextensions.k8s.io", "customresourcedefinitions")}
