@@ -24,6 +24,7 @@ from ..tuner import planner
 from ..tuner.tuner import Decision
 from . import tuning
 from .apply import ApiError
+from .reconciler import remember_own_write
 
 log = logging.getLogger("specdecode.tuner")
 
@@ -45,6 +46,7 @@ class Reporter:
         self.speculative: dict = {}
         self.history: list[dict] = []
         self.written: tuple | None = None  # (significant part, tuner time) of the last status write
+        self.written_content: str | None = None  # all of what the last status write put there
         self.advisory_at: dict = {}
         self.warned: dict = {}
 
@@ -145,6 +147,9 @@ class Reporter:
         significant = json.dumps([{k: v for k, v in spec.items() if k in ("numSteps", "stepTable", "recommendation",
                                                                             "ncclLatencyMicroseconds")},
                                   self.history], sort_keys=True, default=str)
+        content = json.dumps([spec, self.history], sort_keys=True, default=str)
+        if content == self.written_content:
+            return  # exactly what the last write put there (e.g. nothing measured without pods): nothing to do
         live = self.body.get("status") or {}
         if live.get("speculative") == spec and (live.get("history") or []) == self.history:
             self.written = (significant, now)  # already there (e.g. after an operator restart): no write
@@ -153,8 +158,10 @@ class Reporter:
                 STATUS_REFRESH_S, float(sdd.spec.speculative.autotune.intervalSeconds)):
             return
         try:
-            await tuner_status.write(self.client, md["name"], md["namespace"], spec, self.history)
+            remember_own_write(self.memo,
+                               await tuner_status.write(self.client, md["name"], md["namespace"], spec, self.history))
             self.written = (significant, now)
+            self.written_content = content
         except ApiError as e:  # after the client's retries: the next interval tries again
             log.warning("tuner %s: status not written: %s", self.ref(), e)
 
