@@ -54,7 +54,8 @@ def envtest_environment(tmp_path_factory):
     from .envtest import EnvtestUnavailable, Environment
 
     try:
-        env = Environment(workdir=tmp_path_factory.mktemp("envtest")).start()
+        # `make envtest` (a dependency of `make test`) builds the binaries; a test run only reuses them
+        env = Environment(workdir=tmp_path_factory.mktemp("envtest"), build=False).start()
     except EnvtestUnavailable as e:
         if os.environ.get("SPECDECODE_REQUIRE_ENVTEST") == "1":
             pytest.fail(f"the real API server is required (SPECDECODE_REQUIRE_ENVTEST=1): {e}")
