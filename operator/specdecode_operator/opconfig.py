@@ -49,8 +49,8 @@ class OperatorConfig:
     # Takeover after a crash <= lease_duration + retry_period; a cut-off leader stops after renew_deadline.
     leader_election: bool = False
     lease_name: str = "specdecode-operator"
-    lease_duration_seconds: float = 8.0
-    renew_deadline_seconds: float = 5.0
+    lease_duration_seconds: float = 10.0
+    renew_deadline_seconds: float = 7.0
     retry_period_seconds: float = 1.0
     # Watches: the server closes each after this long; the client cuts one that runs 15 s longer or stays silent
     # for this + 15 s (a half-open connection), and kopf reopens it (re-listing) - a stalled watch costs <= this.
