@@ -424,3 +424,18 @@ class Proxy:
         cfg["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{self.port}"
         path.write_text(yaml.safe_dump(cfg))
         return path
+
+
+class RealBed(Bed):
+    """The same observations on the real kube-apiserver (tests/k8s/envtest.py), in one namespace of its own; the
+    operator replicas use the ServiceAccount kubeconfig that holds only the chart's RBAC."""
+
+    def __init__(self, tmp_path: pathlib.Path, env, namespace: str, operator_kubeconfig: pathlib.Path):
+        self.server = self.emulator = None
+        self.env = env
+        self.kubeconfig = operator_kubeconfig
+        self.cluster = Cluster(env.configuration(), namespace)
+        self.tmp = tmp_path
+
+    def close(self) -> None:
+        self.cluster.close()

@@ -9,6 +9,7 @@ for p in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parents[
         sys.path.insert(0, str(p))
 
 from chaos.chaoslib import Bed  # noqa: E402
+from k8s.fixtures import apiserver_bed, envtest_environment  # noqa: E402,F401  (the real API server, once per session)
 
 
 @pytest.fixture
