@@ -1,4 +1,6 @@
-"""Entry for ``kopf run -m specdecode_operator.operator_main``: registers the handlers from SPECDECODE_* env."""
+"""Entry for ``kopf run -m specdecode_operator.operator_main`` (development): the same registry, built from the
+SPECDECODE_* environment, under kopf's own CLI. It has no leader election: run one replica. Deployments run
+``specdecode operator run --leader-elect`` (operator_process.py), which only lets the Lease holder act."""
 
 import kopf
 
