@@ -53,7 +53,10 @@ class Cluster:
             return len(self.emulator.log)
         if self.bed is not None:
             return self.bed.env.audit_offset()
-        raise RuntimeError("no request log on an external cluster")
+        import pytest
+
+        pytest.skip("needs a request log (the emulator's, or the local API server's audit log), which an external "
+                    "cluster does not give the tests")
 
     def operator_writes(self, since: int = 0) -> list[tuple[str, str, str]]:
         """(verb, resource, name) of each write the operator made after ``since``; Events excluded."""
