@@ -272,6 +272,9 @@ class Pool:
     def crashed(self) -> int:
         return sum(r.crashed() for r in self.all)
 
+    def crash_reasons(self) -> list[str]:
+        return [f"{r.identity}: exit {r.proc.poll()}, killed {r.killed}" for r in self.all if r.crashed()]
+
     def close(self) -> None:
         for r in self.all:
             r.close()

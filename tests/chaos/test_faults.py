@@ -88,7 +88,8 @@ def test_api_outage_converges_within_15s_of_its_end(bed):
         took = pool.wait_time(lambda: bed.converged(names), 90, "converged after the outage")
         lost, dup = bed.lost_and_duplicated(names)
         Outcome("API outage", "every request 503 for 20 s (10 CRs, 5 created after it)", round(took, 2), lost, dup,
-                pool.crashed(), pool.peak_rss_mb(), notes={"replica_restarts": pool.restarts}).record()
+                pool.crashed(), pool.peak_rss_mb(), notes={"replica_restarts": pool.restarts,
+                                                           "crashes": pool.crash_reasons()}).record()
         assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0)
     finally:
         pool.close()
