@@ -232,6 +232,12 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
     env["SPECDECODE_RUNTIME_CONFIG"] = str(Path(config_path).resolve())
     env[METRICS_DIR_ENV] = environ.get(METRICS_DIR_ENV) or DEFAULT_METRICS_DIR
     args = expand_env_refs(sglang_cli_args(cfg, list(extra)), environ)
+    if cfg.target_device == "cpu":  # real SGLang on a CPU with the runtime's kernel stand-ins (specdecode_runtime.cpu)
+        from .cpu import DEVICE_ENV
+        from .cpu.engine import CLI_FLAGS
+
+        args = [*CLI_FLAGS, *args]
+        env[DEVICE_ENV] = "cpu"
     files: dict[str, str] = {}
     # Refusal checks see the user's arguments only (our own adaptive flags are appended after them).
     reasons = unsupported_reasons(cfg, args, installed_sglang_version() if sglang_version == "__detect__"
@@ -316,6 +322,11 @@ def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a mode
     from .sglang_patch import apply_patches, run_scheduler_process
 
     cfg = load_config(plan.config_path)
+    if cfg.target_device == "cpu":
+        from .cpu.engine import prepare_launch
+        from .cpu.scheduler import run_scheduler_process  # noqa: F811 - installs the CPU stand-ins, then ours
+
+        prepare_launch(cfg.target.tensor_parallel_size)
     apply_patches(split_config(cfg), nccl_environment(cfg), main_process=True)  # env re-apply + hooks
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args

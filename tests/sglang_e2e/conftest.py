@@ -80,3 +80,30 @@ def first_divergence(a: list[list[int]], b: list[list[int]]) -> str:
         if len(x) != len(y):
             return f"prompt {p}: lengths {len(x)} != {len(y)}"
     return "equal"
+
+
+# name -> (tp, algorithm, draft ("agree" / "random"), steps, topk)
+STOCK_RUNS = {
+    "nospec-tp1": (1, None, None, 0, 0),
+    "nospec-tp2": (2, None, None, 0, 0),
+    "eagle-s1-k1": (1, "EAGLE", "agree", 1, 1),
+    "eagle-s3-k1": (1, "EAGLE", "agree", 3, 1),
+    "eagle-s3-k2": (1, "EAGLE", "agree", 3, 2),
+    "eagle-random-s3-k1": (1, "EAGLE", "random", 3, 1),
+    "eagle3-s1-k1": (1, "EAGLE3", "agree", 1, 1),
+    "eagle3-s3-k2": (1, "EAGLE3", "agree", 3, 2),
+}
+
+
+@pytest.fixture(scope="session")
+def stock(tiny_models):
+    """Every stock run, in one host process (SGLang imported once for all of them)."""
+    runs = []
+    for name, (tp, algorithm, draft, steps, topk) in STOCK_RUNS.items():
+        run = {"name": name, "model_dir": tiny_models.target, "tp": tp, "prompts": PROMPTS,
+               "max_new_tokens": MAX_NEW_TOKENS}
+        if algorithm:
+            run.update(algorithm=algorithm, draft_dir=tiny_models.draft(algorithm, draft == "agree"), steps=steps,
+                       topk=topk)
+        runs.append(run)
+    return run_host(runs)

@@ -6,35 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import MAX_NEW_TOKENS, PROMPTS, first_divergence, result_of, run_host
+from conftest import MAX_NEW_TOKENS, PROMPTS, STOCK_RUNS, first_divergence, result_of
 
 pytestmark = pytest.mark.slow
-
-# name -> (tp, algorithm, draft ("agree" / "random"), steps, topk)
-RUNS = {
-    "nospec-tp1": (1, None, None, 0, 0),
-    "nospec-tp2": (2, None, None, 0, 0),
-    "eagle-s1-k1": (1, "EAGLE", "agree", 1, 1),
-    "eagle-s3-k1": (1, "EAGLE", "agree", 3, 1),
-    "eagle-s3-k2": (1, "EAGLE", "agree", 3, 2),
-    "eagle-random-s3-k1": (1, "EAGLE", "random", 3, 1),
-    "eagle3-s1-k1": (1, "EAGLE3", "agree", 1, 1),
-    "eagle3-s3-k2": (1, "EAGLE3", "agree", 3, 2),
-}
-SPEC_RUNS = [name for name, spec in RUNS.items() if spec[1]]
-
-
-@pytest.fixture(scope="module")
-def stock(tiny_models):
-    runs = []
-    for name, (tp, algorithm, draft, steps, topk) in RUNS.items():
-        run = {"name": name, "model_dir": tiny_models.target, "tp": tp, "prompts": PROMPTS,
-               "max_new_tokens": MAX_NEW_TOKENS}
-        if algorithm:
-            run.update(algorithm=algorithm, draft_dir=tiny_models.draft(algorithm, draft == "agree"), steps=steps,
-                       topk=topk)
-        runs.append(run)
-    return run_host(runs)
 
 
 def test_nospec_tp2_equals_tp1(stock):
@@ -50,7 +24,7 @@ def test_prompts_give_different_continuations(stock):
     assert a != b
 
 
-@pytest.mark.parametrize("name", SPEC_RUNS)
+@pytest.mark.parametrize("name", [n for n, spec in STOCK_RUNS.items() if spec[1]])
 def test_speculative_tokens_equal_nospec(stock, name):
     base = result_of(stock, "nospec-tp1")["tokens"]
     got = result_of(stock, name)
@@ -60,7 +34,7 @@ def test_speculative_tokens_equal_nospec(stock, name):
     assert all(m["spec_verify_ct"] <= MAX_NEW_TOKENS for m in got["meta"])
 
 
-@pytest.mark.parametrize("name", [n for n in SPEC_RUNS if RUNS[n][2] == "agree"])
+@pytest.mark.parametrize("name", [n for n, spec in STOCK_RUNS.items() if spec[2] == "agree"])
 def test_agreeing_draft_accepts(stock, name):
     meta = result_of(stock, name)["meta"]
     accepted = sum(m["spec_num_correct_drafts"] for m in meta)

@@ -61,8 +61,11 @@ def server_kwargs(model_dir: str, draft_dir: str | None = None, *, tp: int = 1, 
 
 # The same settings as SGLang command-line flags, for ``specdecode-runtime launch`` with ``device: cpu`` (the
 # launcher's own flags, e.g. --tp-size, come first; argparse keeps the last occurrence of a flag).
+# SGLang sizes the KV pool from free host memory on a CPU (17M tokens, 8 GB here): a bounded pool instead, which
+# extraArgs can raise.
 CLI_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
-             "--sampling-backend", "pytorch", "--disable-overlap-schedule", "--dtype", "float32")
+             "--sampling-backend", "pytorch", "--disable-overlap-schedule", "--dtype", "float32",
+             "--max-total-tokens", "4096")
 
 
 def prepare_launch(tp: int) -> None:

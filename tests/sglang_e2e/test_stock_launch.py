@@ -1,0 +1,116 @@
+"""``specdecode-runtime launch`` with ``device: cpu`` serves real SGLang: the HTTP server answers /generate with
+the tokens the engine gives without speculation, and /metrics carries the runtime's acceptance counters, equal to
+the counts SGLang itself reports for the request."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import MAX_NEW_TOKENS, PROMPTS, RUNTIME, result_of
+
+pytestmark = pytest.mark.slow
+STARTUP_TIMEOUT_S = 300
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - loopback
+        return r.read(1 << 20)
+
+
+def _post(url: str, body: dict, timeout: float = 60) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback
+        return json.loads(r.read(1 << 20))
+
+
+def _series(text: str, name: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(rf"^{name}(\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", line)
+        if m:
+            out[m.group(1) or ""] = float(m.group(2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models, tmp_path_factory):
+    work = tmp_path_factory.mktemp("cpu-launch")
+    port, control = _free_port(), _free_port()
+    (work / "token").write_text("t0ken\n")
+    (work / "runtime.yaml").write_text(f"""\
+apiVersion: specdecode.io/runtime/v1
+name: cpu-launch
+device: cpu
+target: {{model: {tiny_models.target}, tensorParallelSize: 1}}
+draft: {{model: {tiny_models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
+speculative: {{numSteps: 3, eagleTopK: 1, candidateSteps: [3]}}
+nccl: {{profile: None, preflight: false}}
+server: {{port: {port}, controlPort: {control}, tokenFile: {work / 'token'}}}
+topology: {{nodes: 1, gpusPerNode: 1}}
+""")
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(work / "metrics"), SPECDECODE_STATE_DIR=str(work / "state"),
+               PYTHONPATH=os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    log = open(work / "launch.log", "wb")
+    # Its own session: SGLang's shutdown and crash handling kill the whole process tree of the server process.
+    proc = subprocess.Popen([sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(work / "runtime.yaml"),
+                             "--", "--skip-server-warmup"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"launch exited with {proc.returncode}:\n{(work / 'launch.log').read_text()[-4000:]}")
+            try:
+                _get(base + "/health")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S} s:\n"
+                                f"{(work / 'launch.log').read_text()[-4000:]}")
+                time.sleep(2)
+        yield base
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=30)
+        log.close()
+
+
+def test_launch_serves_the_engine_tokens(served, stock):
+    out = _post(served + "/generate", {"input_ids": PROMPTS[0], "sampling_params": {
+        "temperature": 0, "max_new_tokens": MAX_NEW_TOKENS, "ignore_eos": True}})
+    assert out["output_ids"] == result_of(stock, "nospec-tp1")["tokens"][0]
+    meta = out["meta_info"]
+    assert meta["spec_verify_ct"] > 0
+
+    metrics = _get(served + "/metrics").decode()
+    cycles = sum(_series(metrics, "specdecode_verify_cycles_total").values())
+    accepted = sum(_series(metrics, "specdecode_position_accepted_total").values())
+    # the only request served so far: the runtime's counters are SGLang's own counts for it
+    assert cycles == meta["spec_verify_ct"]
+    assert accepted == meta["spec_num_correct_drafts"]
+    assert accepted > 0
