@@ -23,8 +23,7 @@ for p in (TESTS, TESTS / "api", TESTS / "render"):
         sys.path.insert(0, str(p))
 
 from cel_corpus import corpus  # noqa: E402
-from k8s.fixtures import envtest_environment  # noqa: E402,F401
-from k8s.realapi import ApiServer, Refusal  # noqa: E402
+from k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
 from specdecode_operator.api.validate import InvalidSpec, parse  # noqa: E402
 from test_property import documents  # noqa: E402
 
@@ -33,12 +32,17 @@ CRD_FILE = TESTS.parent / "crds" / "specdecode.io_specdecodedeployments.yaml"
 
 
 @pytest.fixture(scope="module")
-def api(envtest_environment) -> ApiServer:  # noqa: F811
-    api = ApiServer(envtest_environment.kubeconfig)
-    api.apply_crd(yaml.safe_load(CRD_FILE.read_text()))
-    api.ensure_namespace(NAMESPACE)
-    yield api
-    api.close()
+def api(tmp_path_factory) -> ApiServer:
+    """An API server of this module's own (stopped when the module is done)."""
+    env = started_environment(tmp_path_factory.mktemp("envtest-parity"))
+    try:
+        api = ApiServer(env.kubeconfig)
+        api.apply_crd(yaml.safe_load(CRD_FILE.read_text()))
+        api.ensure_namespace(NAMESPACE)
+        yield api
+        api.close()
+    finally:
+        env.stop()
 
 
 def local_fields(doc: dict) -> set[str]:

@@ -10,21 +10,31 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from k8s.apiserver import OperatorProcess  # noqa: E402
-from k8s.fixtures import apiserver_bed, envtest_environment  # noqa: E402,F401
-from k8s.realapi import ApiServer  # noqa: E402
+from k8s.apiserver import ApiServerBed, OperatorProcess  # noqa: E402
+from k8s.realapi import ApiServer, started_environment  # noqa: E402
 
 ROOT = TESTS.parent
 NAMESPACE = "demo-real"
 
 
-def test_demo_against_a_real_api_server(apiserver_bed, tmp_path):  # noqa: F811
+@pytest.fixture(scope="module")
+def apiserver_bed(tmp_path_factory):
+    """A real API server prepared like a user's cluster (CRDs by kubectl, the chart's RBAC), for this module."""
+    env = started_environment(tmp_path_factory.mktemp("envtest-demo"))
+    try:
+        yield ApiServerBed(env).prepare()
+    finally:
+        env.stop()
+
+
+def test_demo_against_a_real_api_server(apiserver_bed, tmp_path):
     api = ApiServer(apiserver_bed.env.kubeconfig)
     api.ensure_namespace(NAMESPACE)
     apiserver_bed.grant(NAMESPACE)  # the chart's RBAC for an operator watching this namespace
