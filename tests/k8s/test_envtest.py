@@ -12,8 +12,20 @@ import pytest
 
 from k8s.apiserver import kubectl
 from k8s.cluster import wait_for
-from k8s.envtest import ROOT, Environment
-from k8s.fixtures import envtest_environment  # noqa: F401
+from k8s.envtest import ROOT, EnvtestUnavailable, Environment
+
+
+@pytest.fixture(scope="module")
+def envtest_environment(tmp_path_factory):
+    """A server for this module only, stopped when it ends (the e2e suite's session server is separate)."""
+    try:
+        env = Environment(workdir=tmp_path_factory.mktemp("envtest-fixture"), build=False).start()
+    except EnvtestUnavailable as e:
+        if os.environ.get("SPECDECODE_REQUIRE_ENVTEST") == "1":
+            pytest.fail(f"the real API server is required (SPECDECODE_REQUIRE_ENVTEST=1): {e}")
+        pytest.skip(f"no kube-apiserver/etcd binaries: {e}")
+    yield env
+    env.stop()
 
 
 def whoami(kubeconfig) -> dict:
