@@ -32,9 +32,6 @@ def _emit(out: TextIO, obj: dict[str, Any]) -> None:
 def run_one(run: dict[str, Any]) -> dict[str, Any]:
     from .engine import CpuSGLang
 
-    unknown = sorted(set(run) - set(RUN_KEYS))
-    if unknown:
-        raise ValueError(f"unknown run keys {unknown}; allowed: {', '.join(RUN_KEYS)}")
     kwargs = {k: run[k] for k in ("tp", "algorithm", "steps", "topk", "num_draft_tokens", "extra") if k in run}
     with CpuSGLang(run["model_dir"], run.get("draft_dir"), **kwargs) as engine:
         result = engine.generate(run["prompts"], int(run.get("max_new_tokens", 16)))
@@ -51,6 +48,12 @@ def main(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
         runs = json.loads(text)["runs"]
         if not isinstance(runs, list) or len(runs) > MAX_RUNS:
             raise ValueError(f"runs must be a list of at most {MAX_RUNS} objects")
+        for i, run in enumerate(runs):
+            if not isinstance(run, dict) or "name" not in run or "model_dir" not in run:
+                raise ValueError(f"runs[{i}] must be an object with at least name and model_dir")
+            unknown = sorted(set(run) - set(RUN_KEYS))
+            if unknown:
+                raise ValueError(f"runs[{i}]: unknown keys {unknown}; allowed: {', '.join(RUN_KEYS)}")
     except (ValueError, KeyError, TypeError) as e:
         print(f"invalid input: {e}", file=sys.stderr)
         return 2
