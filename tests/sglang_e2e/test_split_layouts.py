@@ -4,9 +4,10 @@ tiny target's own greedy continuation (transformers, float32), and what every ra
 code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`).
 
 Each test starts one engine (start-up dominates on 2 cores): TP 2 with the draft on rank 0 in Live mode with two
-step changes mid-generation; TP 4 with an EAGLE-3 draft on rank 1 as a single-step tree; TP 4 with the draft on
-two ranks. Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing rank 0 or
-not.
+step changes mid-generation; TP 4 with an EAGLE-3 draft at TP 2 on ranks 1 and 2 as a single-step tree.
+Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing rank 0 or not. A
+third placement (draft TP 1 on rank 1, a 3-step tree) runs with ``SPECDECODE_E2E_FULL=1``; the CI budget covers
+it through the selftest (``bench/results/selftest_cpu_tp4.md``).
 """
 
 from __future__ import annotations
@@ -160,29 +161,33 @@ def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
     assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {0: {cell}, 1: {cell}}
 
 
-def test_split_tp4_eagle3_draft_on_rank1_single_step_tree(tmp_path):
-    """EAGLE-3 with its own head, draft TP 1 on rank 1 (S without rank 0), topk 2 with numSteps 1: the tree's
-    parent_list is empty, and the target head is never gathered."""
-    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1", "--algorithm", "EAGLE3", "--steps", "1", "--topk", "2",
+def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
+    """EAGLE-3 with its own head, draft TP 2 on ranks 1 and 2 (S without rank 0, its own all-reduces inside S),
+    topk 2 with numSteps 1: the tree's parent_list is empty, and the target head is never gathered."""
+    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1,2", "--algorithm", "EAGLE3", "--steps", "1", "--topk", "2",
                         "--num-draft-tokens", "3"])
-    assert r.run["draft_ranks"] == [1]
+    assert r.run["draft_ranks"] == [1, 2]
     assert r.run["tokens"] == r.reference
     _assert_checks(r, *SPLIT_CHECKS)
     prof = _kv_profile(r.ranks)
     assert all(p["head_gathered"] is False for p in prof.values())
     v, h = r.models.shape["vocab_size"], r.models.shape["hidden_size"]
-    assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 0, 1: v * h * 4, 2: 0, 3: 0}  # embedding
-    cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE3", True), tp=4, draft_tp=1)
+    half = v // 2 * h * 4  # each rank of S keeps its half of the embedding; no head
+    assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 0, 1: half, 2: half, 3: 0}
+    cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE3", True), tp=4, draft_tp=2)
     assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {rk: {cell} for rk in range(4)}
 
 
-def test_split_tp4_draft_tp2_on_two_ranks(tmp_path):
-    """Draft TP 2 on ranks 2 and 3 (its own all-reduces inside S), a topk-2 tree over 3 steps."""
-    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "2,3", "--algorithm", "EAGLE", "--steps", "3", "--topk", "2",
+@pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="a fourth engine start; the CI budget runs "
+                    "this placement through `specdecode-runtime selftest` (bench/results/selftest_cpu_tp4.md); set "
+                    "SPECDECODE_E2E_FULL=1 to run it here")
+def test_split_tp4_draft_tp1_on_rank1_tree(tmp_path):
+    """Draft TP 1 on rank 1 alone, a topk-2 tree over 3 steps."""
+    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1", "--algorithm", "EAGLE", "--steps", "3", "--topk", "2",
                         "--num-draft-tokens", "5"])
-    assert r.run["draft_ranks"] == [2, 3]
+    assert r.run["draft_ranks"] == [1]
     assert r.run["tokens"] == r.reference
     _assert_checks(r, *SPLIT_CHECKS)
     v, h = r.models.shape["vocab_size"], r.models.shape["hidden_size"]
     held = {rk: p["gathered_bytes"] for rk, p in _kv_profile(r.ranks).items()}
-    assert held == {0: 0, 1: 0, 2: v * h * 4, 3: v * h * 4}  # each rank of S keeps its half of embedding + head
+    assert held == {0: 0, 1: 2 * v * h * 4, 2: 0, 3: 0}  # embedding + head, on S only
