@@ -111,3 +111,16 @@ def test_an_hpa_scaling_the_rendered_deployment_is_reverted_with_an_event(cluste
     wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 2, timeout=15,
              what="scaled through the SDD")
     assert len(_events(cluster, "ReplicasOverridden")) == 1
+
+
+def test_a_new_object_whose_finalizer_patch_fails_still_converges(emulated):
+    """kopf adds its finalizer by a patch before the first pass; when all of its attempts fail (an error storm), it
+    throttles the object and tries again, and the first pass follows within seconds of the storm's end."""
+    cluster = emulated
+    fault = cluster.emulator.inject(verb="patch", resource="specdecodedeployments", subresource=None, status=500,
+                                    times=8)
+    cluster.create_sdd(sdd())
+    wait_for(lambda: fault.hits == fault.times, timeout=30, what="kopf's attempts fail")
+    done = wait_for(lambda: (s := cluster.get_sdd("llama")) and (s.get("status") or {}).get("observedGeneration"),
+                    timeout=10, what="first pass after the finalizer was added")
+    assert done == 1 and cluster.get(APPS, "deployments", "llama")
