@@ -101,6 +101,14 @@ class ServerConfig(_Model):
     buckets: list[int] = Field(default=list(DEFAULT_BUCKETS))
 
 
+class CostProbeConfig(_Model):
+    """Start-up cost probe (``cost_probe`` + ``sglang_patch.cost_runner``): after graph capture every TP rank times
+    the tiers' forwards on dummy batches, rank 0 exports ``specdecode_cost_seconds``. ``budgetMs`` bounds each point."""
+
+    enabled: bool = True
+    budget_ms: float = Field(default=2.0, gt=0, le=100, alias="budgetMs")
+
+
 class TopologyConfig(_Model):
     nodes: int = 1
     gpus_per_node: int = Field(default=8, alias="gpusPerNode")
@@ -118,6 +126,8 @@ class RuntimeConfig(_Model):
     nccl: NcclConfig
     server: ServerConfig = ServerConfig()
     topology: TopologyConfig = TopologyConfig()
+    # None = on with the defaults (omitted from the dump so existing runtime.yaml files are unchanged).
+    cost_probe: CostProbeConfig | None = Field(default=None, alias="costProbe")
     extra_args: list[str] = Field(default=[], alias="extraArgs")
     # Where SGLang runs. None = cuda (omitted from the dump so existing runtime.yaml files are unchanged); cpu runs
     # real SGLang with the runtime's CPU kernel stand-ins (specdecode_runtime.cpu), for tests and pre-flight checks.

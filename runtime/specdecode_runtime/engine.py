@@ -51,11 +51,15 @@ class EngineSettings:
     host: str = "0.0.0.0"
     exchange_every: int = DEFAULT_EXCHANGE_EVERY
     preflight_iterations: int = 200
+    cost_probe: bool = True  # start-up cost probe through SGLang's forwards (sglang_patch.cost_runner)
+    cost_budget_ms: float = 2.0  # time budget per probe point
 
     @classmethod
     def from_runtime_config(cls, cfg: Any) -> "EngineSettings":
+        from .config import CostProbeConfig
         from .launch import captured_steps, live
 
+        probe = getattr(cfg, "cost_probe", None) or CostProbeConfig()
         return cls(
             num_steps=int(cfg.speculative.num_steps),
             captured=tuple(captured_steps(cfg)),
@@ -65,6 +69,8 @@ class EngineSettings:
             control_port=int(cfg.server.control_port),
             token_file=cfg.server.token_file,
             preflight=cfg.nccl.preflight is not False,
+            cost_probe=probe.enabled,
+            cost_budget_ms=float(probe.budget_ms),
         )
 
 
@@ -185,6 +191,8 @@ class EngineRuntime:
     tp_rank: int | None = None
     _shown: Any = None  # the table last published on specdecode_num_steps
     cost_runner: Any = None  # cost_probe.RunStep replaying one captured stage; None: no start-up cost probe
+    cost_sync: Any = None  # waits for the stage's device work; None: cost_probe's default
+    cost_points: list = field(default_factory=list)
 
     # ---- start-up ----------------------------------------------------------------------------------------------
     def start(self, *, tp_rank: int, tp_size: int, cpu_group=None, src: int = 0, device_group=None, device=None,
@@ -221,8 +229,9 @@ class EngineRuntime:
         if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
             from . import cost_probe
 
-            cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
-                                      split_draft=s.draft_tp < tp_size)
+            self.cost_points = cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
+                                                         split_draft=s.draft_tp < tp_size, sync=self.cost_sync,
+                                                         budget_s=s.cost_budget_ms / 1000.0)
         if tp_rank == 0 and serve and s.control_port is not None:
             from .control import create_control_app
 
@@ -240,6 +249,10 @@ class EngineRuntime:
         par = get_parallel()
         tp = par.tp_group
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        if self.settings.cost_probe and self.cost_runner is None:
+            from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
+
+            self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
         self.start(tp_rank=par.tp_rank, tp_size=par.tp_size, cpu_group=tp.cpu_group, src=tp.ranks[0],
                    device_group=tp.device_group, device=device)
 

@@ -1,0 +1,135 @@
+"""The SGLang stage runner of the start-up cost probe (``sglang_patch.cost_runner``) and its runtime.yaml switch.
+
+The runner is driven here against an object exposing the ``EAGLEWorkerV2`` attributes it uses (tier states, the
+capture-time override, the target's eager runner), to pin what it launches under which tier and that the running
+tier is always restored; tests/sglang_e2e/test_cost_probe_cpu.py runs it inside real SGLang."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from runtime_testlib import RUNTIME_YAML  # noqa: F401  (puts runtime/ on sys.path)
+
+from specdecode_runtime import cost_probe
+from specdecode_runtime.config import RuntimeConfig
+from specdecode_runtime.engine import EngineRuntime, EngineSettings
+from specdecode_runtime.input_files import InputError
+from specdecode_runtime.sglang_patch.cost_runner import SGLangStageRunner, StageUnavailable
+
+
+class _Eager:
+    def __init__(self, worker):
+        self.worker, self.runs, self.allocs = worker, [], []
+
+    def _alloc_dummy_decode_buffers(self, bs, num_tokens_per_req):
+        self.allocs.append((bs, num_tokens_per_req))
+        return ("buffers", bs, num_tokens_per_req)
+
+    @contextlib.contextmanager
+    def model_context(self):
+        yield
+
+    def _dummy_run(self, batch_size, buffers):
+        assert buffers[1] == batch_size
+        self.runs.append((self.worker.speculative_num_steps, batch_size, buffers[2]))
+
+
+class _Controller:
+    def __init__(self, worker, tiers):
+        self.worker, self._states, self.activations = worker, {k: f"state{k}" for k in tiers}, []
+
+    def _activate(self, k):
+        self.activations.append(k)
+        self.worker.speculative_num_steps = k
+
+
+class _Worker:
+    """The attributes of EAGLEWorkerV2 the runner reads (topk 1: k + 1 verify tokens per request)."""
+
+    def __init__(self, running=3, tiers=(1, 3, 5)):
+        self.speculative_num_steps = running
+        self.adaptive_controller = _Controller(self, tiers)
+        runner = type("MR", (), {})()
+        runner.device = "cpu"
+        runner.eager_runner = _Eager(self)
+        runner.decode_num_tokens_per_req = lambda: self.speculative_num_steps + 1
+        self._target_worker = type("TW", (), {"model_runner": runner})()
+        self.overrides = []
+
+    @contextlib.contextmanager
+    def _override_worker_state(self, steps, num_draft_tokens):
+        prev, self.speculative_num_steps = self.speculative_num_steps, steps
+        self.overrides.append((steps, num_draft_tokens))
+        try:
+            yield
+        finally:
+            self.speculative_num_steps = prev
+
+
+def test_verify_runs_the_target_dummy_forward_under_each_tier_and_restores_the_running_one():
+    w = _Worker(running=3)
+    run = SGLangStageRunner(w)
+    for k, b in ((1, 4), (5, 4), (3, 2), (0, 8)):
+        run("verify", k, b)
+        assert w.speculative_num_steps == 3  # the configured tier serves the first batch
+    # (tier active during the forward, batch, tokens per request)
+    assert w._target_worker.model_runner.eager_runner.runs == [(1, 4, 2), (5, 4, 6), (3, 2, 4), (0, 8, 1)]
+    assert w.adaptive_controller.activations == [1, 3, 5, 3]  # SGLang's own tier swap, and back
+    assert w.overrides == [(0, 1)]  # k = 0 is not a captured tier: the one-token verify of steps == 0
+
+
+def test_buffers_are_allocated_once_per_shape():
+    w = _Worker()
+    run = SGLangStageRunner(w)
+    for _ in range(3):
+        run("verify", 1, 4)
+    assert w._target_worker.model_runner.eager_runner.allocs == [(4, 2)]
+
+
+def test_a_tier_error_still_restores_the_running_tier():
+    w = _Worker(running=3)
+
+    def boom(batch_size, buffers):
+        raise RuntimeError("forward failed")
+
+    w._target_worker.model_runner.eager_runner._dummy_run = boom
+    with pytest.raises(RuntimeError, match="forward failed"):
+        SGLangStageRunner(w)("verify", 5, 2)
+    assert w.speculative_num_steps == 3
+
+
+@pytest.mark.parametrize("stage", ["draft_step", "draft_extend", "overhead", "broadcast"])
+def test_stages_it_cannot_launch_raise_and_are_left_out_of_the_probe(stage):
+    w = _Worker()
+    with pytest.raises(StageUnavailable, match=stage):
+        SGLangStageRunner(w)(stage, 1, 1)
+    points = cost_probe.run_probe(SGLangStageRunner(w), (1, 3, 5), buckets=(1, 8), budget_s=0.0)
+    assert {p.stage for p in points} == {"verify"}
+    assert {(p.steps, p.bucket) for p in points} == {(k, b) for k in (0, 1, 3, 5) for b in ("1-7", "8+")}
+    assert w.speculative_num_steps == 3
+
+
+def test_runtime_yaml_switch_and_budget():
+    on = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(RUNTIME_YAML))
+    assert (on.cost_probe, on.cost_budget_ms) == (True, 2.0)
+    off = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(
+        RUNTIME_YAML + "costProbe: {enabled: false, budgetMs: 0.5}\n"))
+    assert (off.cost_probe, off.cost_budget_ms) == (False, 0.5)
+    assert "costProbe" not in RuntimeConfig.from_yaml(RUNTIME_YAML).to_yaml()  # existing files render unchanged
+
+
+def test_bad_budget_names_the_field():
+    with pytest.raises(InputError, match="costProbe.budgetMs"):
+        RuntimeConfig.from_yaml(RUNTIME_YAML + "costProbe: {budgetMs: 0}\n")
+
+
+def test_engine_start_times_with_the_runner_and_keeps_the_points():
+    calls = []
+    settings = EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1, 8), draft_tp=1,
+                              control_port=None, token_file=None, preflight=False, cost_budget_ms=0.1)
+    rt = EngineRuntime(settings, cost_runner=lambda st, k, b: calls.append((st, k, b)))
+    rt.start(tp_rank=1, tp_size=1, serve=False)
+    assert rt.cost_points and {p.stage for p in rt.cost_points} >= {"verify", "draft_step"}
+    assert {("verify", 3, 3), ("verify", 3, 11)} <= set(calls)  # bucket middles: sqrt(1*7), sqrt(8*16)
