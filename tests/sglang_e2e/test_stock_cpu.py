@@ -8,7 +8,7 @@ import pytest
 
 from conftest import MAX_NEW_TOKENS, PROMPTS, STOCK_RUNS, first_divergence, result_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test also starts every engine it needs
 
 
 def test_nospec_tp2_equals_tp1(stock):

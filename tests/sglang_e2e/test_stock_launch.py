@@ -18,7 +18,7 @@ import pytest
 
 from conftest import MAX_NEW_TOKENS, PROMPTS, RUNTIME, result_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test also starts every engine it needs
 STARTUP_TIMEOUT_S = 300
 
 
