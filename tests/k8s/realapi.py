@@ -110,3 +110,19 @@ def started_environment(workdir):
         if os.environ.get("SPECDECODE_REQUIRE_ENVTEST") == "1":
             pytest.fail(f"the real API server is required (SPECDECODE_REQUIRE_ENVTEST=1): {e}")
         pytest.skip(f"no kube-apiserver/etcd binaries: {e}")
+
+
+def require_binaries() -> None:
+    """Skip (fail under SPECDECODE_REQUIRE_ENVTEST=1) where kube-apiserver and etcd cannot be built."""
+    import os
+
+    import pytest
+
+    from .envtest import EnvtestUnavailable, binaries_dir
+
+    try:
+        binaries_dir()
+    except EnvtestUnavailable as e:
+        if os.environ.get("SPECDECODE_REQUIRE_ENVTEST") == "1":
+            pytest.fail(f"the real API server is required (SPECDECODE_REQUIRE_ENVTEST=1): {e}")
+        pytest.skip(f"no kube-apiserver/etcd binaries: {e}")
