@@ -33,16 +33,22 @@ class _Eager:
 
     def _dummy_run(self, batch_size, buffers):
         assert buffers[1] == batch_size
-        self.runs.append((self.worker.speculative_num_steps, batch_size, buffers[2]))
+        mr = self.worker._target_worker.model_runner
+        self.runs.append((self.worker.speculative_num_steps, batch_size, buffers[2], mr.attn_backend))
+
+
+class _State:
+    def __init__(self, k):
+        self.speculative_num_steps, self.speculative_num_draft_tokens = k, k + 1
+        self.target_attn_backend = f"verify-backend-{k}"
 
 
 class _Controller:
     def __init__(self, worker, tiers):
-        self.worker, self._states, self.activations = worker, {k: f"state{k}" for k in tiers}, []
+        self.worker, self._states = worker, {k: _State(k) for k in tiers}
 
-    def _activate(self, k):
-        self.activations.append(k)
-        self.worker.speculative_num_steps = k
+    def _activate(self, k):  # a full swap: the probe must not use it (it would log and record tier switches)
+        raise AssertionError("the probe swapped the running tier")
 
 
 class _Worker:
@@ -53,6 +59,7 @@ class _Worker:
         self.adaptive_controller = _Controller(self, tiers)
         runner = type("MR", (), {})()
         runner.device = "cpu"
+        runner.attn_backend = f"verify-backend-{running}"
         runner.eager_runner = _Eager(self)
         runner.decode_num_tokens_per_req = lambda: self.speculative_num_steps + 1
         self._target_worker = type("TW", (), {"model_runner": runner})()
@@ -74,10 +81,12 @@ def test_verify_runs_the_target_dummy_forward_under_each_tier_and_restores_the_r
     for k, b in ((1, 4), (5, 4), (3, 2), (0, 8)):
         run("verify", k, b)
         assert w.speculative_num_steps == 3  # the configured tier serves the first batch
-    # (tier active during the forward, batch, tokens per request)
-    assert w._target_worker.model_runner.eager_runner.runs == [(1, 4, 2), (5, 4, 6), (3, 2, 4), (0, 8, 1)]
-    assert w.adaptive_controller.activations == [1, 3, 5, 3]  # SGLang's own tier swap, and back
-    assert w.overrides == [(0, 1)]  # k = 0 is not a captured tier: the one-token verify of steps == 0
+    # (tier active during the forward, batch, tokens per request, the target's attention backend)
+    assert w._target_worker.model_runner.eager_runner.runs == [
+        (1, 4, 2, "verify-backend-1"), (5, 4, 6, "verify-backend-5"), (3, 2, 4, "verify-backend-3"),
+        (0, 8, 1, "verify-backend-3")]  # k = 0 is not a captured tier: the one-token verify of steps == 0
+    assert w.overrides == [(1, 2), (5, 6), (0, 1)]  # SGLang's capture-time override, restored after each
+    assert w._target_worker.model_runner.attn_backend == "verify-backend-3"
 
 
 def test_buffers_are_allocated_once_per_shape():
@@ -98,6 +107,7 @@ def test_a_tier_error_still_restores_the_running_tier():
     with pytest.raises(RuntimeError, match="forward failed"):
         SGLangStageRunner(w)("verify", 5, 2)
     assert w.speculative_num_steps == 3
+    assert w._target_worker.model_runner.attn_backend == "verify-backend-3"
 
 
 @pytest.mark.parametrize("stage", ["draft_step", "draft_extend", "overhead", "broadcast"])

@@ -48,6 +48,11 @@ def verify_mask(prefix_len: int, ntok: int, custom_mask: torch.Tensor | None, of
 class TorchNativeSpecAttnBackend(TorchNativeAttnBackend):
     """SGLang's torch-native backend plus the target-verify forward."""
 
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        """Sequence length of SGLang's dummy decode batches (warm-up, start-up cost probe): 1, as the Triton and
+        FlashInfer backends say."""
+        return 1
+
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         if not forward_batch.forward_mode.is_target_verify() or layer.is_cross_attention:
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)

@@ -10,10 +10,10 @@ How a stage is launched, and why this way:
   forward SGLang runs for its flashinfer autotune), with tier k applied first. ``_dummy_run`` builds its
   ``ForwardBatch`` exactly as SGLang's warm-up and graph capture do (``TARGET_VERIFY`` over
   ``decode_num_tokens_per_req()`` tokens per request, a dummy ``EagleVerifyInput``, the attention backend's
-  metadata), so what is timed is the target's real verify forward at that width. The tier is applied with
-  SGLang's own ``AdaptiveController._activate`` (the pointer swap the step control uses) when k is a captured
-  tier, and with ``EAGLEWorkerV2._override_worker_state(k, k + 1)`` otherwise (k = 0: the one-token verify SGLang
-  runs for ``steps == 0``). Building ``ForwardBatch`` objects here instead would copy forty fields whose meaning
+  metadata), so what is timed is the target's real verify forward at that width. Tier k's target side is
+  applied for the forward (:meth:`SGLangStageRunner.tier`): SGLang's capture-time override of the step count and
+  width, and the tier's own target attention backend from its ``AdaptiveController`` state; k = 0 without a
+  captured tier 0 runs the one-token verify SGLang runs for ``steps == 0``. Building ``ForwardBatch`` objects here instead would copy forty fields whose meaning
   moves between SGLang releases; a dummy generate-request loop cannot run here at all (the scheduler's event loop
   has not started when the tiers are ready). ``_dummy_run`` synchronises the device and passes a TP barrier before
   its forward, so every rank launches the same forward at the same moment (the target's all-reduces line up) and
@@ -25,7 +25,7 @@ How a stage is launched, and why this way:
   on every rank, so :func:`cost_probe.run_probe` leaves them out with a log line and the tuner falls back per stage
   (verify base and per-token cost are measured; the rest comes from live phase timings).
 
-The worker's running tier is restored after every stage, so the first served batch runs the configured numSteps.
+The worker's running tier is never swapped out, so the first served batch runs the configured numSteps.
 """
 
 from __future__ import annotations
@@ -58,21 +58,27 @@ class SGLangStageRunner:
 
     @contextlib.contextmanager
     def tier(self, steps: int) -> Iterator[None]:
-        """Tier ``steps`` applied for the duration, the running tier restored afterwards."""
+        """The target side of tier ``steps`` for the duration: SGLang's capture-time override of the step count and
+        draft-token width (``_override_worker_state``, which restores them) plus that tier's target attention
+        backend (what ``apply_runtime_state`` swaps in on the target). Not ``AdaptiveController._activate``: a
+        full swap would also rebuild the draft side and log a tier switch per probe point; the running tier's
+        objects are never replaced, so the first served batch runs the configured numSteps."""
         w = self.worker
-        running = int(w.speculative_num_steps)
-        ctl = getattr(w, "adaptive_controller", None)
-        if steps == running:
+        if int(steps) == int(w.speculative_num_steps):
             yield
-        elif ctl is not None and steps in ctl._states:
-            ctl._activate(int(steps))
+            return
+        ctl = getattr(w, "adaptive_controller", None)
+        state = ctl._states.get(int(steps)) if ctl is not None else None
+        width = int(state.speculative_num_draft_tokens) if state is not None else int(steps) + 1
+        mr = self.target_runner
+        running_backend = mr.attn_backend
+        with w._override_worker_state(int(steps), width):
+            if state is not None and state.target_attn_backend is not None:
+                mr.attn_backend = state.target_attn_backend
             try:
                 yield
             finally:
-                ctl._activate(running)
-        else:
-            with w._override_worker_state(int(steps), int(steps) + 1):
-                yield
+                mr.attn_backend = running_backend
 
     # ---- stages --------------------------------------------------------------------------------------------------
     def _verify(self, steps: int, batch: int) -> None:
@@ -88,7 +94,14 @@ class SGLangStageRunner:
 
     def __call__(self, stage: str, steps: int, batch: int) -> None:
         if stage == "verify":
-            return self._verify(int(steps), int(batch))
+            try:
+                return self._verify(int(steps), int(batch))
+            except Exception as exc:  # the probe logs only the message: name the failing frame in it
+                import traceback
+
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                raise RuntimeError(f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} "
+                                   f"in {where.name})") from exc
         raise StageUnavailable(f"stage {stage!r} is not launched by the SGLang runner (measured: "
                                f"{', '.join(SUPPORTED_STAGES)})")
 
