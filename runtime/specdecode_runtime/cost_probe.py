@@ -60,16 +60,22 @@ def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None)
 
 def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
                clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002, min_samples: int = 3,
-               max_samples: int = 50, warmup: int = 1) -> float:
+               max_samples: int = 50, warmup: int = 1, agree: Callable[[bool], bool] | None = None) -> float:
     """Median seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
     ``budget_s`` is spent, at least ``min_samples`` and at most ``max_samples``. The median, not the mean: one
-    stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life."""
+    stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life.
+
+    ``agree(more) -> more`` makes every TP rank take the same number of calls (a stage with collectives deadlocks
+    when one rank stops sampling earlier): the engine passes rank 0's decision, broadcast over the TP group."""
     for _ in range(warmup):
         run()
     sync()
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < max_samples and (len(samples) < min_samples or spent < budget_s):
+    while True:
+        more = len(samples) < max_samples and (len(samples) < min_samples or spent < budget_s)
+        if not (agree(more) if agree is not None else more):
+            break
         t0 = clock()
         run()
         sync()
@@ -104,13 +110,14 @@ def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKET
 def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS,
               split_draft: bool = False, sync: Callable[[], None] = lambda: None,
               clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002,
-              max_batch: int | None = None) -> list[ProbePoint]:
+              max_batch: int | None = None, agree: Callable[[bool], bool] | None = None) -> list[ProbePoint]:
     """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
     profile is still served (the tuner falls back per stage)."""
     out = []
     for stage, steps, label, batch in plan_points(captured, buckets, split_draft, max_batch):
         try:
-            sec = time_stage(lambda: run_step(stage, steps, batch), sync=sync, clock=clock, budget_s=budget_s)
+            sec = time_stage(lambda: run_step(stage, steps, batch), sync=sync, clock=clock, budget_s=budget_s,
+                             agree=agree)
         except Exception as exc:  # a missing tier or stage must not stop the pod from serving
             log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, exc)
             continue
@@ -134,11 +141,15 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
     """One bucket's ``CycleCost`` in milliseconds from its points. The verify and draft-extend per-token costs come
     from how the time grows with the tier at the probed batch (``batch * (steps + 1)`` tokens), the draft step is
-    the measured forward at that batch. None without a plain-decode verify point (nothing to anchor k = 0)."""
+    the measured forward at that batch. None without a plain-decode verify point (nothing to anchor k = 0), and None
+    when speculative tiers were probed without a draft step (a runner that measures only the verify: the tuner then
+    keeps its per-cycle phase averages rather than a profile with free drafting)."""
     pts = list(points)
     by = {st: [p for p in pts if p.stage == st] for st in STAGES}
     if not by["verify"]:
         return None
+    if not by["draft_step"] and any(p.steps > 0 for p in by["verify"]):
+        return None  # verify alone would price drafting at zero and push the tuner to its largest k
 
     def ms(p: ProbePoint) -> float:
         return 1000.0 * p.seconds
@@ -188,12 +199,13 @@ def points_from_samples(samples: Mapping[tuple[str, int, str, int], float]) -> l
 
 def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int], metrics=None,
                    split_draft: bool = False, sync: Callable[[], None] | None = None,
-                   budget_s: float = 0.002) -> list[ProbePoint]:
+                   budget_s: float = 0.002, agree: Callable[[bool], bool] | None = None) -> list[ProbePoint]:
     """The runtime's start-up hook: probe every captured tier on every TP rank in the same order (stage replays may
     hold collectives), export on the rank that owns the metrics, and log one summary line."""
     if sync is None:
         sync = _device_sync()
-    points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s)
+    points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s,
+                       agree=agree)
     if metrics is not None:
         export(points, metrics)
         log.info("specdecode: cost probe (ms): %s", summary(points))

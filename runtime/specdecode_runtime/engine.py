@@ -177,6 +177,20 @@ class ControlServer:
             self.thread.join(timeout=10)
 
 
+def _rank0_decides(group, src: int) -> Callable[[bool], bool]:
+    """``agree`` for the cost probe: TP rank 0's "take another sample?" broadcast over the (gloo) TP group, so every
+    rank launches a stage the same number of times and the stage's collectives line up."""
+    import torch
+    import torch.distributed as dist
+
+    def agree(more: bool) -> bool:
+        flag = torch.tensor([1 if more else 0], dtype=torch.int32)
+        dist.broadcast(flag, src=src, group=group)
+        return bool(flag.item())
+
+    return agree
+
+
 @dataclass
 class EngineRuntime:
     """One per scheduler process. ``start`` on every rank once the worker is ready; the other methods are the
@@ -231,7 +245,8 @@ class EngineRuntime:
 
             self.cost_points = cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
                                                          split_draft=s.draft_tp < tp_size, sync=self.cost_sync,
-                                                         budget_s=s.cost_budget_ms / 1000.0)
+                                                         budget_s=s.cost_budget_ms / 1000.0,
+                                                         agree=_rank0_decides(cpu_group, src) if tp_size > 1 else None)
         if tp_rank == 0 and serve and s.control_port is not None:
             from .control import create_control_app
 

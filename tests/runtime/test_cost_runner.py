@@ -143,3 +143,28 @@ def test_engine_start_times_with_the_runner_and_keeps_the_points():
     rt.start(tp_rank=1, tp_size=1, serve=False)
     assert rt.cost_points and {p.stage for p in rt.cost_points} >= {"verify", "draft_step"}
     assert {("verify", 3, 3), ("verify", 3, 11)} <= set(calls)  # bucket middles: sqrt(1*7), sqrt(8*16)
+
+
+def test_agree_sets_the_sample_count_on_every_rank():
+    """A rank with a slower clock would stop sampling earlier than rank 0; with ``agree`` it follows rank 0's
+    decision, so a stage holding collectives is launched the same number of times everywhere."""
+    ticks = iter(range(10_000))
+    slow_clock = lambda: next(ticks) * 0.01  # noqa: E731  every call 10 ms: the 2 ms budget is spent at once
+    calls = []
+    decisions = iter([True] * 7 + [False])  # rank 0 wants 7 samples
+    cost_probe.time_stage(lambda: calls.append(1), clock=slow_clock, budget_s=0.002, warmup=1,
+                          agree=lambda more: next(decisions))
+    assert len(calls) == 1 + 7
+    calls.clear()
+    cost_probe.time_stage(lambda: calls.append(1), clock=iter(range(10_000)).__next__, budget_s=0.002, warmup=1)
+    assert len(calls) == 1 + 3  # alone, the same clock stops at min_samples
+
+
+def test_a_verify_only_probe_is_no_cycle_profile():
+    """The SGLang runner measures verify only; fitting that as a CycleCost would price drafting at zero."""
+    verify_only = [cost_probe.ProbePoint("verify", k, "1", 1, 0.001 * (1 + k)) for k in (0, 1, 3)]
+    assert cost_probe.fit_profile(verify_only) == {}
+    plain = [cost_probe.ProbePoint("verify", 0, "1", 1, 0.001)]  # a pod without speculation: plain decode only
+    assert cost_probe.fit_profile(plain)["1"].verify_base == pytest.approx(1.0)
+    full = verify_only + [cost_probe.ProbePoint("draft_step", 1, "1", 1, 0.0005)]
+    assert cost_probe.fit_profile(full)["1"].draft_base == pytest.approx(0.5)
