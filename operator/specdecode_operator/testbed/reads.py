@@ -64,6 +64,8 @@ class ReadHandlers(ObjectStore):
         since = int(since) if since.isdigit() else 0
         timeout = request.params.get("timeoutSeconds")
         yield b""
+        bus = self._buses[request.resource]
+        mark = await bus.mark()  # before the snapshot: a change made while the snapshot is sent is streamed after it
         async with self._lock:
             events = [
                 {"type": "MODIFIED" if since else "ADDED", "object": obj.raw}
@@ -73,11 +75,11 @@ class ReadHandlers(ObjectStore):
                 and int(obj.raw.get("metadata", {}).get("resourceVersion") or 0) > since
                 and match(obj.raw.get("metadata", {}).get("labels") or {})
             ]
-        for event in events:
-            yield event
         try:
+            for event in events:
+                yield event
             async with asyncio.timeout(float(timeout) if timeout and timeout.isdigit() else None):
-                async for event in self._buses[request.resource]:
+                async for event in bus.stream(since=mark):
                     md = event.get("object", {}).get("metadata", {})
                     if request.namespace is not None and md.get("namespace") != request.namespace:
                         continue
@@ -87,3 +89,5 @@ class ReadHandlers(ObjectStore):
                         yield event
         except TimeoutError:
             return
+        finally:
+            await bus.unmark(mark)
