@@ -267,7 +267,10 @@ class EngineRuntime:
         if self.settings.cost_probe and self.cost_runner is None:
             from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
 
-            self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
+            try:
+                self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
+            except AttributeError as exc:  # a worker without the EAGLEWorkerV2 layout: serve without a probe
+                log.warning("specdecode: no start-up cost probe for %s: %s", type(worker).__name__, exc)
         self.start(tp_rank=par.tp_rank, tp_size=par.tp_size, cpu_group=tp.cpu_group, src=tp.ranks[0],
                    device_group=tp.device_group, device=device)
 

@@ -168,3 +168,20 @@ def test_a_verify_only_probe_is_no_cycle_profile():
     assert cost_probe.fit_profile(plain)["1"].verify_base == pytest.approx(1.0)
     full = verify_only + [cost_probe.ProbePoint("draft_step", 1, "1", 1, 0.0005)]
     assert cost_probe.fit_profile(full)["1"].draft_base == pytest.approx(0.5)
+
+
+def test_a_worker_without_the_eagle_layout_serves_without_a_probe(monkeypatch):
+    """The worker-ready hook builds the runner; a worker shape it does not know must not stop the pod."""
+    import sys
+    import types
+
+    started = {}
+    rt = EngineRuntime(EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1,), draft_tp=1,
+                                      control_port=None, token_file=None, preflight=False))
+    monkeypatch.setattr(rt, "start", lambda **kw: started.update(kw) or rt)
+    fake_parallel = types.SimpleNamespace(tp_group=types.SimpleNamespace(cpu_group=None, ranks=[0], device_group=None),
+                                          tp_rank=0, tp_size=1)
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context",
+                        types.SimpleNamespace(get_parallel=lambda: fake_parallel))
+    rt.on_worker_ready(object())
+    assert started["tp_rank"] == 0 and rt.cost_runner is None

@@ -133,4 +133,15 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint("sglang.srt.entrypoints.engine._set_envs_and_config", ("server_args",), "wrap",
                "re-apply the NCCL profile after SGLang sets NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE"),
     PatchPoint("sglang.srt.server_args.prepare_server_args", ("argv",), "use", "SGLang's own CLI parser"),
+    # start-up cost probe (cost_runner.py): the target's warm-up dummy forward under each tier's target side
+    PatchPoint("sglang.srt.model_executor.runner.eager_runner.EagerRunner._dummy_run",
+               ("self", "batch_size", "run_ctx", "forward_mode_override", "buffers"), "use",
+               "the cost probe's verify stage: SGLang's own TARGET_VERIFY dummy forward"),
+    PatchPoint("sglang.srt.model_executor.runner.eager_runner.EagerRunner._alloc_dummy_decode_buffers",
+               ("self", "max_bs", "num_tokens_per_req"), "use", "static inputs of the cost probe's dummy forward"),
+    PatchPoint("sglang.srt.model_executor.model_runner.ModelRunner.decode_num_tokens_per_req", ("self",), "use",
+               "verify width of the tier the cost probe applies"),
+    PatchPoint(f"{EW2}.EAGLEWorkerV2._override_worker_state",
+               ("self", "speculative_num_steps", "speculative_num_draft_tokens"), "use",
+               "applies a tier's step count and width for one cost-probe forward, restoring them after"),
 )
