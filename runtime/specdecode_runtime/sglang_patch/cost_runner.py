@@ -13,17 +13,23 @@ How a stage is launched, and why this way:
   metadata), so what is timed is the target's real verify forward at that width. Tier k's target side is
   applied for the forward (:meth:`SGLangStageRunner.tier`): SGLang's capture-time override of the step count and
   width, and the tier's own target attention backend from its ``AdaptiveController`` state; k = 0 without a
-  captured tier 0 runs the one-token verify SGLang runs for ``steps == 0``. Building ``ForwardBatch`` objects here instead would copy forty fields whose meaning
-  moves between SGLang releases; a dummy generate-request loop cannot run here at all (the scheduler's event loop
-  has not started when the tiers are ready). ``_dummy_run`` synchronises the device and passes a TP barrier before
+  captured tier 0 runs the one-token verify SGLang runs for ``steps == 0``. Building ``ForwardBatch`` objects
+  here instead would copy forty fields whose meaning moves between SGLang releases; replaying the captured CUDA
+  graphs would not run on the CPU path the tests use, and a dummy generate-request loop cannot run here at all (the
+  scheduler's event loop has not started when the tiers are ready). It is eager, not a graph replay: on a GPU a
+  small-batch point includes kernel-launch time the captured graph avoids. ``_dummy_run`` synchronises the device and passes a TP barrier before
   its forward, so every rank launches the same forward at the same moment (the target's all-reduces line up) and
   the time includes one barrier, which is the same on every tier and so lands in the fitted base cost, not in the
   per-token cost.
 * ``draft_step``, ``draft_extend``, ``overhead``, ``broadcast``: not launched yet (the draft model's forward needs
   an ``EagleDraftInput`` / ``EagleDraftExtendInput`` carrying target hidden states that SGLang only builds inside
   ``draft()`` and ``_draft_extend_for_decode``). The runner raises :class:`StageUnavailable` for them, identically
-  on every rank, so :func:`cost_probe.run_probe` leaves them out with a log line and the tuner falls back per stage
-  (verify base and per-token cost are measured; the rest comes from live phase timings).
+  on every rank, so :func:`cost_probe.run_probe` leaves them out with a log line. The verify points are exported,
+  but ``cost_probe.fit_bucket`` makes no cycle profile from verify alone (it would price drafting at zero): the
+  tuner keeps its per-cycle phase averages until the draft stages are measured too.
+
+Every rank runs the same points in the same order and, on TP > 1, the same number of calls per point (rank 0
+decides, :func:`specdecode_runtime.engine._rank0_decides`), so the forwards' collectives line up.
 
 The worker's running tier is never swapped out, so the first served batch runs the configured numSteps.
 """
