@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from chaos.chaoslib import Outcome, Pool, Proxy, sdds, time_until
+from chaos.chaoslib import Outcome, Pool, Proxy, sdds
 from k8s.cluster import ApiFailure, minimal_sdd, wait_for
 
 CONVERGE_LIMIT_S = 15.0
