@@ -1,10 +1,9 @@
-"""``specdecode-runtime``: launch (the patched SGLang), check-sglang, and simulate (when that package exists)."""
+"""``specdecode-runtime``: launch (the patched SGLang), check-sglang, simulate, selftest and completion."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import sys
 from typing import Sequence
 
@@ -116,12 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--apply", action="store_true", help="also apply and remove the patches once")
     c.add_argument("--verbose", "-v", action="store_true", help="show SGLang's import-time warnings")
     c.set_defaults(func=_cmd_check)
-    try:  # another helper's package; registered only when present
-        simulate_cli = importlib.import_module("specdecode_runtime.simulate.cli")
-    except ImportError:
-        simulate_cli = None
-    if simulate_cli is not None and hasattr(simulate_cli, "add_parser"):
-        simulate_cli.add_parser(sub)
+    from .simulate.cli import add_parser as add_simulate_parser
+
+    add_simulate_parser(sub)
     from .selftest import add_parser as add_selftest_parser
 
     add_selftest_parser(sub)

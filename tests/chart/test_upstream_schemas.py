@@ -1,5 +1,5 @@
 """tests/upstream_schemas.validate_custom accepts valid objects of the vendored kinds and rejects broken ones with
-a path-bearing message (the lead's render tests rely on it)."""
+a path-bearing message (the render tests rely on it)."""
 
 import copy
 

@@ -259,7 +259,7 @@ def _candidates(text: str) -> list[int] | str:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``tuner`` under the lead's ``specdecode bench`` sub-command group."""
+    """Register ``tuner`` under the ``specdecode bench`` sub-command group."""
     p = subparsers.add_parser("tuner", help="benchmark the step tuner against static k, the oracle and SGLang "
                               "adaptive (simulated)")
     add_arguments(p)
