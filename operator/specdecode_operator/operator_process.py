@@ -44,6 +44,7 @@ class OperatorProcess:
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kopf_task: asyncio.Task | None = None
+        self._release: threading.Thread | None = None  # hands the Lease over on stop; joined before exit
 
     # ------------------------------------------------------------------ health
     def health(self) -> tuple[bool, dict]:
@@ -59,8 +60,9 @@ class OperatorProcess:
         """Thread-safe: stop acting now and hand the Lease over, then let kopf shut down. The fence closes first
         (every API write of ours is refused from here on), so releasing the Lease before kopf has finished its
         shutdown cannot give two writers; a standby takes over at its next poll instead of after expiry."""
-        if self.elector is not None and self.role != "lost":
-            threading.Thread(target=self.elector.stop, kwargs={"release": True}, daemon=True).start()
+        if self.elector is not None and self.role != "lost" and self._release is None:
+            self._release = threading.Thread(target=self.elector.stop, kwargs={"release": True}, daemon=True)
+            self._release.start()
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
 
@@ -106,15 +108,30 @@ class OperatorProcess:
                 fence = lambda: self.elector.leading  # noqa: E731
             self.role = "leader"
             self.registry = make_registry(config, self.metrics, fence=fence, serve_metrics=False)
+            # kopf installs its own SIGTERM/SIGINT handlers when it starts; they stop kopf but leave its waiter on
+            # our stop flag pending, which its shutdown then waits 5 s for. Once kopf is ready, the signals are ours
+            # again: the Lease is released and kopf stops through the flag, at once. A callback, not a task, so
+            # nothing of ours is left for kopf's shutdown to wait on.
+            ready: asyncio.Future = self._loop.create_future()
+            ready.add_done_callback(lambda _: self._handle_signals())
             self._kopf_task = asyncio.ensure_future(kopf.operator(
                 registry=self.registry, clusterwide=not config.namespaces, namespaces=list(config.namespaces),
-                standalone=True, liveness_endpoint=None, stop_flag=self._stop))
+                standalone=True, liveness_endpoint=None, stop_flag=self._stop, ready_flag=ready))
             await self._kopf_task
             return 1 if self.elector is not None and self.role == "lost" else 0
         finally:
             if self.elector is not None:
                 self.elector.stop(release=self.role != "lost")
+            if self._release is not None:  # a daemon thread still writing at interpreter exit aborts the process
+                await asyncio.to_thread(self._release.join, 5.0)
             await self.endpoints.stop()
+
+    def _handle_signals(self) -> None:
+        """SIGTERM/SIGINT call ``stop`` (only in the main thread: replicas run in threads by tests keep none)."""
+        if self._loop is None or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self.stop)
 
     def run(self) -> int:
         return asyncio.run(self.main())
@@ -126,9 +143,8 @@ def run(config) -> int:
     process = OperatorProcess(config)
 
     async def main() -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, process.stop)
+        process._loop = asyncio.get_running_loop()
+        process._handle_signals()  # while waiting for the Lease, before kopf runs
         return await process.main()
 
     return asyncio.run(main())
