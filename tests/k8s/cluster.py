@@ -25,6 +25,22 @@ class ApiFailure(Exception):
         self.status, self.body = status, body
 
 
+def raw_call(api: kubernetes.client.ApiClient, method: str, path: str, body: Any = None, query: list | None = None,
+             content_type: str | None = None, *, timeout: float = 10, failure: type[ApiFailure] = ApiFailure) -> Any:
+    """One request on a path the typed clients do not cover; the decoded JSON answer, or ``failure`` on non-2xx."""
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    m, url, headers, body, _ = api.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                                   body=body, auth_settings=["BearerToken"])
+    response = api.call_api(m, url, headers, body, _request_timeout=timeout)
+    response.read()
+    data = json.loads(response.data or b"{}")
+    if not 200 <= response.status < 300:
+        raise failure(response.status, data)
+    return data
+
+
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "apply"}
 
 
@@ -75,18 +91,7 @@ class Cluster:
     # ------------------------------------------------------------------ raw calls
     def call(self, method: str, path: str, body: Any = None, query: list | None = None,
              content_type: str | None = None) -> Any:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        m, url, headers, body, _ = self.api.param_serialize(method, path, query_params=query or [],
-                                                            header_params=headers, body=body,
-                                                            auth_settings=["BearerToken"])
-        response = self.api.call_api(m, url, headers, body, _request_timeout=10)
-        response.read()
-        data = json.loads(response.data or b"{}")
-        if not 200 <= response.status < 300:
-            raise ApiFailure(response.status, data)
-        return data
+        return raw_call(self.api, method, path, body, query, content_type)
 
     def watch_events(self, path: str, query: list, seconds: float = 3.0) -> list[dict]:
         """The events of one watch request, read until the server ends it or ``seconds`` pass without data."""

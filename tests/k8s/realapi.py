@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -11,16 +10,17 @@ from kubernetes.client.rest import ApiException
 
 from specdecode_operator.api.models import GROUP, PLURAL, VERSION
 
+from .cluster import ApiFailure, raw_call
+
 _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 
 
-class Refusal(Exception):
+class Refusal(ApiFailure):
     """The API server refused a request: its status code, message and the fields its causes name."""
 
     def __init__(self, status: int, body: dict):
-        self.status, self.body = status, body
+        super().__init__(status, body)
         self.fields = self.fields_of(body)
-        super().__init__(f"{status}: {body.get('message')}")
 
     @staticmethod
     def fields_of(body: dict) -> set[str]:
@@ -51,18 +51,7 @@ class ApiServer:
 
     def call(self, method: str, path: str, body=None, query: list | None = None,
              content_type: str | None = None) -> dict:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        m, url, headers, body, _ = self.client.param_serialize(method, path, query_params=query or [],
-                                                               header_params=headers, body=body,
-                                                               auth_settings=["BearerToken"])
-        response = self.client.call_api(m, url, headers, body, _request_timeout=30)
-        response.read()
-        data = json.loads(response.data or b"{}")
-        if not 200 <= response.status < 300:
-            raise Refusal(response.status, data)
-        return data
+        return raw_call(self.client, method, path, body, query, content_type, timeout=30, failure=Refusal)
 
     def apply_crd(self, crd: dict, timeout: float = 30.0) -> dict:
         """Server-side apply (as `kubectl apply --server-side` does), then wait until the CRD is Established."""
