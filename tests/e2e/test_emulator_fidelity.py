@@ -173,9 +173,12 @@ def probe_generation_counts_spec_changes_only(c):
 
 
 def probe_watch_from_resource_version(c):
-    """A watch from the list's resourceVersion sends only what changes after it, and ends at timeoutSeconds."""
+    """A watch from the list's resourceVersion sends exactly what changed after the list (an object created between
+    the list and the watch included: that is how a controller's list-then-watch misses nothing), and ends at
+    timeoutSeconds."""
     c.call("POST", cm_path(c), configmap("w1"))
     rv = c.call("GET", cm_path(c))["metadata"]["resourceVersion"]
+    c.call("POST", cm_path(c), configmap("w2"))
     events = c.watch_events(cm_path(c), [("watch", "true"), ("resourceVersion", rv), ("timeoutSeconds", "1")])
     return {"events": [(e["type"], e["object"]["metadata"]["name"]) for e in events]}
 

@@ -46,6 +46,7 @@ class Deletion(ObjectStore):
         raw = self._objects[key].raw
         self._objects[key].delete()
         self._owners.pop(key, None)
+        self._born.pop(key, None)
         await self._buses[key[0]].put({"type": "DELETED", "object": raw})
         uid = raw["metadata"]["uid"]
         live_uids = {o.raw["metadata"].get("uid") for o in self._objects.values() if not o.deleted}

@@ -52,13 +52,14 @@ class ReadHandlers(ObjectStore):
                                  if meta.builtin else raw)
         return aiohttp.web.json_response({
             "apiVersion": meta.api_version, "kind": f"{meta.kind}List",
-            "metadata": {"resourceVersion": str(self._peek_rv())}, "items": items,
+            "metadata": {"resourceVersion": str(self._last_rv())}, "items": items,
         })
 
     async def _serve_watch(self, request):  # type: ignore[override]
         """Without a resourceVersion (or "0"): every object as ADDED, then changes. From a resourceVersion (what
-        a client that listed first sends): only objects changed since, as MODIFIED (deletions in between are not
-        replayed: no event history is kept). The stream ends after timeoutSeconds, as the real server's does."""
+        a client that listed first sends): each object changed since, once, as ADDED if it was created since and
+        MODIFIED otherwise (deletions in between are not replayed: no event history is kept). The stream ends
+        after timeoutSeconds, as the real server's does."""
         match = compile_selector(request.params.get("labelSelector"))
         since = request.params.get("resourceVersion") or "0"
         since = int(since) if since.isdigit() else 0
@@ -68,8 +69,9 @@ class ReadHandlers(ObjectStore):
         mark = await bus.mark()  # before the snapshot: a change made while the snapshot is sent is streamed after it
         async with self._lock:
             events = [
-                {"type": "MODIFIED" if since else "ADDED", "object": obj.raw}
-                for (res, ns, _n), obj in self._objects.items()
+                {"type": "MODIFIED" if since and self._born.get(key, 0) <= since else "ADDED", "object": obj.raw}
+                for key, obj in self._objects.items()
+                for (res, ns, _n) in [key]
                 if res == request.resource and not obj.deleted
                 and (request.namespace is None or ns == request.namespace)
                 and int(obj.raw.get("metadata", {}).get("resourceVersion") or 0) > since

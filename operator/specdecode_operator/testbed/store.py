@@ -25,10 +25,12 @@ class ObjectStore:
             return None
         return self._objects[key].raw
 
-    def _peek_rv(self) -> int:
+    def _last_rv(self) -> int:
+        """The newest resourceVersion handed out: what a list is consistent with, and where a watch from that
+        list's resourceVersion starts (an object written right after the list has a greater one)."""
         value = next(self._rv)
         self._rv = itertools.count(value)  # put it back: peeking must not consume a version
-        return value
+        return value - 1
 
     def _stamp_new(self, body: dict, namespace: str | None) -> None:
         md = body.setdefault("metadata", {})
@@ -40,6 +42,8 @@ class ObjectStore:
             md["namespace"] = namespace
 
     async def _commit(self, key, body: dict, event: str) -> None:
+        if event == "ADDED":
+            self._born[key] = int(body["metadata"]["resourceVersion"])
         if key in self._objects and not self.keep_history and not self._objects[key].deleted:
             self._objects[key].history[:] = [body]
         elif key in self._objects:
