@@ -33,7 +33,7 @@ import kubernetes
 import kubernetes.watch
 import yaml
 
-from specdecode_operator.reconcile.apply import resource_path
+from specdecode_operator.kube_client import resource_path
 
 
 def rss_mb(pid: int | str = "self") -> tuple[float, float]:
@@ -63,17 +63,17 @@ def operator_process(url: str | None, resync: float, conn, namespace: str | None
     bench's requests for its counters over a pipe; nothing of the bench's client or polling runs here.
     ``url``: the emulator; else the API server of $KUBECONFIG (kopf and the client read it), watching
     ``namespace``."""
-    from specdecode_operator.opconfig import OperatorConfig
+    from specdecode_operator.config import OperatorConfig
     from specdecode_operator.testbed.runner import OperatorThread
 
     config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
                             resync_seconds=resync, request_timeout=10,
                             namespaces=(namespace,) if namespace else ())
     with OperatorThread(config) as op:
-        rec = op.registry.reconciler
+        context = op.context
         conn.send("ready")
         while (cmd := conn.recv()) != "stop":
-            client = rec.client
+            client, rec = context.client, context.reconciler
             conn.send({"writes": client.writes, "calls": client.calls, "write_counts": dict(client.write_counts),
                        "reconciles": len(rec.durations),
                        "durations": list(rec.durations) if cmd == "durations" else None})

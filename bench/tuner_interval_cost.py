@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from specdecode_runtime.scenario import load_scenario
+from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
-from specdecode_operator.tuner import bench_tuner
-from specdecode_operator.tuner.scrape import parse_metrics
+from specdecode_operator.bench import tuner_benchmark
+from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_operator.tuner.tuner import Tuner
 
 DEFAULT = Path(__file__).resolve().parent / "scenarios" / "unseen" / "ramp-up-down.yaml"
@@ -27,7 +27,7 @@ DEFAULT = Path(__file__).resolve().parent / "scenarios" / "unseen" / "ramp-up-do
 
 def measure(path: str, interval: float) -> dict:
     sc = load_scenario(path)
-    cfg = bench_tuner.our_config(sc, "Live", interval, 1, 7, 3)
+    cfg = tuner_benchmark.our_config(sc, "Live", interval, 1, 7, 3)
     eng = SimEngine(sc)
     eng.set_candidates(cfg.policy.candidates)
     eng.set_step_table([(1, 3)])

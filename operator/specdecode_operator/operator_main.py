@@ -4,9 +4,10 @@ SPECDECODE_* environment, under kopf's own CLI. It has no leader election: run o
 
 import kopf
 
-from .opconfig import OperatorConfig
-from .reconcile.handlers import make_registry
+from .config import OperatorConfig
+from .context import OperatorContext
+from .registry import make_registry
 
 # kopf run imports this module and runs the default registry; ours is built by a function, so copy it in.
-_registry = make_registry(OperatorConfig.from_env())
+_registry = make_registry(OperatorContext(OperatorConfig.from_env()))
 kopf.set_default_registry(_registry)

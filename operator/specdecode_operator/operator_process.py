@@ -19,11 +19,12 @@ from typing import Callable
 import kopf
 import kubernetes
 
+from .context import OperatorContext
 from .endpoints import Endpoints, port_of
+from .kube_client import USER_AGENT, kube_configuration
 from .leadership import LeaderElector
-from .opmetrics import OperatorMetrics
-from .reconcile.apply import USER_AGENT
-from .reconcile.handlers import kube_configuration, make_registry
+from .metrics import OperatorMetrics
+from .registry import make_registry
 
 log = logging.getLogger("specdecode.operator")
 LOST_GRACE_SECONDS = 3.0  # after losing the Lease, kopf gets this long to stop before the process exits
@@ -40,6 +41,7 @@ class OperatorProcess:
         self.elector: LeaderElector | None = None
         self.role = "starting"
         self.endpoints: Endpoints | None = None
+        self.context: OperatorContext | None = None
         self.registry = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,7 +109,8 @@ class OperatorProcess:
                     return 0 if not self.elector.lost else 1
                 fence = lambda: self.elector.leading  # noqa: E731
             self.role = "leader"
-            self.registry = make_registry(config, self.metrics, fence=fence, serve_metrics=False)
+            self.context = OperatorContext(config, self.metrics, fence=fence)
+            self.registry = make_registry(self.context, serve_metrics=False)
             # kopf installs its own SIGTERM/SIGINT handlers when it starts; they stop kopf but leave its waiter on
             # our stop flag pending, which its shutdown then waits 5 s for. Once kopf is ready, the signals are ours
             # again: the Lease is released and kopf stops through the flag, at once. A callback, not a task, so

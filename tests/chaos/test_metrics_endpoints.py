@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from aiohttp import web
 
-from specdecode_operator.reconcile import tuner_pod_io
-from specdecode_operator.reconcile.tuner_pods import Target
+from specdecode_operator.tuning import pod_client
+from specdecode_operator.tuning.pods import Target
 
 THIRTY_MB = 30 * 1024 * 1024
 
@@ -74,11 +74,11 @@ async def pods():
 @pytest.mark.timeout(60)
 async def test_hostile_metrics_endpoints_are_bounded_in_time_and_memory(pods):
     config = SimpleNamespace(scrape_timeout=2.0, prometheus_url=None)
-    session = tuner_pod_io.open_session()
+    session = pod_client.open_session()
     try:
         tracemalloc.start()
         started = time.monotonic()
-        snaps, _ = await tuner_pod_io.read_counters(session, config, "ns", list(pods.values()), now=0.0)
+        snaps, _ = await pod_client.read_counters(session, config, "ns", list(pods.values()), now=0.0)
         elapsed = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
@@ -92,7 +92,7 @@ async def test_hostile_metrics_endpoints_are_bounded_in_time_and_memory(pods):
             notes={"peak is": "Python allocations during the scrape (tracemalloc), not process RSS",
                    "reasons": sorted({(s.error or "; ".join(s.problems))[:60] for s in snaps})}).record()
     assert elapsed < config.scrape_timeout + 1.5, elapsed  # the hanging pod costs one timeout, in parallel
-    assert peak < 3 * tuner_pod_io.MAX_SCRAPE_BYTES, f"peak {peak / 1e6:.1f} MB while reading 2 x 30 MB bodies"
+    assert peak < 3 * pod_client.MAX_SCRAPE_BYTES, f"peak {peak / 1e6:.1f} MB while reading 2 x 30 MB bodies"
     assert "TimeoutError" in by_pod["hang"].error
     assert "HTTP 401" in by_pod["unauthorized"].error
     assert "metrics too large" in by_pod["huge"].error

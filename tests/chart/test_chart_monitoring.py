@@ -86,14 +86,14 @@ def test_dashboard_covers_the_required_views():
 
 def test_contract_names_exist_in_the_code():
     """Names the code already exports are the contract's names (the runtime and operator metric modules)."""
-    from specdecode_operator import opmetrics
-    from specdecode_runtime import metrics
+    from specdecode_operator import metrics as operator_metrics
+    from specdecode_runtime.contract import metric_names as metrics
 
     runtime = {getattr(metrics, n) for n in ("VERIFY_CYCLES", "POSITION_ATTEMPTS", "POSITION_ACCEPTED", "CYCLE_SECONDS",
                                              "NUM_STEPS", "CANDIDATE_STEPS", "DRAFT_TP", "TOKENS_GENERATED", "NCCL_LATENCY")}
     contract_bases = {re.sub(r"_(total|sum|count|bucket)$", "", n) for n in CONTRACT}
     assert runtime <= contract_bases
-    text = open(opmetrics.__file__).read()
+    text = open(operator_metrics.__file__).read()
     for name in ("specdecode_operator_reconciles", "specdecode_operator_reconcile_duration_seconds",
                  "specdecode_operator_managed_objects", "specdecode_operator_api_errors"):
         assert f'"{name}"' in text, name

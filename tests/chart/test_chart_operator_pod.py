@@ -25,13 +25,13 @@ def env(container):
 
 def operator_config(values=None):
     """The OperatorConfig the operator builds from the environment the chart gives it."""
-    from specdecode_operator.opconfig import OperatorConfig
+    from specdecode_operator.config import OperatorConfig
 
     c = pod_spec(values)["containers"][0]
     return OperatorConfig.from_env({k: v for k, v in env(c).items() if k.startswith("SPECDECODE_") and v is not None})
 
 
-def test_environment_is_read_by_opconfig_as_intended():
+def test_environment_is_read_by_the_operator_config_as_intended():
     cfg = operator_config(COMBOS["overrides"])
     assert cfg.namespaces == ()
     assert cfg.default_image == "registry.example.com/sd/runtime@sha256:" + "a" * 64
@@ -45,8 +45,8 @@ def test_environment_is_read_by_opconfig_as_intended():
 
 
 def test_operator_pod_labels_match_what_the_operator_selects_on():
-    """The runtime's NetworkPolicy admits the operator by opconfig.operator_labels."""
-    from specdecode_operator.opconfig import OperatorConfig
+    """The runtime's NetworkPolicy admits the operator by OperatorConfig.operator_labels."""
+    from specdecode_operator.config import OperatorConfig
 
     labels = one(render(), "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert dict(OperatorConfig().operator_labels).items() <= labels.items()
@@ -55,7 +55,7 @@ def test_operator_pod_labels_match_what_the_operator_selects_on():
 def cli_config(values=None):
     """The OperatorConfig `specdecode operator run` builds from the chart's args and environment."""
     from specdecode_operator import cli
-    from specdecode_operator.operator_cli import config_from_args
+    from specdecode_operator.cli.operator import config_from_args
 
     c = pod_spec(values)["containers"][0]
     args = cli.build_parser().parse_args(["operator", "run", *c["args"]])  # SystemExit(2) on an unknown flag

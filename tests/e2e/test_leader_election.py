@@ -118,7 +118,7 @@ def test_a_replica_that_lost_the_lease_writes_nothing():
     """The fence: every write of the API client is refused once the Lease is not provably held."""
     import asyncio
 
-    from specdecode_operator.reconcile.apply import ApiError, KubeClient
+    from specdecode_operator.kube_client import ApiError, KubeClient
 
     import kubernetes
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from k8s.cluster import condition, wait_for
-from specdecode_runtime.scenario import parse_scenario
+from specdecode_runtime.contract.scenario import parse_scenario
 
 from specdecode_operator.demo.kubelet import SimulatedKubelet
 
@@ -107,7 +107,7 @@ def events(cluster, reason: str, name: str) -> list[dict]:
 
 
 def metrics_of(cluster):
-    return cluster.operator.registry.reconciler.metrics
+    return cluster.operator.context.metrics
 
 
 def assert_spec_untouched(cluster, name: str, created: dict) -> None:

@@ -143,7 +143,7 @@ class ApiServerBed:
         return out
 
 
-# OperatorConfig fields the operator reads from SPECDECODE_* variables (opconfig.OperatorConfig.from_env).
+# OperatorConfig fields the operator reads from SPECDECODE_* variables (config.OperatorConfig.from_env).
 _ENV_FIELDS = ("request_timeout", "scrape_timeout", "tune_restart_seconds", "tune_interval_scale", "prometheus_url",
                "default_image", "label_selector", "operator_namespace")
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import kubernetes
 
 from specdecode_operator.api.models import API_VERSION, PLURAL
-from specdecode_operator.reconcile.apply import resource_path
+from specdecode_operator.kube_client import resource_path
 
 
 class ApiFailure(Exception):

@@ -23,7 +23,7 @@ import kubernetes
 import pytest
 import yaml
 
-from specdecode_operator.opconfig import OperatorConfig
+from specdecode_operator.config import OperatorConfig
 from specdecode_operator.testbed.runner import EmulatorServer, OperatorThread, standard_emulator
 
 from .cluster import Cluster, unique_namespace

@@ -15,7 +15,7 @@ from specdecode_runtime import cost_probe
 from specdecode_runtime.cost_probe import ProbePoint
 from specdecode_runtime.metrics import SpecMetrics
 
-from specdecode_operator.tuner.scrape import parse_metrics
+from specdecode_operator.tuner.snapshot import parse_metrics
 
 
 class TorchStages:

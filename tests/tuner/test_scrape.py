@@ -3,7 +3,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from specdecode_operator.tuner.scrape import fetch_all, parse_metrics
+from specdecode_operator.tuner.snapshot import parse_metrics
+from specdecode_operator.tuning.pod_client import scrape
 
 from helpers import FakePod
 
@@ -57,11 +58,9 @@ async def test_fetch_reports_down_and_http_errors_without_raising(aiohttp_unused
 
     try:
         async with aiohttp.ClientSession() as s:
-            snaps = await fetch_all(s, {
-                "good": f"http://127.0.0.1:{port}/metrics",
-                "bad": f"http://127.0.0.1:{port}/broken",
-                "down": "http://127.0.0.1:1/metrics",
-            }, time=1.0, timeout_s=2.0)
+            urls = {"good": f"http://127.0.0.1:{port}/metrics", "bad": f"http://127.0.0.1:{port}/broken",
+                    "down": "http://127.0.0.1:1/metrics"}
+            snaps = [(await scrape(s, url, pod, 1.0, timeout_s=2.0))[0] for pod, url in urls.items()]
     finally:
         await runner.cleanup()
     by = {s.pod: s for s in snaps}

@@ -5,7 +5,7 @@ import pytest
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_operator.api.models import Autotune
 from specdecode_operator.tuner.policy import PolicyConfig
-from specdecode_operator.tuner.scrape import down, parse_metrics
+from specdecode_operator.tuner.snapshot import down, parse_metrics
 from specdecode_operator.tuner.tuner import Tuner, TunerConfig
 
 from helpers import FakePod, scenario
@@ -41,7 +41,7 @@ def test_drafter_whose_acceptance_collapses_after_position_3_is_not_tuned_to_7()
 
 def test_converges_to_the_model_optimum_and_reports_status():
     sc = scenario([{"seconds": 400, "batchSize": 1, "acceptance": [0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5]}])
-    from specdecode_runtime.goodput import best_steps
+    from specdecode_runtime.contract.goodput import best_steps
 
     truth = best_steps(sc.phases[0].acceptance, sc.cycle_cost(), 1, ALL)[0]
     cfg = TunerConfig(policy=PolicyConfig(candidates=ALL), initial_steps=1)
@@ -119,7 +119,7 @@ def _throughput(sc, phase, table):
     """Analytic tokens/s of a step table for a phase whose batch size is drawn per cycle (the simulator's model)."""
     import bisect
 
-    from specdecode_runtime.goodput import expected_tokens
+    from specdecode_runtime.contract.goodput import expected_tokens
 
     cost, los = sc.cycle_cost(), [lo for lo, _ in table]
     sizes, probs = phase.batch_distribution()
@@ -134,9 +134,9 @@ def _throughput(sc, phase, table):
 def test_buckets_are_tuned_for_the_deployments_throughput_not_each_their_own():
     """Batch 1 and batch 8 share the decode time: the tuner's table reaches the deployment optimum (the bench's
     Dinkelbach oracle), not the table of per-bucket optima."""
-    from specdecode_runtime.goodput import best_steps
+    from specdecode_runtime.contract.goodput import best_steps
 
-    from specdecode_operator.tuner.bench_tuner import oracle_table
+    from specdecode_operator.bench.tuner_benchmark import oracle_table
 
     cost = {"verify": {"base": 8.0, "perToken": 0.04}, "draftStep": {"base": 0.19}, "draftExtend": {"base": 0.2},
             "overhead": 0.3}

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from specdecode_runtime.simulate.engine import SimEngine
-from specdecode_runtime.scenario import load_scenario
+from specdecode_runtime.contract.scenario import load_scenario
 
-from specdecode_operator.tuner import bench_tuner
+from specdecode_operator import cli
+from specdecode_operator.bench import tuner_benchmark
 from specdecode_operator.tuner.estimator import Estimator
 from specdecode_operator.tuner.policy import BucketState, PolicyConfig, choose
-from specdecode_operator.tuner.scrape import parse_metrics
+from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_operator.tuner.tuner import Tuner
 
 from helpers import FakePod
@@ -33,7 +34,7 @@ def drive(tuner: Tuner, eng: SimEngine, intervals: int, every: float = 10.0):
 
 def setup(profile=None, probe_bias=0.15):
     sc = load_scenario(SCEN / "h200-nvlink.yaml")
-    cfg = bench_tuner.our_config(sc, "Live", 10.0, 1, 7, 3)
+    cfg = tuner_benchmark.our_config(sc, "Live", 10.0, 1, 7, 3)
     eng = SimEngine(sc, seed=4, probe_bias=probe_bias)
     eng.set_candidates(cfg.policy.candidates)
     eng.set_step_table([(1, 3)])
@@ -87,12 +88,12 @@ def test_costs_are_parsed_once_per_pod_and_again_after_a_restart():
 
 def test_benchmark_hands_ours_only_what_the_pod_serves():
     sc = load_scenario(SCEN / "pcie8-seed.yaml")
-    _, tuner = bench_tuner.run_ours(sc, 1, "Live", 10.0, 1, 7, 3)
+    _, tuner = tuner_benchmark.run_ours(sc, 1, "Live", 10.0, 1, 7, 3)
     assert tuner.profile is None and tuner.measured  # the pod's probe, not sc.cycle_cost()
-    _, exact = bench_tuner.run_ours(sc, 1, "Live", 10.0, 1, 7, 3, profile="exact")
+    _, exact = tuner_benchmark.run_ours(sc, 1, "Live", 10.0, 1, 7, 3, profile="exact")
     assert exact.profile == sc.cycle_cost()
     with pytest.raises(ValueError, match="profile"):
-        bench_tuner.run_ours(sc, 1, "Live", 10.0, 1, 7, 3, profile="oracle")
+        tuner_benchmark.run_ours(sc, 1, "Live", 10.0, 1, 7, 3, profile="oracle")
 
 
 def test_workload_flipping_every_interval_is_averaged_not_chased():
@@ -110,7 +111,7 @@ def test_workload_flipping_every_interval_is_averaged_not_chased():
 
 
 def test_a_detected_workload_change_may_climb_two_positions():
-    from specdecode_runtime.goodput import CycleCost
+    from specdecode_runtime.contract.goodput import CycleCost
 
     from specdecode_operator.tuner.estimator import Acceptance
 
@@ -126,5 +127,5 @@ def test_a_detected_workload_change_may_climb_two_positions():
                                           (["--probe-noise", "-0.1"], "--probe-noise"),
                                           (["--interval", "2"], "--interval")])
 def test_bench_refuses_bad_settings_with_exit_2(args, needle, capsys):
-    assert bench_tuner.main(["--scenarios", str(SCEN / "pcie8-seed.yaml"), *args]) == 2
+    assert cli.main(["bench", "tuner", "--scenarios", str(SCEN / "pcie8-seed.yaml"), *args]) == 2
     assert needle in capsys.readouterr().err

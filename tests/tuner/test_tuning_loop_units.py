@@ -4,9 +4,10 @@ gauge, and how Rollout's step count and the MetricsAvailable condition survive a
 from __future__ import annotations
 
 from specdecode_operator.api.models import SpecDecodeDeployment
-from specdecode_operator.reconcile import tuning
-from specdecode_operator.reconcile.tuner_pod_io import nccl_from_text
-from specdecode_operator.reconcile.tuner_pods import targets_from_slices
+from specdecode_operator.object_state import ObjectState
+from specdecode_operator.tuning import hooks as tuning
+from specdecode_operator.tuning.pod_client import nccl_from_text
+from specdecode_operator.tuning.pods import targets_from_slices
 
 
 def _sdd(mode: str = "Rollout", steps: int = 5) -> SpecDecodeDeployment:
@@ -45,22 +46,22 @@ def test_nccl_latency_in_microseconds_and_garbage_gives_nothing():
 def test_rollout_steps_resume_from_status_until_the_loop_runs():
     sdd = _sdd()
     body = {"status": {"speculative": {"numSteps": 3}}}
-    assert tuning.tuned_steps({}, sdd, body) == 3  # operator restarted: keep what the pods run
-    assert tuning.tuned_steps({tuning.TUNED_STEPS: None}, sdd, body) is None  # the loop decided: spec's value
-    assert tuning.tuned_steps({tuning.TUNED_STEPS: 2}, sdd, body) == 2
-    assert tuning.tuned_steps({}, sdd, {"status": {"speculative": {"numSteps": 9}}}) is None  # out of bounds
-    assert tuning.tuned_steps({tuning.TUNED_STEPS: 2}, _sdd("Live"), body) is None  # only Rollout re-renders
+    assert tuning.tuned_steps(ObjectState(), sdd, body) == 3  # operator restarted: keep what the pods run
+    assert tuning.tuned_steps(ObjectState(tuner_started=True, tuned_steps=None), sdd, body) is None  # the loop decided: spec's value
+    assert tuning.tuned_steps(ObjectState(tuner_started=True, tuned_steps=2), sdd, body) == 2
+    assert tuning.tuned_steps(ObjectState(), sdd, {"status": {"speculative": {"numSteps": 9}}}) is None  # out of bounds
+    assert tuning.tuned_steps(ObjectState(tuner_started=True, tuned_steps=2), _sdd("Live"), body) is None  # only Rollout re-renders
 
 
 def test_metrics_condition_carried_over_until_the_loop_reports():
     body = {"status": {"conditions": [{"type": "Ready", "status": "True"},
                                       {"type": "MetricsAvailable", "status": "True", "reason": "Scraped",
                                        "message": "1 pod(s) scraped", "lastTransitionTime": "t"}]}}
-    assert tuning.conditions({}, body) == [{"type": "MetricsAvailable", "status": "True", "reason": "Scraped",
+    assert tuning.conditions(ObjectState(), body) == [{"type": "MetricsAvailable", "status": "True", "reason": "Scraped",
                                             "message": "1 pod(s) scraped"}]
     mine = {"type": "MetricsAvailable", "status": "False", "reason": "MetricsDown", "message": "m"}
-    assert tuning.conditions({tuning.CONDITION: mine}, body) == [mine]
-    assert tuning.conditions({}, {}) == []
+    assert tuning.conditions(ObjectState(tuner_condition=mine), body) == [mine]
+    assert tuning.conditions(ObjectState(), {}) == []
 
 
 def test_initial_condition_is_what_the_first_interval_reports():
@@ -68,10 +69,10 @@ def test_initial_condition_is_what_the_first_interval_reports():
     spec only), so a new object's first status write already carries MetricsAvailable."""
     from specdecode_operator.tuner.tuner import Tuner, TunerConfig
 
-    assert tuning.conditions({}, {}, tuned=False) == []
-    first = tuning.conditions({}, {}, tuned=True)
+    assert tuning.conditions(ObjectState(), {}, tuned=False) == []
+    first = tuning.conditions(ObjectState(), {}, tuned=True)
     d = Tuner(TunerConfig.from_autotune(_sdd().spec.speculative.autotune, 5)).step(0.0, [])
     assert first == [tuning.condition_dict(d.condition)]
     assert first[0]["reason"] == "NoPods"
-    warming = tuning.conditions({}, {"status": {"readyReplicas": 1}}, tuned=True)
+    warming = tuning.conditions(ObjectState(), {"status": {"readyReplicas": 1}}, tuned=True)
     assert warming[0]["status"] == "Unknown" and warming[0]["reason"] == "WarmingUp"

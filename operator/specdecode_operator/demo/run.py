@@ -14,8 +14,8 @@ import yaml
 from rich.console import Console, Group
 from rich.live import Live
 
-from specdecode_runtime.input_files import load_documents
-from specdecode_runtime.scenario import load_scenario
+from specdecode_runtime.contract.input_files import load_documents
+from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 from ..api.models import GROUP, PLURAL, VERSION
@@ -153,7 +153,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
             api = _Api(None, options.kubeconfig)
             kubelet = None
         else:
-            from ..opconfig import OperatorConfig
+            from ..config import OperatorConfig
             from ..testbed.runner import EmulatorServer, OperatorThread
             from .kubelet import SimulatedKubelet
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import kopf
 
+from ..object_state import ObjectState
+
 _REASONS_WARNING = {"InvalidSpec", "NameCollision", "ApplyFailed", "DriftRepaired", "ReplicasOverridden",
                     "ControlTokenUnavailable"}
 
@@ -16,13 +18,12 @@ def emit(body, reason: str, message: str) -> None:
     kopf.event(body, type=kind, reason=reason, message=message[:1024])
 
 
-def once(memo, body, reason: str, message: str) -> None:
+def once(state: ObjectState, body, reason: str, message: str) -> None:
     """Emit unless the last event of this reason for this object said the same."""
-    seen = memo.setdefault("events", {})
-    if seen.get(reason) != message:
-        seen[reason] = message
+    if state.reported.get(reason) != message:
+        state.reported[reason] = message
         emit(body, reason, message)
 
 
-def forget(memo, reason: str) -> None:
-    memo.setdefault("events", {}).pop(reason, None)
+def forget(state: ObjectState, reason: str) -> None:
+    state.reported.pop(reason, None)

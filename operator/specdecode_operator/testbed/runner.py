@@ -71,10 +71,12 @@ class OperatorThread:
     """kopf.operator() with our registry in a daemon thread; a context manager that waits until it is ready."""
 
     def __init__(self, config, *, clusterwide: bool | None = None, standalone: bool | None = None):
-        from specdecode_operator.reconcile.handlers import make_registry
+        from specdecode_operator.context import OperatorContext
+        from specdecode_operator.registry import make_registry
 
         self.config = config
-        self.registry = make_registry(config)
+        self.context = OperatorContext(config)  # its client, metrics and reconciler, for tests and benchmarks
+        self.registry = make_registry(self.context)
         self._stop = threading.Event()
         self._ready = threading.Event()
         self.error: BaseException | None = None

@@ -13,9 +13,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from specdecode_runtime.goodput import CycleCost
+from specdecode_runtime.contract.goodput import CycleCost
 
-from .scrape import BucketCounters, PodSnapshot
+from .snapshot import BucketCounters, PodSnapshot
 
 Z95 = 1.959964
 
@@ -101,7 +101,7 @@ class Acceptance:
 
     @property
     def accept_length(self) -> float:
-        from specdecode_runtime.goodput import expected_tokens
+        from specdecode_runtime.contract.goodput import expected_tokens
 
         return expected_tokens(self.alphas, max(self.observed, 0))
 

@@ -19,7 +19,7 @@ from typing import Any
 import kubernetes
 import urllib3
 
-from .. import __version__
+from . import __version__
 
 FIELD_MANAGER = "specdecode-operator"
 USER_AGENT = f"specdecode-operator/{__version__}"
@@ -41,6 +41,23 @@ def resource_path(api_version: str, plural: str, namespace: str | None, name: st
     if subresource:
         path += f"/{subresource}"
     return path
+
+
+def kube_configuration(config) -> kubernetes.client.Configuration:
+    """The kubernetes client's configuration: a fixed server (tests, demo), in-cluster, or kubeconfig."""
+    if config.server:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = config.server
+        cfg.verify_ssl = False
+        if config.token:
+            cfg.api_key = {"BearerToken": config.token}
+            cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        return cfg
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.Configuration.get_default_copy()
 
 
 class KubeClient:

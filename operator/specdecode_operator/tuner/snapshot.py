@@ -1,4 +1,4 @@
-"""Read the runtime's metrics contract into counter snapshots.
+"""Counter snapshots of one pod: the runtime's metrics contract, parsed (the tuner's only input from pods).
 
 The tuner only ever looks at *differences* between two snapshots of monotonically increasing counters, so a
 snapshot keeps raw counter values and says plainly when it cannot be trusted (endpoint down, NaN, garbage);
@@ -7,16 +7,14 @@ deciding what a bad snapshot means is the estimator's and the tuner's job, never
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode_runtime import metrics as contract
+from specdecode_runtime.contract import metric_names as contract
 
-# Sample names as a scraper sees them; runtime/specdecode_runtime/metrics.py owns the contract.
+# Sample names as a scraper sees them; specdecode_runtime.contract.metric_names owns them.
 CYCLES = contract.exposed_name(contract.VERIFY_CYCLES, "counter")
 ATTEMPTS = contract.exposed_name(contract.POSITION_ATTEMPTS, "counter")
 ACCEPTED = contract.exposed_name(contract.POSITION_ACCEPTED, "counter")
@@ -144,27 +142,6 @@ def _fmt(labels: dict[str, str]) -> str:
 
 
 def down(pod: str, time: float, why: str) -> PodSnapshot:
+    """The snapshot of a pod that could not be read at all (the reader says ``why``)."""
     return PodSnapshot(pod=pod, time=time, error=why)
 
-
-async def fetch_metrics(
-    session: aiohttp.ClientSession, url: str, pod: str, time: float, timeout_s: float = 5.0
-) -> PodSnapshot:
-    """GET a pod's /metrics; a pod that is down comes back as a snapshot with ``error`` set."""
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            if resp.status != 200:
-                return down(pod, time, f"GET {url} returned HTTP {resp.status}")
-            text = await resp.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return down(pod, time, f"GET {url} failed: {type(exc).__name__}: {exc}")
-    return parse_metrics(text, pod, time)
-
-
-async def fetch_all(
-    session: aiohttp.ClientSession, targets: dict[str, str], time: float, timeout_s: float = 5.0
-) -> list[PodSnapshot]:
-    """Scrape every pod concurrently (``targets``: pod name -> metrics URL)."""
-    return list(
-        await asyncio.gather(*(fetch_metrics(session, url, pod, time, timeout_s) for pod, url in targets.items()))
-    )

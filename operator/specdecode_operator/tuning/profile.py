@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdecode_runtime.goodput import CycleCost
-from specdecode_runtime.input_files import parse_yaml_documents
-from specdecode_runtime.scenario import Scenario, cost_for_draft_tp, parse_scenario
+from specdecode_runtime.contract.goodput import CycleCost
+from specdecode_runtime.contract.input_files import parse_yaml_documents
+from specdecode_runtime.contract.scenario import Scenario, cost_for_draft_tp, parse_scenario
 
-from .apply import ApiError
+from ..kube_client import ApiError
 
 PROFILE_ANNOTATION = "specdecode.io/tuner-profile"  # name of a ConfigMap in the object's namespace
 PROFILE_KEYS = ("scenario.yaml", "profile.yaml")

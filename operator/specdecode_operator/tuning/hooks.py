@@ -1,33 +1,31 @@
-"""The hooks between reconciliation and the step-count tuner (the loop itself is reconcile/tuning_loop.py).
+"""What the reconciler reads from the step-count tuner (the loop itself is tuning/loop.py).
 
 ``tuned_steps`` feeds Rollout mode's decision into RenderOptions; ``conditions`` hands the tuner's
 MetricsAvailable condition to the reconciler, the single writer of ``status.conditions`` (and its expected first
-value, before the loop has run). Both read spec and never write it; the tuner's loop keeps its state in the
-per-object kopf memo under the keys below.
+value, before the loop has run). Both read spec and never write it; the loop leaves its answers in the object's
+``ObjectState`` (``tuned_steps``, ``tuner_condition``).
 """
 
 from __future__ import annotations
 
+from ..object_state import ObjectState
 from ..tuner.tuner import CONDITION_TYPE, FIRST_SCRAPE, NO_PODS
-
-TUNED_STEPS = "tuned_steps"  # Rollout: the step count the tuner rolled out (None: spec.speculative.numSteps)
-CONDITION = "tuner_condition"  # the tuner's MetricsAvailable condition (dict), reported by the reconciler
 
 
 def mode_of(sdd) -> str:
     return sdd.spec.speculative.autotune.mode
 
 
-def tuned_steps(memo, sdd, body=None) -> int | None:
+def tuned_steps(state: ObjectState, sdd, body=None) -> int | None:
     """The step count Rollout mode decided for this object, if any (spec.speculative.numSteps otherwise).
 
-    Until the tuning loop has started after an operator restart, memo has no entry: the value the tuner last wrote
+    Until the tuning loop has started after an operator restart, it has decided nothing: the value the tuner last wrote
     to ``status.speculative.numSteps`` is used then, so a restarted operator does not roll the pods back to the
     spec's starting value and forward again."""
     if sdd is None or mode_of(sdd) != "Rollout":
         return None
-    if TUNED_STEPS in memo:
-        return memo[TUNED_STEPS]
+    if state.tuner_started:
+        return state.tuned_steps
     return resumed_steps(sdd, body)
 
 
@@ -55,12 +53,12 @@ def initial_condition(body=None) -> dict:
             "message": f"no decision this interval: {FIRST_SCRAPE}"}
 
 
-def conditions(memo, body=None, tuned: bool = False) -> list[dict]:
+def conditions(state: ObjectState, body=None, tuned: bool = False) -> list[dict]:
     """The tuner's condition. Before its loop's first interval: the one already in status (operator restart: a
     restart does not drop and re-add it, two needless writes), else, for an object the tuner will step
     (``tuned``: a valid spec), ``initial_condition``."""
-    if CONDITION in memo:
-        return [memo[CONDITION]] if memo[CONDITION] else []
+    if state.tuner_condition is not None:
+        return [state.tuner_condition]
     for c in ((body or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == CONDITION_TYPE:
             return [{k: c.get(k, "") for k in ("type", "status", "reason", "message")}]

@@ -4,8 +4,8 @@
 
 Why these rules: every write is an event for every watcher of the object, so status is written only when
 steps, table, history or recommendation change, or at most every max(STATUS_REFRESH_S, interval) to refresh
-measurements, and never when status already holds the values (operator restart). The condition goes into memo
-and the reconciler writes it with its other conditions (one writer of the list; the emulator's SSA lists are
+measurements, and never when status already holds the values (operator restart). The condition goes into the
+object's state and the reconciler writes it with its other conditions (one writer of the list; the emulator's SSA lists are
 atomic). Events that repeat every interval (advice, a persisting problem) are posted once per distinct message
 or rate-limited, so a stuck object does not flood the Event stream.
 """
@@ -19,12 +19,12 @@ import time
 
 import kopf
 
-from ..status import tuner_status
+from ..kube_client import ApiError
+from ..object_state import ObjectState
 from ..tuner import planner
 from ..tuner.tuner import Decision
-from . import tuning
-from .apply import ApiError
-from .reconciler import remember_own_write
+from . import hooks
+from . import status as tuner_status
 
 log = logging.getLogger("specdecode.tuner")
 
@@ -41,8 +41,8 @@ def _iso(ts: float) -> str:
 class Reporter:
     """One object's reporting state: what status holds (or we last wrote), and which Events were posted."""
 
-    def __init__(self, body, memo, client, metrics):
-        self.body, self.memo, self.client, self.metrics = body, memo, client, metrics
+    def __init__(self, body, state: ObjectState, client, metrics):
+        self.body, self.state, self.client, self.metrics = body, state, client, metrics
         self.speculative: dict = {}
         self.history: list[dict] = []
         self.written: tuple | None = None  # (significant part, tuner time) of the last status write
@@ -113,15 +113,15 @@ class Reporter:
 
     # ------------------------------------------------------------------ condition and status
     def set_condition(self, d: Decision, listed: bool = True) -> bool:
-        """Put MetricsAvailable into memo; True when it differs from what the reconciler reports now (the
-        caller then reconciles). Compared with ``tuning.conditions``, so the tuner's first answer does not start a
+        """Put MetricsAvailable into the object's state; True when it differs from what the reconciler reports now
+        (the caller then reconciles). Compared with ``hooks.conditions``, so the tuner's first answer does not start a
         pass when it equals the reconciler's initial or carried-over condition."""
-        cond = tuning.condition_dict(d.condition)
+        cond = hooks.condition_dict(d.condition)
         if not listed:
             cond.update(status="Unknown", reason="EndpointsUnavailable",
                         message="the headless Service's EndpointSlices could not be listed (API error)")
-        old = tuning.conditions(self.memo, self.body, tuned=True)
-        self.memo[tuning.CONDITION] = cond
+        old = hooks.conditions(self.state, self.body, tuned=True)
+        self.state.tuner_condition = cond
         return old != [cond]
 
     async def write_status(self, sdd, d: Decision, nccl: dict, now: float, mode: str, scenario, allowed) -> None:
@@ -158,8 +158,8 @@ class Reporter:
                 STATUS_REFRESH_S, float(sdd.spec.speculative.autotune.intervalSeconds)):
             return
         try:
-            remember_own_write(self.memo,
-                               await tuner_status.write(self.client, md["name"], md["namespace"], spec, self.history))
+            self.state.remember_own_write(
+                await tuner_status.write(self.client, md["name"], md["namespace"], spec, self.history))
             self.written = (significant, now)
             self.written_content = content
         except ApiError as e:  # after the client's retries: the next interval tries again

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import secrets
 
-from ..render import content_hash, names
+from .render import content_hash, names
 
 
 def control_secret(name: str, namespace: str, existing: dict | None) -> dict:

@@ -1,8 +1,9 @@
-"""Operator metrics on /metrics with prometheus-client, in a registry of their own (tests run several operators)."""
+"""Operator metrics with prometheus-client, in a registry of their own (tests run several operators in one process);
+endpoints.py serves them on /metrics."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class OperatorMetrics:
@@ -43,16 +44,6 @@ class OperatorMetrics:
             "specdecode_tuner_table_pushes", "Step-table PUTs to pods by result (ok, unauthorized, error).", ["result"],
             registry=self.registry,
         )
-        self._server = None
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        if port and self._server is None:
-            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None
 
     def value(self, name: str, **labels: str) -> float:
         """Read one sample (tests and benchmarks)."""

@@ -37,7 +37,7 @@ class OperatorConfig:
     server: str | None = None
     token: str | None = None
     settle_seconds: float = 2.0  # trust our last write over a watch cache that has not caught up yet
-    # Tuner (reconcile/tuning_loop.py). None: scrape each pod's /metrics; a URL: read the same counters from there.
+    # Tuner (tuning/loop.py). None: scrape each pod's /metrics; a URL: read the same counters from there.
     prometheus_url: str | None = None
     scrape_timeout: float = 5.0  # per pod scrape, push or Prometheus query
     tune_restart_seconds: float = 300.0  # Rollout: tokens/s lost for this long per restart, unless a profile says

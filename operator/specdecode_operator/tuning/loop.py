@@ -1,26 +1,26 @@
 """The tuner's per-object loop: every ``spec.speculative.autotune.intervalSeconds`` discover the runtime pods,
 read their counters, step the pure ``Tuner`` and act on its decision.
 
-Why a kopf daemon per object (registered in handlers.py): the loop has state that must survive between intervals
+Why a kopf daemon per object (registered in registry.py): the loop has state that must survive between intervals
 (the estimator's windows, the policy's cooldowns, which pods already run the table), its period comes from the
 object, and kopf starts it with the object, stops it on deletion or operator shutdown (``stopped``), and never
 runs two for one object. Everything an interval does is caught: bad metrics, unreachable pods, API errors end as
 a MetricsAvailable condition, an Event or a log line, never as a crash or a kopf retry storm.
 
 Per interval (this module orders the steps; each lives where its reason is documented):
-1. pods: the EndpointSlices of the headless Service (``tuner_pods``), listed only while status.readyReplicas > 0,
+1. pods: the EndpointSlices of the headless Service (``pods``), listed only while status.readyReplicas > 0,
    so objects without running pods cost no API call;
 2. counters: GET ``http://IP:http/metrics`` per pod, or the same series from ``--prometheus-url``
-   (``tuner_pod_io``, over the operator's one shared HTTP session);
+   (``pod_client``, over the operator's one shared HTTP session);
 3. ``Tuner.step(now, snapshots)``;
-4. act by mode - Live: PUT the step table to every pod whose published table differs (``tuner_pod_io``);
-   Rollout: put the new step count into memo[tuned_steps] and reconcile, which re-renders the ConfigMap and pod
+4. act by mode - Live: PUT the step table to every pod whose published table differs (``actuate``);
+   Rollout: put the new step count into the object's state (``tuned_steps``) and reconcile, which re-renders the ConfigMap and pod
    template (a rolling update); Off (and any mode while ``specdecode.io/reconcile: paused``): report only;
-5. report (``tuner_report``): status.speculative/history, MetricsAvailable through the reconciler, Events,
+5. report (``report``): status.speculative/history, MetricsAvailable through the reconciler, Events,
    metrics.
 
-The spec is the reconciler's per-generation validation (``reconciler.validated``, shared through memo): an
-object is validated once per generation, whichever of the two gets to it first. Nothing here writes ``spec``.
+The spec is the reconciler's per-generation validation (``object_state.validated``, shared through the object's
+state): an object is validated once per generation, whichever of the two gets to it first. Nothing here writes ``spec``.
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-import aiohttp
-
+from ..kube_client import ApiError
+from ..object_state import ObjectState, validated
 from ..render import names
 from ..tuner.tuner import Tuner, TunerConfig
-from . import tuner_pods, tuner_profile, tuning
-from .apply import ApiError
-from .reconciler import validated
-from .tuner_pod_io import TablePusher, read_counters
-from .tuner_profile import PROFILE_ANNOTATION, Profile
-from .tuner_report import Reporter
+from . import hooks, pods, profile
+from .actuate import TablePusher
+from .pod_client import read_counters
+from .profile import PROFILE_ANNOTATION, Profile
+from .report import Reporter
 
 log = logging.getLogger("specdecode.tuner")
 
@@ -56,19 +55,19 @@ class LoopState:
 class TuningLoop:
     """One object's loop; ``tick`` runs one interval and returns the wall seconds until the next."""
 
-    def __init__(self, reconciler, body, memo, reconcile: Callable[[], Awaitable[None]],
-                 session: aiohttp.ClientSession, clock: Callable[[], float] | None = None):
-        self.reconciler = reconciler
-        self.config = reconciler.config
+    def __init__(self, context, body, state: ObjectState, reconcile: Callable[[], Awaitable[None]],
+                 clock: Callable[[], float] | None = None):
+        self.client = context.client
+        self.config = context.config
         self.body = body
-        self.memo = memo
+        self.state = state
         self.reconcile = reconcile
         self.scale = self.config.tune_interval_scale
         self._t0_wall, self._t0_mono = time.time(), time.monotonic()
         self.clock = clock or self._clock
-        self.state = LoopState()
-        self.report = Reporter(body, memo, reconciler.client, reconciler.metrics)
-        self.pusher = TablePusher(session, reconciler.client, self.config, reconciler.metrics, log,
+        self.loop_state = LoopState()
+        self.report = Reporter(body, state, context.client, context.metrics)
+        self.pusher = TablePusher(context.http, context.client, self.config, context.metrics, log,
                                   warn=self.report.warn_once, clear=self.report.clear)
 
     def _clock(self) -> float:
@@ -78,7 +77,7 @@ class TuningLoop:
     async def tick(self) -> float:
         interval = 30.0
         try:
-            sdd, _ = validated(self.body, self.memo)
+            sdd, _ = validated(self.body, self.state)
             if sdd is None:
                 return interval * self.scale  # invalid spec: the reconciler reports it; nothing to tune
             interval = float(sdd.spec.speculative.autotune.intervalSeconds)
@@ -94,12 +93,12 @@ class TuningLoop:
         ns, name = md["namespace"], md["name"]
         paused = (md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused"
         await self._ensure_tuner(sdd, paused)
-        st, report = self.state, self.report
+        st, report = self.loop_state, self.report
         now = self.clock()
-        targets: list[tuner_pods.Target] | None = []
+        targets: list[pods.Target] | None = []
         if (self.body.get("status") or {}).get("readyReplicas"):  # no ready replica: no endpoint, no LIST
             try:
-                targets = await tuner_pods.list_targets(self.reconciler.client, ns, name)
+                targets = await pods.list_targets(self.client, ns, name)
             except ApiError as e:
                 log.warning("tuner %s: EndpointSlices not listed: %s", report.ref(), e)
                 targets = None
@@ -111,7 +110,7 @@ class TuningLoop:
             await self.pusher.push(ns, name, st.tuner, d, targets or [], snaps)
         restarted = st.mode == "Rollout" and acting and d.restart
         if restarted:
-            self.memo[tuning.TUNED_STEPS] = d.rollout_steps
+            self.state.tuned_steps = d.rollout_steps
         report.count(d, st.mode)
         report.events(d, now, interval, st.mode)
         condition_changed = report.set_condition(d, listed=targets is not None)
@@ -129,21 +128,22 @@ class TuningLoop:
         mode = "Off" if paused else at.mode
         fingerprint = (at.model_dump_json(), spec.speculative.numSteps, spec.draft.tensorParallelSize, profile_ref,
                        mode)
-        st = self.state
+        st = self.loop_state
         if st.fingerprint == fingerprint and st.tuner is not None:
             return
         first = st.tuner is None
-        st.profile = await tuner_profile.load(self.reconciler.client, self.body["metadata"]["namespace"],
+        st.profile = await profile.load(self.client, self.body["metadata"]["namespace"],
                                               profile_ref, spec.draft.tensorParallelSize)
         restart_s = st.profile.scenario.restart_seconds if st.profile.scenario else self.config.tune_restart_seconds
         initial = spec.speculative.numSteps
         if at.mode == "Rollout":
-            resumed = tuning.resumed_steps(sdd, self.body) if first else None
+            resumed = hooks.resumed_steps(sdd, self.body) if first else None
             if resumed is not None:
                 initial = resumed
-            self.memo[tuning.TUNED_STEPS] = resumed
+            self.state.tuned_steps = resumed
         else:
-            self.memo[tuning.TUNED_STEPS] = None
+            self.state.tuned_steps = None
+        self.state.tuner_started = True
         cfg = TunerConfig.from_autotune(at, initial, restart_s=restart_s)
         cfg.mode = mode
         st.tuner = Tuner(cfg, profile=st.profile.cost)
@@ -158,15 +158,14 @@ class TuningLoop:
                  "from the pods' start-up probe, refined online")
 
 
-async def run(reconciler, body, memo, stopped, reconcile: Callable[[], Awaitable[None]]) -> None:
+async def run(context, body, state: ObjectState, stopped, reconcile: Callable[[], Awaitable[None]]) -> None:
     """The daemon body: one interval, then sleep until the next or until kopf says stop. The API client and the
     shared HTTP session come from the startup handler; until it has run, wait."""
-    while not stopped and (reconciler.client is None or reconciler.http is None):
+    while not stopped and not context.started:
         await stopped.wait(0.1)
     if stopped:
         return
-    loop = TuningLoop(reconciler, body, memo, reconcile, reconciler.http)
-    memo["tuning_loop"] = loop  # tests and the demo read its state
+    loop = TuningLoop(context, body, state, reconcile)
     while not stopped:
         delay = await loop.tick()
         await stopped.wait(delay)

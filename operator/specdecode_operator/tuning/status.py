@@ -10,7 +10,7 @@ selector and conditions and omits these two fields; with one manager, each apply
 from __future__ import annotations
 
 from ..api.models import API_VERSION, KIND, PLURAL
-from ..reconcile.apply import resource_path
+from ..kube_client import resource_path
 
 TUNER_MANAGER = "specdecode-tuner"
 HISTORY_LIMIT = 50
