@@ -147,8 +147,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     docs = scenarios()
     if args.check:
-        from specdecode_operator.tuner.bench_tuner import oracle_table
-        from specdecode_runtime.scenario import parse_scenario
+        from specdecode_operator.bench.tuner_benchmark import oracle_table
+        from specdecode_runtime.contract.scenario import parse_scenario
 
         for name, doc in docs.items():
             sc = parse_scenario(doc, name)

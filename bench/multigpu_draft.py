@@ -64,7 +64,7 @@ from specdecode_runtime.draft_group import (  # noqa: E402
     ProposalBroadcaster,
     ProposalLayout,
 )
-from specdecode_runtime.nccl import MULTICAST_OFF, profile_env  # noqa: E402
+from specdecode_runtime.contract.nccl import MULTICAST_OFF, profile_env  # noqa: E402
 
 MULTICAST_ENV = {s.name: s.value for s in MULTICAST_OFF}
 os.environ.update(MULTICAST_ENV)  # before anything can create a communicator; children inherit it

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from specdecode_runtime.goodput import goodput
-from specdecode_runtime.scenario import cost_for_draft_tp, parse_scenario
+from specdecode_runtime.contract.goodput import goodput
+from specdecode_runtime.contract.scenario import cost_for_draft_tp, parse_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 from specdecode_operator.tuner import planner

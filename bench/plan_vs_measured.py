@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdecode_runtime.goodput import CycleCost
-from specdecode_runtime.scenario import Scenario, cost_for_draft_tp, load_scenario
+from specdecode_runtime.contract.goodput import CycleCost
+from specdecode_runtime.contract.scenario import Scenario, cost_for_draft_tp, load_scenario
 
 
 @dataclass

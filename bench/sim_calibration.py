@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode_runtime.scenario import allowed_draft_tps, load_scenario
+from specdecode_runtime.contract.scenario import allowed_draft_tps, load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 

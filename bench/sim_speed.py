@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from specdecode_runtime.scenario import load_scenario
+from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 TARGET = 50_000

@@ -1,4 +1,5 @@
-"""Live step control: the step table, its HTTP endpoint, and the rank-0 -> all-ranks control message.
+"""Live step control: the step table's HTTP endpoint and the rank-0 -> all-ranks control message (the table itself
+is :mod:`specdecode_runtime.contract.step_table`).
 
 A step change is only safe if (a) the step count was captured at startup (CUDA graphs and buffers exist for it)
 and (b) every TP rank switches at the same scheduler iteration; otherwise ranks run different graphs and the
@@ -16,95 +17,13 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
+from .contract.input_files import InputError, read_text
+from .contract.step_table import MAX_TABLE_ENTRIES, STEPS_PATH, StepTable, StepTableError, parse_step_table
 from .http_limits import MAX_BODY_BYTES, BodyError, read_json
-from .input_files import InputError, read_text
 
 log = logging.getLogger(__name__)
 
-STEPS_PATH = "/specdecode/v1/steps"
-MAX_TABLE_ENTRIES = 16
 MAX_TOKEN_BYTES = 4096  # a Secret's token is 64 hex characters
-
-
-class StepTableError(ValueError):
-    def __init__(self, errors: list[str], allowed: list[int] | None = None) -> None:
-        self.errors = errors
-        self.allowed = allowed
-        super().__init__("; ".join(errors))
-
-
-class StepEntry(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
-    # strict: JSON integers only (``true``, ``3.0`` and ``"3"`` are refused, not coerced)
-    min_batch: int = Field(ge=1, le=1 << 20, alias="minBatch", strict=True)
-    steps: int = Field(ge=0, le=64, strict=True)
-
-
-class StepTable(BaseModel):
-    """Steps per batch size: the entry with the largest ``minBatch`` <= the batch applies; the first starts at 1 so
-    every batch size is covered. ``steps`` 0 = no speculation for those batches."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
-    table: list[StepEntry] = Field(min_length=1, max_length=MAX_TABLE_ENTRIES)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "StepTable":
-        seen: set[int] = set()
-        for i, e in enumerate(self.table):
-            if e.min_batch in seen:
-                raise ValueError(f"table[{i}].minBatch {e.min_batch} appears twice")
-            seen.add(e.min_batch)
-        if 1 not in seen:
-            raise ValueError("one entry must have minBatch 1 so that every batch size has a step count")
-        return self
-
-    @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[int, int]]) -> "StepTable":
-        return cls(table=[StepEntry(min_batch=int(b), steps=int(s)) for b, s in pairs])
-
-    @classmethod
-    def single(cls, steps: int) -> "StepTable":
-        return cls.from_pairs([(1, steps)])
-
-    def entries(self) -> list[StepEntry]:
-        return sorted(self.table, key=lambda e: e.min_batch)
-
-    def pairs(self) -> list[tuple[int, int]]:
-        return [(e.min_batch, e.steps) for e in self.entries()]
-
-    def lookup(self, batch: int) -> int:
-        steps = self.entries()[0].steps
-        for e in self.entries():
-            if e.min_batch <= batch:
-                steps = e.steps
-            else:
-                break
-        return steps
-
-    def check_candidates(self, candidates: Iterable[int]) -> None:
-        allowed = sorted(set(int(c) for c in candidates))
-        bad = [f"table[{i}].steps: {e.steps} is not a captured candidate" for i, e in enumerate(self.table)
-               if e.steps not in allowed]
-        if bad:
-            raise StepTableError(bad + [f"allowed steps: {allowed}"], allowed)
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json")
-
-
-def parse_step_table(data: Any, candidates: Iterable[int] | None = None) -> StepTable:
-    """Validate a request body; errors name the field (``table[1].steps: ...``)."""
-    try:
-        table = StepTable.model_validate(data)
-    except ValidationError as err:
-        from .scenario import format_validation_error
-
-        raise StepTableError(format_validation_error(err)) from None
-    if candidates is not None:
-        table.check_candidates(candidates)
-    return table
 
 
 # ------------------------------------------------------------------ HTTP endpoint

@@ -17,15 +17,14 @@ SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.sglang_
 * **verify** (wrapped ``EAGLEWorkerV2.on_verify_complete_cpu``): one ``record_cycle`` per decode verify on rank 0,
   from ``num_correct_drafts_per_req`` that SGLang has already copied to the CPU.
 
-Phase times are host-side ``perf_counter`` stamps (:class:`CycleClock`), never a CUDA synchronize. What they mean
-under SGLang's overlap scheduler is documented in :class:`CycleClock` and docs/metrics.md.
+Phase times are host-side ``perf_counter`` stamps (:class:`~specdecode_runtime.sglang_patch.cycle_clock.CycleClock`),
+never a CUDA synchronize. What they mean under SGLang's overlap scheduler is documented there and in docs/metrics.md.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -56,8 +55,8 @@ class EngineSettings:
 
     @classmethod
     def from_runtime_config(cls, cfg: Any) -> "EngineSettings":
-        from .config import CostProbeConfig
-        from .launch import captured_steps, live
+        from .contract.config import CostProbeConfig
+        from .contract.derived import captured_steps, live
 
         probe = getattr(cfg, "cost_probe", None) or CostProbeConfig()
         return cls(
@@ -72,52 +71,6 @@ class EngineSettings:
             cost_probe=probe.enabled,
             cost_budget_ms=float(probe.budget_ms),
         )
-
-
-@dataclass
-class CycleStamp:
-    """Host timestamps of one decode cycle's launch, taken by the patched ``forward_batch_generation`` (start, end)
-    and ``verify`` (its start and end); ``steps`` is the tier the verify ran with."""
-
-    t_start: float
-    t_verify_start: float | None = None
-    t_verify_end: float | None = None
-    t_end: float | None = None
-    steps: int | None = None
-
-
-@dataclass
-class CycleClock:
-    """Turns a :class:`CycleStamp` and the host time its results arrived into the contract's four phases.
-
-    * ``draft``: host time from ``forward_batch_generation`` entry to ``verify`` entry (tier activation, draft
-      launch, proposal broadcast on a split draft, verify-input build);
-    * ``verify``: host time inside ``verify`` (target forward launch);
-    * ``draft_extend``: host time from ``verify`` return to ``forward_batch_generation`` return;
-    * ``other``: the rest of the cycle's busy interval, up to the moment SGLang hands the accepted counts to
-      ``on_verify_complete_cpu`` (results on the host).
-
-    The busy interval of a cycle starts at ``max(launch start, previous decode completion)`` and ends at its
-    completion, so consecutive intervals never overlap and their sum is the decode wall time. Under the overlap
-    scheduler with CUDA graphs the three launch phases are CPU launch costs (the GPU runs them asynchronously) and
-    the GPU time lands in ``other``; when the CPU is the bottleneck the launch phases dominate. Phases sum to
-    ``max(busy interval, launch time)``."""
-
-    now: Callable[[], float] = time.perf_counter
-    prev_done: float | None = None
-
-    def phases(self, stamp: CycleStamp | None, done: float | None = None) -> dict[str, float]:
-        done = self.now() if done is None else done
-        prev, self.prev_done = self.prev_done, done
-        if stamp is None or stamp.t_end is None:
-            return {}
-        vs = stamp.t_verify_start if stamp.t_verify_start is not None else stamp.t_end
-        ve = stamp.t_verify_end if stamp.t_verify_end is not None else vs
-        launch = {"draft": max(vs - stamp.t_start, 0.0), "verify": max(ve - vs, 0.0),
-                  "draft_extend": max(stamp.t_end - ve, 0.0)}
-        busy = done - (stamp.t_start if prev is None else max(stamp.t_start, prev))
-        launch["other"] = max(busy - sum(launch.values()), 0.0)
-        return launch
 
 
 @dataclass
@@ -213,7 +166,8 @@ class EngineRuntime:
               registry=None, serve: bool = True) -> "EngineRuntime":
         """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
         ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
-        from .control import StepControlChannel, StepTable
+        from .contract.step_table import StepTable
+        from .control import StepControlChannel
 
         s = self.settings
         self.tp_rank = tp_rank
@@ -299,7 +253,7 @@ class EngineRuntime:
 
     # ---- hook registration ---------------------------------------------------------------------------------------
     def install(self) -> None:
-        from . import sglang_patch as sp
+        from .sglang_patch import engine_hooks as sp
 
         sp.set_worker_ready_callback(self.on_worker_ready)
         sp.set_iteration_callback(self.on_iteration)

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Sequence
 
 from . import SGLANG_VERSION
-from .config import RuntimeConfig, load_runtime_config
-from .input_files import InputError
-from .nccl import profile_env
-from .server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
+from .contract.config import RuntimeConfig, load_runtime_config
+from .contract.derived import captured_steps, draft_is_split, draft_tp_problems, live, nccl_environment
+from .contract.input_files import InputError
+from .contract.server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
 
 EXIT_UNSUPPORTED = 2
 
@@ -83,37 +83,6 @@ class UnsupportedConfig(Exception):
         super().__init__("; ".join(self.reasons))
 
 
-def load_config(path: str | os.PathLike[str]) -> RuntimeConfig:
-    return load_runtime_config(str(path))
-
-
-def nccl_environment(cfg: RuntimeConfig) -> dict[str, str]:
-    return profile_env(cfg.nccl.profile, multi_node=cfg.topology.nodes > 1, overrides=dict(cfg.nccl.env))
-
-
-def is_split(cfg: RuntimeConfig) -> bool:
-    return cfg.draft.tensor_parallel_size < cfg.target.tensor_parallel_size
-
-
-def split_config(cfg: RuntimeConfig):
-    """The patches' view of the config; None when the draft runs on the whole target group."""
-    from .sglang_patch import SplitConfig
-
-    return SplitConfig.from_runtime_config(cfg) if is_split(cfg) else None
-
-
-def live(cfg: RuntimeConfig) -> bool:
-    """Whether step tiers are captured and the step table is the actuator (autotune mode Live)."""
-    return cfg.speculative.autotune.mode == "Live"
-
-
-def captured_steps(cfg: RuntimeConfig) -> list[int]:
-    """Step counts with CUDA graphs at start-up: ``candidateSteps`` in Live mode, else only ``numSteps``."""
-    if live(cfg):
-        return sorted(set(int(k) for k in cfg.speculative.candidate_steps))
-    return [int(cfg.speculative.num_steps)]
-
-
 def adaptive_config(cfg: RuntimeConfig) -> dict:
     """SGLang's ``--speculative-adaptive-config`` for Live mode.
 
@@ -150,8 +119,6 @@ def _has_flag(args: Sequence[str], flag: str) -> bool:
 
 def unsupported_reasons(cfg: RuntimeConfig, args: Sequence[str], sglang_version: str | None) -> list[str]:
     """Everything the runtime refuses, checked without importing SGLang or touching a GPU."""
-    from .draft_group import DraftGroupError, choose_draft_ranks
-
     reasons: list[str] = []
     if sglang_version is None:
         reasons.append(f"sglang is not installed; the runtime patches sglang=={SGLANG_VERSION}")
@@ -164,14 +131,8 @@ def unsupported_reasons(cfg: RuntimeConfig, args: Sequence[str], sglang_version:
         if _has_flag(args, flag):
             reasons.append(f"{flag}: {why}")
     tp, d = cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size
-    if d > tp:
-        reasons.append(f"draft TP {d} is larger than target TP {tp}: the draft group must be inside the target group")
-    if is_split(cfg) or cfg.draft.ranks:
-        try:
-            choose_draft_ranks(tp, d, cfg.draft.ranks)
-        except DraftGroupError as e:
-            reasons.append(str(e))
-    if is_split(cfg):
+    reasons += draft_tp_problems(tp, d, cfg.draft.ranks or None)
+    if draft_is_split(cfg):
         for flag, why in _SPLIT_REFUSED.items():
             if _has_flag(args, flag):
                 reasons.append(f"{flag} with a split draft (draft TP {d} < target TP {tp}): {why}")
@@ -226,7 +187,7 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
     from .draft_group import DraftGroupError, choose_draft_ranks
     from .sglang_patch import installed_sglang_version
 
-    cfg = load_config(config_path)
+    cfg = load_runtime_config(str(config_path))
     environ = dict(os.environ if environ is None else environ)
     env = nccl_environment(cfg)
     env["SPECDECODE_RUNTIME_CONFIG"] = str(Path(config_path).resolve())
@@ -247,12 +208,12 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
         files[path] = json.dumps(adaptive_config(cfg), sort_keys=True) + "\n"
         args = [*args, "--speculative-adaptive", "--speculative-adaptive-config", path]
     ranks = None
-    if is_split(cfg):
+    if draft_is_split(cfg):
         try:
             ranks = choose_draft_ranks(cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size, cfg.draft.ranks)
         except DraftGroupError:
             ranks = None
-    return LaunchPlan(config_path, args, env, is_split(cfg), ranks, reasons, files, captured_steps(cfg),
+    return LaunchPlan(config_path, args, env, draft_is_split(cfg), ranks, reasons, files, captured_steps(cfg),
                       cfg.server.control_port)
 
 
@@ -319,9 +280,9 @@ def write_launch_files(plan: LaunchPlan) -> None:
 def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a model
     write_launch_files(plan)
     os.environ.update(plan.env)  # before SGLang (and prometheus-client) is imported
-    from .sglang_patch import apply_patches, run_scheduler_process
+    from .sglang_patch import apply_patches, run_scheduler_process, split_config
 
-    cfg = load_config(plan.config_path)
+    cfg = load_runtime_config(plan.config_path)
     if cfg.target_device == "cpu":
         from .cpu.engine import prepare_launch
         from .cpu.scheduler import run_scheduler_process  # noqa: F811 - installs the CPU stand-ins, then ours

@@ -1,4 +1,5 @@
-"""The metrics contract shared by the patched runtime, the simulator and the tuner (documented in docs/metrics.md).
+"""The exporter of the metrics contract (names in :mod:`specdecode_runtime.contract.metric_names`, documented in
+docs/metrics.md), used by the patched runtime and the simulator.
 
 SGLang's own speculative gauges are 40-iteration averages with no per-position or per-phase detail, which is too
 coarse to fit a goodput model. These counters are cumulative, so any scraper can take exact deltas over any window,
@@ -20,43 +21,25 @@ from typing import Iterable, Mapping, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summary, generate_latest
 
-from .config import DEFAULT_BUCKETS, bucket_label, bucket_labels
-
-VERIFY_CYCLES = "specdecode_verify_cycles"  # exposed as ..._total
-POSITION_ATTEMPTS = "specdecode_position_attempts"
-POSITION_ACCEPTED = "specdecode_position_accepted"
-CYCLE_SECONDS = "specdecode_cycle_seconds"  # summary: ..._sum / ..._count
-DRAFT_STEPS = "specdecode_draft_steps"
-REQUESTS_VERIFIED = "specdecode_requests_verified"
-NUM_STEPS = "specdecode_num_steps"
-CANDIDATE_STEPS = "specdecode_candidate_steps"
-DRAFT_TP = "specdecode_draft_tp"
-TOKENS_GENERATED = "specdecode_tokens_generated"
-NCCL_LATENCY = "specdecode_nccl_latency_seconds"
-COST_SECONDS = "specdecode_cost_seconds"  # start-up cost probe (cost_probe.py): {stage,steps,bucket,batch}
-
-PHASES = ("draft", "verify", "draft_extend", "other")
-SIMULATED_LABELS = {"simulated": "true"}
-
-
-def exposed_name(name: str, kind: str) -> str:
-    """The sample name a scraper sees: prometheus-client appends ``_total`` to counters."""
-    return f"{name}_total" if kind == "counter" else name
-
-
-def position_counts(steps: int, accepted_per_req: Iterable[int]) -> tuple[list[int], list[int]]:
-    """Attempts and acceptances per position (index 0 = position 1) for one verify of ``steps`` steps."""
-    attempts = [0] * steps
-    accepted = [0] * steps
-    for c in accepted_per_req:
-        c = int(c)
-        if c < 0 or c > steps:
-            raise ValueError(f"accepted drafts per request must be within 0..{steps} (steps), got {c}")
-        for j in range(min(c + 1, steps)):
-            attempts[j] += 1
-        for j in range(c):
-            accepted[j] += 1
-    return attempts, accepted
+from .contract.metric_names import (
+    CANDIDATE_STEPS,
+    COST_SECONDS,
+    CYCLE_SECONDS,
+    DEFAULT_BUCKETS,
+    DRAFT_STEPS,
+    DRAFT_TP,
+    NCCL_LATENCY,
+    NUM_STEPS,
+    PHASES,
+    POSITION_ACCEPTED,
+    POSITION_ATTEMPTS,
+    REQUESTS_VERIFIED,
+    TOKENS_GENERATED,
+    VERIFY_CYCLES,
+    bucket_label,
+    bucket_labels,
+    position_counts,
+)
 
 
 class _BulkSummary(Summary):

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from specdecode_runtime.input_files import (
+from specdecode_runtime.contract.input_files import (
     BoundedLoader,
     InputError,
     load_documents,

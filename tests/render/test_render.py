@@ -10,7 +10,7 @@ import yaml
 
 from specdecode_operator.api.validate import parse
 from specdecode_operator.render import CHILD_KINDS, RenderOptions, names, render, to_yaml
-from specdecode_runtime.config import RuntimeConfig
+from specdecode_runtime.contract.config import RuntimeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -111,7 +111,7 @@ def test_metrics_dir_is_created_and_only_db_files_removed(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- engine (no sglang)
 def test_cycle_clock_busy_intervals_never_overlap():
-    from specdecode_runtime.engine import CycleClock, CycleStamp
+    from specdecode_runtime.sglang_patch.cycle_clock import CycleClock, CycleStamp
 
     clock = CycleClock()
     # first cycle: launched at 0, verify 0.001-0.003, returned 0.004, results on host at 0.020
@@ -137,7 +137,7 @@ def _settings(**kw):
 
 
 def test_settings_from_runtime_config():
-    from specdecode_runtime.config import RuntimeConfig
+    from specdecode_runtime.contract.config import RuntimeConfig
     from specdecode_runtime.engine import EngineSettings
 
     s = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(LIVE_YAML))

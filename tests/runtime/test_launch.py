@@ -6,9 +6,9 @@ import io
 
 import pytest
 from specdecode_runtime import cli
-from specdecode_runtime.config import RuntimeConfig
+from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.launch import EXIT_UNSUPPORTED, launch, plan_launch
-from specdecode_runtime.server_args import (
+from specdecode_runtime.contract.server_args import (
     DIST_INIT_ADDR_ENV,
     NODE_RANK_ENV,
     expand_env_refs,
@@ -131,7 +131,7 @@ def test_importing_runtime_pulls_no_sglang():
     import sys
 
     code = ("import sys; sys.path.insert(0, 'runtime'); import specdecode_runtime.cli, specdecode_runtime.launch, "
-            "specdecode_runtime.server_args; assert 'sglang' not in sys.modules and 'torch' not in sys.modules")
+            "specdecode_runtime.contract.server_args; assert 'sglang' not in sys.modules and 'torch' not in sys.modules")
     from pathlib import Path
 
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

@@ -74,8 +74,8 @@ def test_patches_apply_and_remove_cleanly():
 
 def test_parser_accepts_translated_args():
     from sglang.srt.server_args import prepare_server_args
-    from specdecode_runtime.config import RuntimeConfig
-    from specdecode_runtime.server_args import expand_env_refs, sglang_cli_args
+    from specdecode_runtime.contract.config import RuntimeConfig
+    from specdecode_runtime.contract.server_args import expand_env_refs, sglang_cli_args
 
     cfg = RuntimeConfig.from_yaml(RUNTIME_YAML.replace("nodes: 1", "nodes: 2"))
     args = expand_env_refs(sglang_cli_args(cfg, ["--mem-fraction-static", "0.8"]),

@@ -65,7 +65,7 @@ def probed(tmp_path_factory):
 
 
 def test_every_verify_point_is_measured_and_positive(probed):
-    from specdecode_runtime.config import DEFAULT_BUCKETS, bucket_label
+    from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 
     run, samples, log = probed
     buckets = {bucket_label(lo, DEFAULT_BUCKETS) for lo in DEFAULT_BUCKETS}

@@ -15,7 +15,8 @@ import aiohttp
 from aiohttp import web
 
 from specdecode_runtime import http_limits
-from specdecode_runtime.control import STEPS_PATH, StepTable, create_control_app
+from specdecode_runtime.contract.step_table import STEPS_PATH, StepTable
+from specdecode_runtime.control import create_control_app
 
 AUTH = {"Authorization": "Bearer s3cret"}
 JSON = {**AUTH, "Content-Type": "application/json"}

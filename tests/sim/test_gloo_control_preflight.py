@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from specdecode_runtime.control import StepControlChannel, StepTable
+from specdecode_runtime.contract.step_table import StepTable
+from specdecode_runtime.control import StepControlChannel
 
 pytestmark = pytest.mark.slow
 WORLD = 4

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdecode_runtime.goodput import goodput
-from specdecode_runtime.scenario import ScenarioError, cost_for_draft_tp, load_scenario, parse_scenario
+from specdecode_runtime.contract.goodput import goodput
+from specdecode_runtime.contract.scenario import ScenarioError, cost_for_draft_tp, load_scenario, parse_scenario
 
 SCEN = Path(__file__).resolve().parents[2] / "bench" / "scenarios"
 SEED = SCEN / "pcie8-seed.yaml"

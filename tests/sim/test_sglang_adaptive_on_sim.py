@@ -8,7 +8,7 @@ import pytest
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode_runtime.scenario import load_scenario
+from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 adaptive = pytest.importorskip("sglang.srt.speculative.adaptive_spec_params")

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode_runtime.metrics import SIMULATED_LABELS, SpecMetrics, position_counts
+from specdecode_runtime.contract.metric_names import SIMULATED_LABELS, position_counts
+from specdecode_runtime.metrics import SpecMetrics
 
 
 def samples(registry):

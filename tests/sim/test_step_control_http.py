@@ -3,7 +3,8 @@
 import pytest
 from aiohttp import web
 
-from specdecode_runtime.control import STEPS_PATH, StepTable, StepTableError, add_step_routes, parse_step_table
+from specdecode_runtime.contract.step_table import STEPS_PATH, StepTable, StepTableError, parse_step_table
+from specdecode_runtime.control import add_step_routes
 
 
 class Sink:

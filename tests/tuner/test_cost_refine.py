@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdecode_runtime.goodput import CycleCost
+from specdecode_runtime.contract.goodput import CycleCost
 
 from specdecode_operator.tuner.cost_refine import CostRefiner, RefinedCost, parts
 

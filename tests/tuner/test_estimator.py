@@ -1,6 +1,6 @@
 import pytest
 
-from specdecode_runtime.goodput import CycleCost
+from specdecode_runtime.contract.goodput import CycleCost
 from specdecode_operator.tuner.estimator import Estimator, decay_extrapolate, wilson
 
 from helpers import FakePod

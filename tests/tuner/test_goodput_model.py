@@ -2,7 +2,7 @@
 
 import pytest
 
-from specdecode_runtime.goodput import CycleCost, best_steps, expected_tokens, goodput
+from specdecode_runtime.contract.goodput import CycleCost, best_steps, expected_tokens, goodput
 
 
 @pytest.mark.parametrize("alpha", [0.3, 0.6, 0.8, 0.95])

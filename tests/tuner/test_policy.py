@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from specdecode_runtime.goodput import CycleCost
+from specdecode_runtime.contract.goodput import CycleCost
 from specdecode_operator.tuner.estimator import Acceptance
 from specdecode_operator.tuner.policy import BucketState, PolicyConfig, choose
 
@@ -82,7 +82,7 @@ def test_no_rollback_within_noise_or_when_the_workload_changed():
 def test_latency_objective_switches_on_slo_violation_even_within_hysteresis():
     """At a fixed batch size ITL = batch/goodput, so both objectives rank k alike; what Latency adds is that an SLO
     violation is acted on even when the throughput gain is inside the hysteresis band."""
-    from specdecode_runtime.goodput import inter_token_latency_ms
+    from specdecode_runtime.contract.goodput import inter_token_latency_ms
 
     cost = CycleCost(10, 0.5, 1.0, 0, 1.0, 0, 0.5)
     a = acc([0.8] * 8)
@@ -103,7 +103,7 @@ def test_latency_objective_needs_an_slo():
 
 
 # -- deployment-level objective, judged climbs, the k=0 escape, exploration that stops --------------------------
-from specdecode_runtime.goodput import goodput  # noqa: E402
+from specdecode_runtime.contract.goodput import goodput  # noqa: E402
 
 from specdecode_operator.tuner.policy import Aggregate, coupled_gain  # noqa: E402
 

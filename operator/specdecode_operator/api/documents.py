@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdecode_runtime.input_files import InputError, load_documents
+from specdecode_runtime.contract.input_files import InputError, load_documents
 
 from .models import SpecDecodeDeployment
 

@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from specdecode_runtime.config import RuntimeConfig
-from specdecode_runtime.scenario import Scenario
+from specdecode_runtime.contract.config import RuntimeConfig
+from specdecode_runtime.contract.scenario import Scenario
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.simulate.server import create_app
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdecode_runtime.config import (
+from specdecode_runtime.contract.config import (
     AutotuneConfig,
     DraftConfig,
     NcclConfig,
@@ -11,9 +11,9 @@ from specdecode_runtime.config import (
     SpeculativeConfig,
     TargetConfig,
     TopologyConfig,
-    candidate_steps,
 )
-from specdecode_runtime.nccl import resolve_profile
+from specdecode_runtime.contract.derived import autotune_steps, draft_tokens_per_cycle
+from specdecode_runtime.contract.nccl import resolve_profile
 
 from ..api.models import SpecDecodeDeployment
 
@@ -27,15 +27,9 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
     """``tuned_steps`` (Rollout mode) replaces the starting step count; spec itself is never changed."""
     spec = sdd.spec
     at = spec.speculative.autotune
-    steps = tuned_steps if tuned_steps is not None else spec.speculative.numSteps
-    if at.mode == "Off":
-        candidates = [steps]
-    else:
-        steps = min(max(steps, at.minSteps), at.maxSteps)
-        candidates = candidate_steps(at.minSteps, at.maxSteps, steps)
-    num_draft_tokens = spec.speculative.numDraftTokens
-    if spec.speculative.eagleTopK == 1:
-        num_draft_tokens = steps + 1  # a chain verifies every step plus the bonus token
+    steps, candidates = autotune_steps(at.mode, at.minSteps, at.maxSteps,
+                                       tuned_steps if tuned_steps is not None else spec.speculative.numSteps)
+    num_draft_tokens = draft_tokens_per_cycle(steps, spec.speculative.eagleTopK, spec.speculative.numDraftTokens)
     return RuntimeConfig(
         name=sdd.metadata.name,
         target=TargetConfig(

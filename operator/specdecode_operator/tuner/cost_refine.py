@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdecode_runtime.goodput import CycleCost
+from specdecode_runtime.contract.goodput import CycleCost
 
 PRIOR_SD_MEASURED = 0.15  # relative error of a start-up probe per part (its dummy inputs are not the workload)
 PRIOR_SD_OVERRIDE = 0.05  # a hand-supplied profile is trusted more, but still checked against live timings

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdecode_runtime.goodput import CycleCost, expected_tokens
-from specdecode_runtime.scenario import Scenario, allowed_draft_tps, cost_for_draft_tp
+from specdecode_runtime.contract.goodput import CycleCost, expected_tokens
+from specdecode_runtime.contract.scenario import Scenario, allowed_draft_tps, cost_for_draft_tp
 
 from ..api.models import Recommendation
 

@@ -12,8 +12,9 @@ from datetime import datetime, timezone
 from typing import Callable, Literal, Mapping
 
 from specdecode_runtime import cost_probe
-from specdecode_runtime.config import DEFAULT_BUCKETS, bucket_label, candidate_steps
-from specdecode_runtime.goodput import CycleCost, expected_tokens, goodput
+from specdecode_runtime.contract.derived import candidate_steps
+from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
+from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput
 
 from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
 from .cost_refine import PRIOR_SD_OVERRIDE, PRIOR_SD_PHASE_AVERAGES, CostRefiner, RefinedCost

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..contract.derived import draft_tp_problems
 from .errors import DraftGroupError
 from .topology import GpuTopology
 
@@ -22,32 +23,18 @@ def choose_draft_ranks(
 ) -> tuple[int, ...]:
     """S as sorted TP ranks (0-based within the target group).
 
-    * ``ranks`` given: used as is after validation (length = ``draft_tp``, unique, inside the target group).
+    * ``ranks`` given: used as is after validation (:func:`~specdecode_runtime.contract.derived.draft_tp_problems`).
     * else with a topology: rank 0 plus its nearest peers (its NVLink island or PCIe switch first, then by link
       distance, ties to the lower rank), so the draft's own collectives stay on the shortest links.
     * else: ``0 .. draft_tp-1``.
 
     S always contains rank 0 unless ``ranks`` says otherwise: rank 0 is where SGLang's scheduler receives requests.
     """
-    if tp_size < 1 or draft_tp < 1:
-        raise DraftGroupError(f"tp sizes must be >= 1 (target {tp_size}, draft {draft_tp})")
-    if draft_tp > tp_size:
-        raise DraftGroupError(f"draft TP {draft_tp} is larger than target TP {tp_size}: S must be inside the target group")
-    if tp_size % draft_tp:
-        raise DraftGroupError(f"draft TP {draft_tp} must divide target TP {tp_size}")
+    problems = draft_tp_problems(tp_size, draft_tp, ranks)
+    if problems:
+        raise DraftGroupError(problems[0])
     if ranks is not None:
-        chosen = [int(r) for r in ranks]
-        if len(chosen) != draft_tp:
-            raise DraftGroupError(f"draft.ranks has {len(chosen)} entries, draft TP is {draft_tp}")
-        if len(set(chosen)) != len(chosen):
-            raise DraftGroupError(f"draft.ranks {chosen} has duplicates")
-        outside = [r for r in chosen if not 0 <= r < tp_size]
-        if outside:
-            raise DraftGroupError(
-                f"draft.ranks {outside} are not inside the target TP group 0..{tp_size - 1}: "
-                "a draft outside the target group would need the verify hidden states moved every step"
-            )
-        return tuple(sorted(chosen))
+        return tuple(sorted(int(r) for r in ranks))
     if topology is not None and topology.size >= tp_size:
         island = [r for r in topology.island(0) if r < tp_size]
         rest = sorted((r for r in range(tp_size) if r not in island), key=lambda r: (topology.distance(0, r), r))

@@ -163,7 +163,7 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
 
 
 def _put_steps(control: dict[str, Any], steps: int) -> dict:
-    from ..control import STEPS_PATH
+    from ..contract.step_table import STEPS_PATH
 
     body = json.dumps({"table": [{"minBatch": 1, "steps": steps}]}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{control['port']}{STEPS_PATH}", data=body, method="PUT",

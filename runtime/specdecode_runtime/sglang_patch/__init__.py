@@ -34,7 +34,7 @@ from .engine_hooks import (
 )
 from .patch_points import EW2, PATCH_POINTS, PatchPoint
 from .patch_set import PatchSet
-from .process_state import SplitConfig, _SplitState
+from .process_state import SplitConfig, _SplitState, split_config
 
 
 
@@ -53,4 +53,5 @@ __all__ = [
     "set_step_control",
     "set_verify_callback",
     "set_worker_ready_callback",
+    "split_config",
 ]

@@ -19,9 +19,11 @@ def bootstrap_from_env() -> PatchSet | None:
     path = os.environ.get(CONFIG_ENV)
     if not path:
         return None
-    from ..launch import load_config, nccl_environment, split_config
+    from ..contract.config import load_runtime_config
+    from ..contract.derived import nccl_environment
+    from .process_state import split_config
 
-    cfg = load_config(path)
+    cfg = load_runtime_config(path)
     env = nccl_environment(cfg)
     os.environ.update(env)
     ps = apply_patches(split_config(cfg), env)

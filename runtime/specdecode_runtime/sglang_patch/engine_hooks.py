@@ -23,7 +23,7 @@ def set_verify_callback(cb: Callable[[list[int], int, int, dict[str, float]], No
     ``cb(num_correct_drafts_per_req, batch_size, num_steps, phase_seconds)`` is called with the accepted draft count
     per request (bonus token excluded), already on the CPU (no extra GPU sync), the tier that verify ran with
     (stamped at launch: under the overlap scheduler the worker may already run the next batch's tier), and the
-    host-side phase times of :class:`specdecode_runtime.engine.CycleClock` (empty if the result carries no stamp).
+    host-side phase times of :class:`.cycle_clock.CycleClock` (empty if the result carries no stamp).
     Per-position acceptance follows: position j was accepted in a request iff its count >= j. Export from one rank
     (tp_rank 0)."""
     state.verify_cb = cb
@@ -69,7 +69,7 @@ def wrap_verify(orig):
 
 def wrap_forward(orig):
     """Stamps a decode cycle's launch; the stamp rides on the returned result to its (later) result processing."""
-    from ..engine import CycleStamp
+    from .cycle_clock import CycleStamp
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) \
@@ -151,8 +151,8 @@ def wrap_activate(orig):
 
 
 def install_engine_hooks(ps: "PatchSet") -> None:
-    """Wrap every hook point (a fresh :class:`~specdecode_runtime.engine.CycleClock` per installation)."""
-    from ..engine import CycleClock
+    """Wrap every hook point (a fresh :class:`~.cycle_clock.CycleClock` per installation)."""
+    from .cycle_clock import CycleClock
 
     state.clock = CycleClock()
     ps.wrap(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", wrap_verify)

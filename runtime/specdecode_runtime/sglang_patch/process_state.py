@@ -30,6 +30,13 @@ class SplitConfig:
         return cls(draft_tp=int(cfg.draft.tensor_parallel_size), draft_ranks=ranks)
 
 
+def split_config(cfg: Any) -> SplitConfig | None:
+    """The patches' view of a runtime config; None when the draft runs on the whole target group."""
+    from ..contract.derived import draft_is_split
+
+    return SplitConfig.from_runtime_config(cfg) if draft_is_split(cfg) else None
+
+
 @dataclass
 class _SplitState:
     groups: Any  # DraftGroups
@@ -49,6 +56,6 @@ iteration_cb: Callable[[], None] | None = None
 ready_cb: Callable[[Any], None] | None = None
 cycle: Any = None  # CycleStamp of the decode cycle being launched (between forward entry and return)
 result_cycle: Any = None  # CycleStamp of the result being processed (inside _resolve_spec_v2_tokens)
-clock: Any = None  # engine.CycleClock, one per process
+clock: Any = None  # cycle_clock.CycleClock, one per process
 original_build_verify_input: Callable | None = None  # SGLang's build_eagle_verify_input, before the rebind
 

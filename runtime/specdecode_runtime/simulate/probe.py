@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost_probe import STAGES, ProbePoint, run_probe
-from ..goodput import CycleCost
+from ..contract.goodput import CycleCost
 
 DEFAULT_BIAS = 0.15
 DEFAULT_NOISE = 0.05

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..control import StepTable, add_step_routes
+from ..contract.step_table import StepTable
+from ..control import add_step_routes
 from ..http_limits import MAX_BODY_BYTES
 from .engine import SimEngine
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .config import DEFAULT_BUCKETS
+from .metric_names import DEFAULT_BUCKETS
 from .goodput import CycleCost
 from .input_files import InputError, format_validation_error, load_single
 

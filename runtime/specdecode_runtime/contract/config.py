@@ -1,5 +1,5 @@
 """The runtime configuration file: the contract between the renderer (which writes it into a ConfigMap) and the
-launcher (which reads it in the pod). Kept free of kopf and torch so both images can import it."""
+launcher (which reads it in the pod). Values computed from it live in :mod:`.derived`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from .input_files import InputError, load_documents, parse_yaml_documents, validate_model
+from .metric_names import DEFAULT_BUCKETS
 
 CONFIG_MOUNT_DIR = "/etc/specdecode"
 CONFIG_FILE_NAME = "runtime.yaml"
@@ -16,46 +17,11 @@ CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"
 TOKEN_MOUNT_DIR = "/var/run/secrets/specdecode"
 TOKEN_FILE_NAME = "token"
 TOKEN_PATH = f"{TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"
-DEFAULT_BUCKETS = (1, 2, 8, 32, 64)  # lower bounds of the batch-size buckets: 1, 2-7, 8-31, 32-63, 64+
-MAX_CANDIDATES = 8  # every k of a default 1..7 range; bench/results/tuner.md shows what thinning to 4 costs
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: same output, 10x faster
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
-
-
-def candidate_steps(min_steps: int, max_steps: int, current: int, limit: int = MAX_CANDIDATES) -> list[int]:
-    """Step counts the runtime captures CUDA graphs for: the bounds, the current value, and evenly spread values in
-    between, at most ``limit`` of them (each capture costs memory and start-up time)."""
-    lo, hi = min(min_steps, max_steps), max(min_steps, max_steps)
-    chosen = {lo, hi, min(max(current, lo), hi)}
-    span = list(range(lo, hi + 1))
-    slots = max(limit - len(chosen), 0)
-    if slots and len(span) > 2:
-        for i in range(1, slots + 1):
-            chosen.add(span[round(i * (len(span) - 1) / (slots + 1))])
-            if len(chosen) >= limit:
-                break
-    return sorted(chosen)[: max(limit, 1)] if len(chosen) > limit else sorted(chosen)
-
-
-def bucket_label(batch: int, bounds: tuple[int, ...] | list[int] = DEFAULT_BUCKETS) -> str:
-    """Batch-size bucket label for the metrics contract: bounds (1, 2, 8, 32, 64) -> 1, 2-7, 8-31, 32-63, 64+."""
-    bounds = sorted(bounds)
-    for i, lo in enumerate(bounds):
-        hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else None
-        if hi is None:
-            if batch >= lo:
-                return f"{lo}+"
-        elif lo <= batch <= hi:
-            return str(lo) if lo == hi else f"{lo}-{hi}"
-    return str(bounds[0])
-
-
-def bucket_labels(bounds: tuple[int, ...] | list[int] = DEFAULT_BUCKETS) -> list[str]:
-    bounds = sorted(bounds)
-    return [bucket_label(b, bounds) for b in bounds]
 
 
 class TargetConfig(_Model):

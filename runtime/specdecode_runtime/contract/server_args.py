@@ -1,4 +1,4 @@
-"""Translate a :class:`~specdecode_runtime.config.RuntimeConfig` into SGLang 0.5.23 command-line arguments.
+"""Translate a :class:`~specdecode_runtime.contract.config.RuntimeConfig` into SGLang 0.5.23 command-line arguments.
 
 Pure and deterministic: no sglang or torch import, the same config always gives the same list. Two users:
 
@@ -23,6 +23,7 @@ import re
 from typing import Iterable, Mapping, Sequence
 
 from .config import RuntimeConfig
+from .derived import num_draft_tokens
 
 NODE_RANK_ENV = "SPECDECODE_NODE_RANK"
 DIST_INIT_ADDR_ENV = "SPECDECODE_DIST_INIT_ADDR"
@@ -48,15 +49,6 @@ MANAGED_FLAGS = (
 )
 
 _ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def num_draft_tokens(cfg: RuntimeConfig) -> int | None:
-    """Tokens verified per cycle: SGLang forces ``steps + 1`` for a chain (topk 1); a tree keeps the configured
-    value, or lets SGLang choose when unset."""
-    spec = cfg.speculative
-    if spec.eagle_top_k == 1:
-        return spec.num_steps + 1
-    return spec.num_draft_tokens
 
 
 def sglang_cli_args(cfg: RuntimeConfig, extra: Sequence[str] | Iterable[str] = ()) -> list[str]:
