@@ -1,17 +1,31 @@
-"""``specdecode-runtime``: launch (the patched SGLang), check-sglang, simulate, selftest and completion."""
+"""``specdecode-runtime``: launch (the patched SGLang), check-sglang, simulate, selftest and completion.
+
+A command's module is imported only when that command runs, so ``--help`` loads neither pydantic nor the simulator.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import sys
 from typing import Sequence
 
 from . import cli_common
-from .launch import EXIT_UNSUPPORTED, launch
+from .cli_common import EXIT_INVALID as EXIT_UNSUPPORTED  # SGLang missing or another version: the environment is the input
+
+# Commands defined in their own modules, each exposing add_parser(subparsers); the help shown when another command
+# runs (tests/runtime/test_launch.py checks it is the module's own).
+COMMANDS = {
+    "simulate": ("specdecode_runtime.simulate.cli", "simulated runtime (all numbers simulated)"),
+    "selftest": ("specdecode_runtime.selftest",
+                 "run real SGLang with a layout and compare greedy tokens across layouts"),
+}
 
 
 def _cmd_launch(ns: argparse.Namespace) -> int:
+    from .launch import launch
+
     try:
         return launch(ns.config, ns.sglang_args, dry_run=ns.dry_run)
     except ImportError as e:  # the runtime image provides SGLang's dependencies; a bare install may not
@@ -102,7 +116,8 @@ def _quiet_imports(verbose: bool):
 
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The parser; ``command`` names the one module-defined command to load (``"*"``: all of them)."""
     ap = argparse.ArgumentParser(prog="specdecode-runtime", description=__doc__.splitlines()[0].replace("``", ""))
     cli_common.add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -115,20 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--apply", action="store_true", help="also apply and remove the patches once")
     c.add_argument("--verbose", "-v", action="store_true", help="show SGLang's import-time warnings")
     c.set_defaults(func=_cmd_check)
-    from .simulate.cli import add_parser as add_simulate_parser
-
-    add_simulate_parser(sub)
-    from .selftest import add_parser as add_selftest_parser
-
-    add_selftest_parser(sub)
+    for name, (module, help_text) in COMMANDS.items():
+        if command in ("*", name):
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     cli_common.add_completion_command(sub, "specdecode-runtime")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = build_parser("*" if cli_common.completing() else next((a for a in argv if not a.startswith("-")), None))
     cli_common.autocomplete(ap)
-    ns = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    ns = ap.parse_args(argv)
     if getattr(ns, "sglang_args", None) and ns.sglang_args[:1] == ["--"]:
         ns.sglang_args = ns.sglang_args[1:]
     return int(ns.func(ns) or 0)

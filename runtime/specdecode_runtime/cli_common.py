@@ -1,21 +1,27 @@
-"""What ``specdecode`` and ``specdecode-runtime`` share: the exit-code convention, ``--version`` from the installed
-package's metadata, and shell completion through argcomplete."""
+"""What ``specdecode`` and ``specdecode-runtime`` share: the exit-code convention and the error types that carry it,
+``--version`` from the installed package's metadata, and shell completion through argcomplete.
+
+Kept to the standard library at import time: ``--help`` of either command loads nothing else."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from importlib import metadata
+from typing import Callable
 
 EXIT_OK = 0
+EXIT_FAILED = 1  # the command ran but could not do its job; the message says why
 EXIT_INVALID = 2  # the user's input (flag, file, field) is wrong; the message says which and what is allowed
+EXIT_INTERRUPTED = 130
 DISTRIBUTION = "specdecode-operator"  # both commands ship in this one distribution
 SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 
 
 def package_version() -> str:
     """The installed distribution's version; the source tree's when run without installing."""
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -24,8 +30,20 @@ def package_version() -> str:
         return __version__
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: reads the package metadata only when asked (importlib.metadata costs ~30 ms per start)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show the program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(f"{parser.prog} {package_version()}\n")
+        parser.exit()
+
+
 def add_version(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", action="version", version=f"{parser.prog} {package_version()}")
+    parser.add_argument("--version", action=_VersionAction)
 
 
 def add_completion_command(subparsers, prog: str) -> argparse.ArgumentParser:
@@ -57,8 +75,49 @@ def autocomplete(parser: argparse.ArgumentParser) -> None:
         argcomplete.autocomplete(parser)
 
 
-class UsageError(Exception):
-    """A problem with the user's input (a flag, the environment it names): printed as is, exit code 2."""
+class CliError(Exception):
+    """A command's error for its user: the message is printed as is (no traceback) and ``exit_code`` returned."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(CliError):
+    """A problem with the user's input (a file, a field, a flag, the environment it names): exit code 2."""
+
+    exit_code = EXIT_INVALID
+
+
+class CommandFailed(CliError):
+    """The input was fine but the command could not do its job (the demo saw no tuning, a run stopped): exit code 1."""
+
+    exit_code = EXIT_FAILED
+
+
+def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
+    """Run a parsed command under the exit-code convention: 0 done, 1 :class:`CommandFailed`, 2 :class:`UsageError`
+    or an unreadable input file, 130 interrupted; the message goes to stderr as ``error: ...``."""
+    try:
+        return int(func(args) or 0)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `specdecode render ... | head`: the reader has what it wanted
+        return EXIT_OK
+    except Exception as e:
+        if not _is_input_error(e):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _is_input_error(error: Exception) -> bool:
+    """Whether ``error`` is the input reader's (a file that cannot be used). Imported here, on the error path only,
+    so that a command that reads no file never loads PyYAML and pydantic."""
+    from .contract.input_files import InputError
+
+    return isinstance(error, InputError)
 
 
 def check_port(flag: str, port: int) -> None:

@@ -145,3 +145,14 @@ def test_help_loads_no_command_module():
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
     for name in ("render", "validate", "crd", "plan", "bench", "demo", "operator", "completion"):
         assert f"    {name}" in r.stdout
+
+
+def test_runtime_commands_loaded_lazily_keep_their_own_help():
+    """`specdecode-runtime --help` shows, for a command not loaded, the help its module declares."""
+    from specdecode_runtime import cli as runtime_cli
+
+    def helps(parser):
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {c.dest: c.help for c in action._choices_actions}
+
+    assert helps(runtime_cli.build_parser("*")) == helps(runtime_cli.build_parser(None))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specdecode_runtime.scenario import ScenarioError, load_scenario, parse_scenario
+from specdecode_runtime.contract.scenario import ScenarioError, load_scenario, parse_scenario
 
-from specdecode_operator.tuner import plan_cli
+from specdecode_operator import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "bench/scenarios/pcie8-seed.yaml"
@@ -17,7 +17,7 @@ SDD = ROOT / "examples/pcie8-glm5-eagle3.yaml"
 
 
 def test_plan_prints_the_provenance_of_every_input(capsys):
-    assert plan_cli.main(["-f", str(SDD), "--scenario", str(SEED)]) == 0
+    assert cli.main(["plan", "-f", str(SDD), "--scenario", str(SEED)]) == 0
     out = capsys.readouterr().out
     assert "derived   draftTp.computeMs" in out and "fitted    draftTp.allReduceUs.8" in out
     assert out.index("inputs of scenario") < out.index("recommendation:")
@@ -43,6 +43,6 @@ def test_a_bad_provenance_entry_names_the_field():
 
 
 def test_plan_json_carries_the_inputs(capsys):
-    assert plan_cli.main(["-f", str(SDD), "--scenario", str(SEED), "--json"]) == 0
+    assert cli.main(["plan", "-f", str(SDD), "--scenario", str(SEED), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["draftTp.broadcastUs"]["kind"] == "assumed"

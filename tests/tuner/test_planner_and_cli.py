@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from specdecode_runtime.scenario import load_scenario
-from specdecode_operator.tuner import bench_tuner, plan_cli, sglang_baseline
+from specdecode_runtime.contract.scenario import load_scenario
+from specdecode_operator import cli
+from specdecode_operator.bench import sglang_adaptive
 from specdecode_operator.tuner.planner import plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,14 +26,14 @@ def test_plan_cli_table_plot_and_errors(tmp_path, capsys):
     sdd = tmp_path / "sdd.yaml"
     sdd.write_text((ROOT / "examples/pcie8-glm5-eagle3.yaml").read_text())
     png = tmp_path / "plan.png"
-    assert plan_cli.main(["-f", str(sdd), "--scenario", str(SEED), "--plot", str(png)]) == 0
+    assert cli.main(["plan", "-f", str(sdd), "--scenario", str(SEED), "--plot", str(png)]) == 0
     assert png.stat().st_size > 1000 and "draft TP" in capsys.readouterr().out
-    assert plan_cli.main(["-f", str(sdd), "--scenario", str(SEED), "--json"]) == 0
+    assert cli.main(["plan", "-f", str(sdd), "--scenario", str(SEED), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["simulated"] and out["recommendation"]["draftTensorParallelSize"] == 1
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: specdecode.io/v1alpha1\nkind: SpecDecodeDeployment\nspec: {replicas: -1}\n")
-    assert plan_cli.main(["-f", str(bad), "--scenario", str(SEED)]) == 2
+    assert cli.main(["plan", "-f", str(bad), "--scenario", str(SEED)]) == 2
     assert "spec" in capsys.readouterr().err
 
 
@@ -47,7 +48,7 @@ phases:
 def test_bench_json_shape_and_ratios(tmp_path, capsys):
     f = tmp_path / "short.yaml"
     f.write_text(SHORT)
-    assert bench_tuner.main(["--scenarios", str(f), "--json", "--max-steps", "4", "--candidates", "all"]) == 0
+    assert cli.main(["bench", "tuner", "--scenarios", str(f), "--json", "--max-steps", "4", "--candidates", "all"]) == 0
     out = json.loads(capsys.readouterr().out)
     s = out["scenarios"][0]
     t = s["tokens_per_s"]
@@ -67,14 +68,14 @@ def test_bench_json_shape_and_ratios(tmp_path, capsys):
 def test_bench_rejects_bad_scenarios_and_missing_sglang(tmp_path, capsys, monkeypatch):
     f = tmp_path / "bad.yaml"
     f.write_text("name: x\nphases: []\n")
-    assert bench_tuner.main(["--scenarios", str(f)]) == 2
+    assert cli.main(["bench", "tuner", "--scenarios", str(f)]) == 2
     assert "cost" in capsys.readouterr().err
 
     def missing():
-        raise sglang_baseline.SglangUnavailable(sglang_baseline.INSTALL_HINT)
+        raise sglang_adaptive.SglangUnavailable(sglang_adaptive.INSTALL_HINT)
 
-    monkeypatch.setattr(bench_tuner, "import_sglang", missing)
-    assert bench_tuner.main(["--scenarios", str(SEED)]) == 3
+    monkeypatch.setattr(sglang_adaptive, "import_sglang", missing)
+    assert cli.main(["bench", "tuner", "--scenarios", str(SEED)]) == 2
     assert "pip install" in capsys.readouterr().err
 
 
@@ -84,7 +85,7 @@ def test_sglang_baseline_is_the_real_class_fed_per_batch():
 
     sc = load_scenario(SEED)
     eng = SimEngine(sc)
-    base = sglang_baseline.SglangAdaptive(eng, initial_steps=3, max_bs=8)
+    base = sglang_adaptive.SglangAdaptive(eng, initial_steps=3, max_bs=8)
     assert isinstance(base.params, AdaptiveSpeculativeParams)
     eng.advance(30)
     # batch 1 slot of the shipped config: candidates [1, 3, 5, 7]; acceptance ~0.5 drives it down to 1

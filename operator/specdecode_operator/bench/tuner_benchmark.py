@@ -1,4 +1,4 @@
-"""``specdecode bench tuner``: our tuner against no speculation, every static k, the per-phase oracle and SGLang's
+"""The step-tuner benchmark behind ``specdecode bench tuner``: our tuner against no speculation, every static k, the per-phase oracle and SGLang's
 own adaptive controller (its default candidate list, and candidates 0..7), all in the in-process simulator (every
 number it prints is simulated).
 
@@ -14,27 +14,24 @@ bound no cluster can reach, labelled so; ``--profile none`` serves no probe (per
 
 from __future__ import annotations
 
-import argparse
-import glob
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from typing import Sequence
 
-from specdecode_runtime.config import candidate_steps
-from specdecode_runtime.goodput import expected_tokens
-from specdecode_runtime.scenario import Scenario, ScenarioError, load_scenario
+from specdecode_runtime.contract.derived import candidate_steps
+from specdecode_runtime.contract.goodput import expected_tokens
+from specdecode_runtime.contract.scenario import Scenario
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.simulate.probe import DEFAULT_BIAS, DEFAULT_NOISE
 
 from ..api.models import Autotune
-from .policy import PolicyConfig
-from .scrape import parse_metrics
-from .sglang_baseline import SglangAdaptive, SglangUnavailable, import_sglang
-from .tuner import Tuner, TunerConfig
+from ..tuner.policy import PolicyConfig
+from ..tuner.snapshot import parse_metrics
+from ..tuner.tuner import Tuner, TunerConfig
+from .sglang_adaptive import SglangAdaptive
 
 RATIOS = ("ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive", "ours_over_sglang_0to7")
 DEFAULT_INTERVAL = float(Autotune.model_fields["intervalSeconds"].default)  # the CRD's default
@@ -220,93 +217,16 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenarios", nargs="+", required=True, metavar="FILE",
-                   help="scenario YAML files (globs are expanded), e.g. bench/scenarios/*.yaml")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
-                   help="our tuner's intervalSeconds in simulated seconds (CRD allows 5..3600; default: the CRD's "
-                   f"default, {DEFAULT_INTERVAL:g})")
-    p.add_argument("--profile", choices=PROFILES, default="measured",
-                   help="what our tuner knows about costs: measured = the pod's start-up probe with its error, refined "
-                   "online (what a cluster gives; default); exact = the scenario's true costs (upper bound, not "
-                   "reachable in a cluster); none = no probe")
-    p.add_argument("--probe-bias", type=float, default=DEFAULT_BIAS,
-                   help=f"systematic error per probe stage, drawn per pod in 1 +- this (default {DEFAULT_BIAS})")
-    p.add_argument("--probe-noise", type=float, default=DEFAULT_NOISE,
-                   help=f"relative noise per probe sample (default {DEFAULT_NOISE})")
-    p.add_argument("--no-rollout", action="store_true", help="skip the Rollout-mode run (faster)")
-    p.add_argument("--min-steps", type=int, default=1)
-    p.add_argument("--max-steps", type=int, default=7, help="largest static k and oracle k (default 7)")
-    p.add_argument("--initial-steps", type=int, default=3, help="starting numSteps for ours and SGLang (default 3)")
-    p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
-    p.add_argument("--candidates", type=_candidates, default=None, metavar="K,K,...|all",
-                   help="step counts the runtime has captured for our tuner (default: 0 plus "
-                   "config.candidate_steps(min, max, initial), at most 4 values in bounds, as rendered); "
-                   "'all' = 0..max-steps")
-
-
-def _candidates(text: str) -> list[int] | str:
-    if text == "all":
-        return "all"
-    try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers or 'all', got {text!r}") from None
-    if not ks or any(k < 0 or k > 16 for k in ks):
-        raise argparse.ArgumentTypeError(f"candidates must be integers within 0..16, got {text!r}")
-    return ks
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``tuner`` under the ``specdecode bench`` sub-command group."""
-    p = subparsers.add_parser("tuner", help="benchmark the step tuner against static k, the oracle and SGLang "
-                              "adaptive (simulated)")
-    add_arguments(p)
-    p.set_defaults(func=run)
-    return p
-
-
-def _usage_error(msg: str) -> int:
-    print(f"specdecode bench tuner: error: {msg}", file=sys.stderr)
-    return 2
-
-
-def run(args) -> int:
-    if not (0 <= args.min_steps <= args.max_steps <= 16):
-        return _usage_error(f"--min-steps/--max-steps must satisfy 0 <= min <= max <= 16, got {args.min_steps}..{args.max_steps}")
-    if not (args.min_steps <= args.initial_steps <= args.max_steps):
-        return _usage_error(f"--initial-steps must be within {args.min_steps}..{args.max_steps}, got {args.initial_steps}")
-    if not (5 <= args.interval <= 3600):
-        return _usage_error(f"--interval must be within 5..3600 seconds (autotune.intervalSeconds), got {args.interval:g}")
-    if not (0 <= args.probe_bias < 1):
-        return _usage_error(f"--probe-bias must be within 0..1 (relative), got {args.probe_bias:g}")
-    if args.probe_noise < 0:
-        return _usage_error(f"--probe-noise must be >= 0, got {args.probe_noise:g}")
-    if args.candidates == "all":
-        args.candidates = list(range(0, args.max_steps + 1))
-    try:
-        import_sglang()
-    except SglangUnavailable as exc:
-        print(f"specdecode bench tuner: {exc}", file=sys.stderr)
-        return 3
-    paths: list[str] = []
-    for pattern in args.scenarios:
-        matched = sorted(glob.glob(pattern))
-        paths.extend(matched or [pattern])
-    scenarios = []
-    for path in paths:
-        try:
-            scenarios.append(load_scenario(path))
-        except ScenarioError as exc:
-            return _usage_error(str(exc))
+def benchmark(scenarios: Sequence[Scenario], args, progress=None) -> dict:
+    """Every scenario against every policy, with the settings they ran under and the geometric mean of each ratio.
+    ``args`` carries the settings (the ``specdecode bench tuner`` flags); ``progress(text)`` hears of each scenario."""
     results = []
     t0 = time.time()
     for sc in scenarios:
         results.append(bench_scenario(sc, args))
-        if not args.json:
-            print(f"  ran {sc.name} ({time.time() - t0:.1f}s so far)", file=sys.stderr)
-    out = {
+        if progress is not None:
+            progress(f"ran {sc.name} ({time.time() - t0:.1f}s so far)")
+    return {
         "simulated": True,
         "note": "all tokens/s are simulated (in-process simulator, scenario cost model); not measurements",
         "settings": {"interval_s": args.interval, "candidates": args.candidates or "rendered",
@@ -317,49 +237,3 @@ def run(args) -> int:
         "scenarios": results,
         "geomean": {r: geomean([s["ratios"][r] for s in results]) for r in RATIOS},
     }
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        print(format_table(out))
-    return 0
-
-
-def format_table(out: dict) -> str:
-    st = out["settings"]
-    known = (f"the pod's start-up probe (bias +-{st['probe_bias']:g} per stage, noise {st['probe_noise']:g}), refined "
-             "online" if st["profile"] == "measured" else "the scenario's TRUE costs (upper bound, not reachable in a "
-             "cluster)" if st["profile"] == "exact" else "no cost probe (phase averages)")
-    lines = [
-        "Simulated tokens/s (in-process simulator; not measurements), interval "
-        f"{st['interval_s']:g}s, our captured candidates {st['candidates']}, our cost knowledge: {known}",
-        f"{'scenario':<24} {'none':>7} {'best k':>6} {'best st':>7} {'oracle':>7} {'sglang':>7} {'sgl0-7':>7} "
-        f"{'ours':>7} {'rollout':>7} {'o/orc':>6} {'o/bst':>6} {'o/sgl':>6} {'o/s07':>6} {'chg':>4} {'rst':>4}",
-    ]
-    for s in out["scenarios"]:
-        t, r = s["tokens_per_s"], s["ratios"]
-        rollout = f"{t['ours_rollout']:7.1f}" if t["ours_rollout"] is not None else f"{'-':>7}"
-        lines.append(
-            f"{s['name'][:24]:<24} {t['none']:7.1f} {t['best_static_k']:>6} {t['best_static']:7.1f} {t['oracle']:7.1f} "
-            f"{t['sglang_adaptive']:7.1f} {t['sglang_adaptive_0to7']:7.1f} {t['ours']:7.1f} {rollout} "
-            f"{r['ours_over_oracle']:6.3f} {r['ours_over_best_static']:6.3f} {r['ours_over_sglang_adaptive']:6.3f} "
-            f"{r['ours_over_sglang_0to7']:6.3f} {s['changes']:>4} {s['restarts'] if s['restarts'] is not None else '-':>4}"
-        )
-    g = out["geomean"]
-    lines.append(f"{'geometric mean':<24} {'':>7} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} "
-                 f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f} "
-                 f"{g['ours_over_sglang_0to7']:6.3f}")
-    lines.append("o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive (0.5.23 AdaptiveController, "
-                 "default candidates), o/s07 = ours/the same controller with candidates 0..7; chg = our Live changes, "
-                 "rst = restarts in Rollout mode")
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="specdecode bench tuner", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

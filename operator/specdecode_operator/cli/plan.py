@@ -9,32 +9,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
 
-from specdecode_runtime.cli_common import EXIT_INVALID
-from specdecode_runtime.input_files import InputError
-from specdecode_runtime.scenario import Scenario, load_scenario
+from specdecode_runtime.cli_common import UsageError
+from specdecode_runtime.contract.scenario import Scenario, load_scenario
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(name, help=help_text, description=__doc__.splitlines()[0].replace("``", ""))
     p.add_argument("-f", "--file", "--filename", dest="file", required=True,
                    help="SpecDecodeDeployment YAML (several documents: one plan each; '-' for stdin)")
     p.add_argument("--scenario", required=True, help="scenario YAML with a draftTp block (cost profile)")
     p.add_argument("--plot", metavar="PNG", help="write a plot of tokens/s by draft TP and steps")
     p.add_argument("--json", action="store_true", help="print the table and recommendation as JSON")
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", help="predict tokens/s per draft TP x steps and recommend draft placement",
-                              description=__doc__.splitlines()[0])
-    add_arguments(p)
     p.set_defaults(func=run)
     return p
-
-
-def _error(msg: str) -> int:
-    print(f"specdecode plan: error: {msg}", file=sys.stderr)
-    return EXIT_INVALID
 
 
 def shape_mismatches(sdd, scenario: Scenario) -> list[str]:
@@ -52,20 +40,17 @@ def shape_mismatches(sdd, scenario: Scenario) -> list[str]:
 
 def run(args) -> int:
     from ..api.documents import load_sdds
-    from .planner import format_plan, plan, plot_plan
+    from ..tuner.planner import format_plan, plan, plot_plan
 
-    try:
-        sdds = load_sdds(args.file)
-        sc = load_scenario(args.scenario)
-    except InputError as exc:
-        return _error(str(exc))
+    sdds = load_sdds(args.file)
+    sc = load_scenario(args.scenario)
     results = []
     for sdd in sdds:
         name = sdd.metadata.name
         mismatch = shape_mismatches(sdd, sc)
         if mismatch:
-            return _error(f"scenario {sc.name!r} ({args.scenario}) describes another deployment than {name}: "
-                          + "; ".join(mismatch) + ". Use a scenario measured on this box's shape.")
+            raise UsageError(f"scenario {sc.name!r} ({args.scenario}) describes another deployment than {name}: "
+                             + "; ".join(mismatch) + ". Use a scenario measured on this box's shape.")
         if sc.interconnect is None:
             print(f"specdecode plan: warning: scenario {sc.name!r} does not state its interconnect; assuming it "
                   f"matches spec.placement.interconnect ({sdd.spec.placement.interconnect})", file=sys.stderr)
@@ -75,7 +60,7 @@ def run(args) -> int:
             p = plan(sc, steps, target_tp=sdd.spec.target.tensorParallelSize,
                      current_tp=sdd.spec.draft.tensorParallelSize)
         except ValueError as exc:
-            return _error(f"{name}: {exc}")
+            raise UsageError(f"{name}: {exc}") from None
         results.append((sdd, p))
     if args.plot:
         for sdd, p in results:
@@ -83,7 +68,7 @@ def run(args) -> int:
             try:
                 plot_plan(p, path, sdd.metadata.name or sc.name)
             except OSError as exc:
-                return _error(f"--plot {path}: {exc.strerror or exc}")
+                raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
     inputs = {path: {"kind": p.kind, "how": p.how} for path, p in sc.provenance.items()}
     if args.json:
         out = [{"simulated": True, "scenario": sc.name, "name": sdd.metadata.name, "inputs": inputs,
@@ -118,12 +103,3 @@ def _suffixed(path: str, name: str) -> str:
     stem, dot, ext = path.rpartition(".")
     return f"{stem}-{name}.{ext}" if dot else f"{path}-{name}"
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdecode plan", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-"""``specdecode operator run``: the operator process (operator_process.py) with flags layered over SPECDECODE_*
-environment variables. With ``--leader-elect`` only the replica holding the Lease runs kopf.
+"""``specdecode operator run``: the operator process (``specdecode_operator.operator_process``) with flags layered
+over SPECDECODE_* environment variables. With ``--leader-elect`` only the replica holding the Lease runs kopf.
 
 For development, ``kopf run -m specdecode_operator.operator_main`` runs the same registry built from the
 environment with kopf's own flags (no Lease: run one replica).
@@ -15,8 +15,8 @@ import urllib.parse
 from specdecode_runtime.cli_common import UsageError, check_can_listen, check_port, float_in
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    operator = subparsers.add_parser("operator", help="run the SpecDecodeDeployment operator")
+def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
+    operator = subparsers.add_parser(name, help=help_text)
     sub = operator.add_subparsers(dest="operator_command", required=True)
     run = sub.add_parser("run", help="reconcile SpecDecodeDeployments until stopped")
     scope = run.add_mutually_exclusive_group()
@@ -69,7 +69,7 @@ def _liveness_override(args) -> tuple[bool, str | None]:
 def config_from_args(args) -> "OperatorConfig":
     """Flags over SPECDECODE_* over defaults. Every override is honoured, including the ones that turn a server off
     (``--metrics-port 0``, ``--liveness-port 0``, ``--liveness off``)."""
-    from .opconfig import OperatorConfig
+    from ..config import OperatorConfig
 
     overrides = {k: getattr(args, k, None) for k in (
         "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity", "watch_timeout_seconds",
@@ -122,7 +122,7 @@ def check_ports(config) -> None:
 
 
 def run_operator(args) -> int:
-    from . import operator_process
+    from .. import operator_process
 
     config = config_from_args(args)
     check_credentials(config)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specdecode_runtime.cli_common import UsageError, float_in
+from specdecode_runtime.cli_common import CommandFailed, UsageError, float_in
 from specdecode_runtime.simulate.cli import MAX_SPEED
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("demo", help="run operator + tuner against simulated runtime pods (no cluster, no GPU)")
+def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(name, help=help_text)
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="where the plot and summary go (default demo-out/)")
     p.add_argument("--speed", type=float_in(0, MAX_SPEED), default=10.0, help="simulated seconds per wall second (default 10)")
     p.add_argument("-f", "--file", type=Path, default=None, help="SpecDecodeDeployment to apply (default: embedded seed PCIe box)")
@@ -21,16 +21,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-EXIT_FAILED = 1  # the demo ran but could not show the loop; the message says why
-
-
 def run(args: argparse.Namespace) -> int:
-    import sys
+    from specdecode_runtime.contract.scenario import load_scenario
 
     from ..api.documents import load_sdds
-    from specdecode_runtime.scenario import load_scenario
-
-    from .run import DemoFailed, DemoOptions, run_demo
+    from ..demo.run import DemoFailed, DemoOptions, run_demo
 
     # Every input is checked before anything starts: the same messages and exit 2 as validate and simulate.
     if args.file is not None:
@@ -46,11 +41,9 @@ def run(args: argparse.Namespace) -> int:
                                       scenario_file=args.scenario, kubeconfig=args.kubeconfig,
                                       max_wall_seconds=args.max_seconds))
     except DemoFailed as e:
-        print(f"error: demo failed: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        raise CommandFailed(f"demo failed: {e}") from None
     if not any(v for v in result["tokens_per_s"].values()):
-        print("error: demo failed: no tokens/s were measured", file=sys.stderr)
-        return EXIT_FAILED
+        raise CommandFailed("demo failed: no tokens/s were measured")
     return 0
 
 
