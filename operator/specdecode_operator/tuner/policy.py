@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
-from specdecode_runtime.goodput import CycleCost, expected_tokens, goodput, inter_token_latency_ms
+from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput, inter_token_latency_ms
 
 from .estimator import Acceptance
 
@@ -136,118 +136,213 @@ def choose(
     aggregate: Aggregate | None = None,
     measured_cycle_s: float | None = None,
 ) -> Choice:
+    """One bucket's step count for the next interval. The stages, in order, each either decide or pass on: enough
+    data? -> a probe that just ran -> the rollback test of the last change -> a switch to the model's best
+    (cautious downwards, held by hysteresis, cost doubt and cooldown) -> a probe of the next unobserved position
+    -> hold. ``state`` is updated in place."""
     cur = state.steps
-    for k, until in list(state.blocked.items()):
-        if until <= now:
-            del state.blocked[k]
+    expire_blocks(state, now)
     allowed = [k for k in cfg.allowed() if k not in state.blocked or k == cur]
     if samples < cfg.min_samples:
         return Choice(cur, "wait", f"{samples:.0f} cycles in window < minimum {cfg.min_samples:.0f}")
-    # Censoring: a k past the deepest observed position + 1 would rest entirely on extrapolation.
-    reach = cfg.reach_after_change if workload_changed else cfg.reach
-    eligible = [k for k in allowed if k <= acc.observed + reach or k <= cur]
-    g = predict(acc, cost, batch, sorted(set(eligible) | {cur}))
-    agg = aggregate if cfg.objective == "Throughput" else None
+    r = Round.of(cfg, state, acc, cost, batch, now, allowed, workload_changed, aggregate)
+    choice = after_probe(r)
+    if choice is None:
+        choice = judge_rollback(r, measured_goodput, measured_cycle_s)
+    if choice is not None:
+        return choice
+    best = cautious_best(r)
+    gain, doubt = r.gain_and_doubt(best)
+    return (switch(r, best, gain, doubt, measured_goodput, measured_cycle_s) or explore(r)
+            or hold(r, best, gain, doubt))
 
-    def tokens(k: int, alphas: Sequence[float]) -> float:
-        return batch * (expected_tokens(alphas, k) if k > 0 else 1.0)
 
-    def gain_of(k: int, alphas: Sequence[float] | None = None) -> float:
-        a = acc.alphas if alphas is None else alphas
-        return coupled_gain(tokens(k, a), cost.cycle_ms(k, batch) / 1000.0, tokens(cur, acc.alphas),
-                            cost.cycle_ms(cur, batch) / 1000.0, agg)
+@dataclass
+class Round:
+    """What every stage of one choice reads: the inputs, the allowed and eligible step counts, the model's
+    goodput ``g`` of each eligible k and its ``score`` (coupled gain over the current k)."""
 
-    score = {k: gain_of(k) for k in g}
+    cfg: PolicyConfig
+    state: BucketState
+    acc: Acceptance
+    cost: CycleCost
+    batch: float
+    now: float
+    allowed: list[int]
+    workload_changed: bool
+    agg: Aggregate | None
+    g: dict[int, float] = field(default_factory=dict)
+    score: dict[int, float] = field(default_factory=dict)
 
-    # A probe has run for an interval: its position is now observed; return unless the model now prefers it.
-    if state.probing_from is not None:
-        back = state.probing_from
-        state.probing_from = None
-        best = _objective_best(cfg, g, acc, cost, batch, score)
-        if best != cur and best in g:
-            state.last_change = now
-            state.last_direction = 1 if best > cur else -1
-            return Choice(best, "return" if best == back else "switch",
-                          f"probe of k={cur} done: model prefers k={best}", score[best], g)
-        state.last_direction, state.judged_at = 1, now  # the probe interval was its clean interval
-        return Choice(cur, "hold", f"probe of k={cur} confirmed", 0.0, g)
+    @classmethod
+    def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CycleCost, batch: float, now: float,
+           allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> "Round":
+        cur = state.steps
+        # Censoring: a k past the deepest observed position + 1 would rest entirely on extrapolation.
+        reach = cfg.reach_after_change if workload_changed else cfg.reach
+        eligible = [k for k in allowed if k <= acc.observed + reach or k <= cur]
+        r = cls(cfg, state, acc, cost, batch, now, allowed, workload_changed,
+                aggregate if cfg.objective == "Throughput" else None)
+        r.g = predict(acc, cost, batch, sorted(set(eligible) | {cur}))
+        r.score = {k: r.gain_of(k) for k in r.g}
+        return r
 
-    # Rollback: the first full interval after a change measured worse than before, the workload unchanged.
-    if state.pending_rollback is not None and measured_goodput is not None:
-        back, before, _ = state.pending_rollback
-        sec_before, state.rollback_cycle_s = state.rollback_cycle_s, None
-        state.pending_rollback = None
-        if agg is not None and sec_before and measured_cycle_s:
-            # Judged the way it was chosen: what the measured change did to the deployment's tokens/s.
-            change = coupled_gain(measured_goodput * measured_cycle_s, measured_cycle_s, before * sec_before,
-                                  sec_before, agg)
-        else:
-            change = measured_goodput / before - 1.0
-        if not workload_changed and change < -cfg.rollback_margin and back in allowed:
-            state.blocked[cur] = now + cfg.rollback_block_s
-            state.last_change = now
-            state.last_direction = 1 if back > cur else -1
-            return Choice(back, "rollback",
-                          f"measured {measured_goodput:.1f} tok/s after k={cur} vs {before:.1f} before (k={back}): "
-                          f"{change:+.1%}", change, g)
-        if not workload_changed:
-            state.judged_at = now
+    @property
+    def cur(self) -> int:
+        return self.state.steps
 
-    best = _objective_best(cfg, g, acc, cost, batch, score)
-    if best < cur and cfg.objective == "Throughput":
-        # Moving down stops measuring the positions above the new k (k = 0 stops them all), and a censored position
-        # keeps its last estimate. So a downward move goes only as far as the data are sure of: a k in between
-        # that could be as good as the model's best with its measured positions past ``best`` at their upper 95 %
-        # bound is preferred (the best of those by the estimate), so it keeps measuring what decides it.
-        # Repeated from each new candidate, so the move stops at the first k no deeper k can plausibly beat.
-        while True:
-            upper = acc.alphas[:best] + [acc.upper[i] if i < acc.observed else acc.alphas[i]
-                                         for i in range(best, len(acc.alphas))]
-            near = [k for k in g if best < k <= cur and gain_of(k, upper) >= score[best]]
-            if not near:
-                break
-            best = max(near, key=lambda k: (score[k], -k))
-    gain = score[best]
-    if cfg.objective == "Latency":
-        itl_cur = inter_token_latency_ms(acc.alphas, cost, cur, batch)
-        if itl_cur > cfg.max_itl_ms and best != cur:
-            gain = max(gain, cfg.hysteresis + 1e-9)  # an SLO violation overrides hysteresis
-    # The cooldown exists so a change is judged on one clean interval before the next. Once that judgement is in
-    # and passed, a further step in the same direction (a climb towards a deeper optimum, one observed position at
-    # a time) need not wait out the rest of it; a reversal still does, which is what keeps noise from flapping k.
-    judged = state.judged_at > state.last_change
+    def tokens(self, k: int, alphas: Sequence[float]) -> float:
+        return self.batch * (expected_tokens(alphas, k) if k > 0 else 1.0)
 
-    def cooling(direction: int) -> bool:
-        if now - state.last_change >= cfg.cooldown_s:
+    def gain_of(self, k: int, alphas: Sequence[float] | None = None) -> float:
+        a = self.acc.alphas if alphas is None else alphas
+        return coupled_gain(self.tokens(k, a), self.cost.cycle_ms(k, self.batch) / 1000.0,
+                            self.tokens(self.cur, self.acc.alphas), self.cost.cycle_ms(self.cur, self.batch) / 1000.0,
+                            self.agg)
+
+    def best(self) -> int:
+        return _objective_best(self.cfg, self.g, self.acc, self.cost, self.batch, self.score)
+
+    def gain_and_doubt(self, best: int) -> tuple[float, float]:
+        """The predicted gain of ``best`` over the current k (an SLO violation overrides hysteresis), and the cost
+        model's own doubt about it (a refined profile knows which parts live timings have pinned down): a
+        predicted gain inside the doubt is not evidence."""
+        cfg, cur = self.cfg, self.cur
+        gain = self.score[best]
+        if cfg.objective == "Latency":
+            itl_cur = inter_token_latency_ms(self.acc.alphas, self.cost, cur, self.batch)
+            if itl_cur > cfg.max_itl_ms and best != cur:
+                gain = max(gain, cfg.hysteresis + 1e-9)
+        doubt = (self.cost.relative_sd(best, cur, self.batch)
+                 if best != cur and hasattr(self.cost, "relative_sd") else 0.0)
+        return gain, doubt
+
+    def cooling(self, direction: int) -> bool:
+        """The cooldown exists so a change is judged on one clean interval before the next. Once that judgement is
+        in and passed, a further step in the same direction (a climb towards a deeper optimum, one observed
+        position at a time) need not wait out the rest of it; a reversal still does, which is what keeps noise
+        from flapping k."""
+        state = self.state
+        if self.now - state.last_change >= self.cfg.cooldown_s:
             return False
+        judged = state.judged_at > state.last_change
         return not (judged and direction == state.last_direction)
 
-    # The cost model's own doubt about best vs cur (a refined profile knows which parts live timings have pinned
-    # down): a predicted gain inside it is not evidence.
-    doubt = cost.relative_sd(best, cur, batch) if best != cur and hasattr(cost, "relative_sd") else 0.0
-    if best != cur and gain > cfg.hysteresis + doubt:
-        # A detected workload change is a new world, not noise: the cooldown does not hold the old choice there.
-        if cooling(1 if best > cur else -1) and not workload_changed:
-            return Choice(cur, "hold", f"cooldown: k={best} predicted {gain:+.1%} but last change "
-                          f"{now - state.last_change:.0f}s ago < {cfg.cooldown_s:.0f}s", gain, g)
-        state.pending_rollback = (cur, measured_goodput, acc.alphas[0] if acc.alphas else 0.0) if measured_goodput else None
-        state.rollback_cycle_s = measured_cycle_s
-        state.last_change = now
-        state.last_direction = 1 if best > cur else -1
-        return Choice(best, "switch", f"predicted goodput {g[best]:.1f} vs {g[cur]:.1f} tok/s ({gain:+.1%})", gain, g)
+    def changed_to(self, k: int) -> None:
+        self.state.last_change = self.now
+        self.state.last_direction = 1 if k > self.cur else -1
 
-    # Exploration: the next captured k above the deepest observed position, if optimism says it could pay.
-    above = [k for k in allowed if k > max(cur, acc.observed)]
-    if above and now - state.last_probe >= cfg.explore_every_s and not cooling(1):
-        nxt = above[0]
-        opt = predict(acc, cost, batch, [nxt], optimistic=True)[nxt]
-        opt_gain = gain_of(nxt, acc.alphas[: acc.observed] + acc.upper[acc.observed :])
-        if opt_gain > cfg.hysteresis:
-            state.last_probe = now
-            state.probing_from = cur
-            return Choice(nxt, "explore", f"position {acc.observed + 1} unobserved: optimistic {opt:.1f} "
-                          f"vs {g[cur]:.1f} tok/s, probing one interval", opt_gain, g)
+
+def expire_blocks(state: BucketState, now: float) -> None:
+    """Step counts blocked by a rollback become eligible again when their block runs out."""
+    for k, until in list(state.blocked.items()):
+        if until <= now:
+            del state.blocked[k]
+
+
+def after_probe(r: Round) -> Choice | None:
+    """A probe has run for an interval: its position is now observed; return unless the model now prefers it."""
+    state, cur = r.state, r.cur
+    if state.probing_from is None:
+        return None
+    back = state.probing_from
+    state.probing_from = None
+    best = r.best()
+    if best != cur and best in r.g:
+        r.changed_to(best)
+        return Choice(best, "return" if best == back else "switch",
+                      f"probe of k={cur} done: model prefers k={best}", r.score[best], r.g)
+    state.last_direction, state.judged_at = 1, r.now  # the probe interval was its clean interval
+    return Choice(cur, "hold", f"probe of k={cur} confirmed", 0.0, r.g)
+
+
+def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: float | None) -> Choice | None:
+    """The first full interval after a change measured worse than before, the workload unchanged: go back and
+    block the k that lost. A change that passes is judged (``cooling`` lets a further step the same way go)."""
+    state, cur, cfg = r.state, r.cur, r.cfg
+    if state.pending_rollback is None or measured_goodput is None:
+        return None
+    back, before, _ = state.pending_rollback
+    sec_before, state.rollback_cycle_s = state.rollback_cycle_s, None
+    state.pending_rollback = None
+    if r.agg is not None and sec_before and measured_cycle_s:
+        # Judged the way it was chosen: what the measured change did to the deployment's tokens/s.
+        change = coupled_gain(measured_goodput * measured_cycle_s, measured_cycle_s, before * sec_before,
+                              sec_before, r.agg)
+    else:
+        change = measured_goodput / before - 1.0
+    if r.workload_changed:
+        return None
+    if change < -cfg.rollback_margin and back in r.allowed:
+        state.blocked[cur] = r.now + cfg.rollback_block_s
+        r.changed_to(back)
+        return Choice(back, "rollback",
+                      f"measured {measured_goodput:.1f} tok/s after k={cur} vs {before:.1f} before (k={back}): "
+                      f"{change:+.1%}", change, r.g)
+    state.judged_at = r.now
+    return None
+
+
+def cautious_best(r: Round) -> int:
+    """The model's best k; downwards (Throughput) only as far as the data are sure of.
+
+    Moving down stops measuring the positions above the new k (k = 0 stops them all), and a censored position
+    keeps its last estimate. So a k in between that could be as good as the model's best with its measured
+    positions past ``best`` at their upper 95 % bound is preferred (the best of those by the estimate), so it keeps
+    measuring what decides it. Repeated from each new candidate, so the move stops at the first k no deeper k can
+    plausibly beat."""
+    acc, cur = r.acc, r.cur
+    best = r.best()
+    if best >= cur or r.cfg.objective != "Throughput":
+        return best
+    while True:
+        upper = acc.alphas[:best] + [acc.upper[i] if i < acc.observed else acc.alphas[i]
+                                     for i in range(best, len(acc.alphas))]
+        near = [k for k in r.g if best < k <= cur and r.gain_of(k, upper) >= r.score[best]]
+        if not near:
+            return best
+        best = max(near, key=lambda k: (r.score[k], -k))
+
+
+def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: float | None,
+           measured_cycle_s: float | None) -> Choice | None:
+    """Change to ``best`` when its gain clears hysteresis plus the cost doubt and no cooldown holds it (a detected
+    workload change is a new world, not noise: the cooldown does not hold the old choice there). The change is
+    armed for the rollback test of the next interval."""
+    state, cur, cfg, g = r.state, r.cur, r.cfg, r.g
+    if best == cur or gain <= cfg.hysteresis + doubt:
+        return None
+    if r.cooling(1 if best > cur else -1) and not r.workload_changed:
+        return Choice(cur, "hold", f"cooldown: k={best} predicted {gain:+.1%} but last change "
+                      f"{r.now - state.last_change:.0f}s ago < {cfg.cooldown_s:.0f}s", gain, g)
+    state.pending_rollback = ((cur, measured_goodput, r.acc.alphas[0] if r.acc.alphas else 0.0)
+                              if measured_goodput else None)
+    state.rollback_cycle_s = measured_cycle_s
+    r.changed_to(best)
+    return Choice(best, "switch", f"predicted goodput {g[best]:.1f} vs {g[cur]:.1f} tok/s ({gain:+.1%})", gain, g)
+
+
+def explore(r: Round) -> Choice | None:
+    """Probe the next allowed k above the deepest observed position for one interval, at most every
+    ``explore_every_s``, if optimism (unobserved positions at their upper bound) says it could pay."""
+    acc, cur, state = r.acc, r.cur, r.state
+    above = [k for k in r.allowed if k > max(cur, acc.observed)]
+    if not above or r.now - state.last_probe < r.cfg.explore_every_s or r.cooling(1):
+        return None
+    nxt = above[0]
+    opt = predict(acc, r.cost, r.batch, [nxt], optimistic=True)[nxt]
+    opt_gain = r.gain_of(nxt, acc.alphas[: acc.observed] + acc.upper[acc.observed :])
+    if opt_gain <= r.cfg.hysteresis:
+        return None
+    state.last_probe = r.now
+    state.probing_from = cur
+    return Choice(nxt, "explore", f"position {acc.observed + 1} unobserved: optimistic {opt:.1f} "
+                  f"vs {r.g[cur]:.1f} tok/s, probing one interval", opt_gain, r.g)
+
+
+def hold(r: Round, best: int, gain: float, doubt: float) -> Choice:
+    cur = r.cur
     if best != cur:
-        return Choice(cur, "hold", f"k={best} predicted {gain:+.1%} <= hysteresis {cfg.hysteresis:.0%}"
-                      + (f" + cost doubt {doubt:.1%}" if doubt else ""), gain, g)
-    return Choice(cur, "hold", f"k={cur} is the model's best", 0.0, g)
+        return Choice(cur, "hold", f"k={best} predicted {gain:+.1%} <= hysteresis {r.cfg.hysteresis:.0%}"
+                      + (f" + cost doubt {doubt:.1%}" if doubt else ""), gain, r.g)
+    return Choice(cur, "hold", f"k={cur} is the model's best", 0.0, r.g)
