@@ -13,8 +13,9 @@ from typing import Callable, Literal, Mapping
 
 from specdecode_runtime import cost_probe
 from specdecode_runtime.contract.derived import candidate_steps
-from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput
+from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
+from specdecode_runtime.contract.step_table import StepTable
 
 from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
 from .cost_refine import PRIOR_SD_OVERRIDE, PRIOR_SD_PHASE_AVERAGES, CostRefiner, RefinedCost
@@ -110,7 +111,7 @@ class Decision:
 
     def step_table_body(self) -> dict:
         """The body for PUT /specdecode/v1/steps on every pod's control endpoint."""
-        return {"table": [{"minBatch": b, "steps": s} for b, s in self.table]}
+        return StepTable.from_pairs(self.table).to_json()
 
 
 def iso(ts: float) -> str:
@@ -461,7 +462,7 @@ class Tuner:
             costSource=source,
             costProfile=profile or None,
             numSteps=num_steps,
-            stepTable=[{"minBatch": b, "steps": s} for b, s in table],
+            stepTable=StepTable.from_pairs(table).to_json()["table"],
             acceptLength=round(tokens / requests, 4) if requests else None,
             acceptRate=round(accepted / drafted, 4) if drafted else None,
             tokensPerSecond=round(self.measured_tokens_per_s, 2) if self.measured_tokens_per_s is not None else None,

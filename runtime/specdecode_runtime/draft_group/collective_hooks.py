@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import contextvars
 import functools
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from .draft_only import _DraftOnlyScope
+
+class CollectiveScope(Protocol):
+    """What a wrapper asks the active scope (:mod:`.draft_only` sets one): raise if this collective may not run."""
+
+    def check(self, name: str, ranks: tuple[int, ...]) -> None: ...
+
 
 COLLECTIVES = (
     "all_reduce",
@@ -32,7 +36,7 @@ COLLECTIVES = (
 )
 
 # The active draft-only scope (set by :func:`.draft_only.draft_only_scope`) and the active counters.
-scope_var: contextvars.ContextVar["_DraftOnlyScope | None"] = contextvars.ContextVar(
+scope_var: contextvars.ContextVar["CollectiveScope | None"] = contextvars.ContextVar(
     "_specdecode_draft_scope", default=None
 )
 _counters: list["CollectiveCounter"] = []

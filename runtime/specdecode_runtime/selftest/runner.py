@@ -163,9 +163,9 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
 
 
 def _put_steps(control: dict[str, Any], steps: int) -> dict:
-    from ..contract.step_table import STEPS_PATH
+    from ..contract.step_table import STEPS_PATH, StepTable
 
-    body = json.dumps({"table": [{"minBatch": 1, "steps": steps}]}).encode()
+    body = json.dumps(StepTable.single(steps).to_json()).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{control['port']}{STEPS_PATH}", data=body, method="PUT",
                                  headers={"Authorization": f"Bearer {control['token']}",
                                           "Content-Type": "application/json"})

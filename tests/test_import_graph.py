@@ -1,0 +1,224 @@
+"""The import graph of both packages, read from the source with ``ast`` (imports inside functions included, since a
+lazy import is still a dependency): no cycles between modules, a contract library that needs nothing but the standard
+library, PyYAML and pydantic, and a tuner with no network or Kubernetes client under it.
+
+An edge goes from a module to the module an import names: ``from pkg import sub`` points at ``pkg.sub`` when ``sub``
+is a module, else at ``pkg``. A package's ``__init__`` is its own node, so a package re-exporting its submodules does
+not by itself make a cycle with them.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"specdecode_operator": ROOT / "operator", "specdecode_runtime": ROOT / "runtime"}
+CONTRACT = "specdecode_runtime.contract"
+CONTRACT_THIRD_PARTY = {"yaml", "pydantic", "pydantic_core", "typing_extensions"}
+TUNER = "specdecode_operator.tuner"
+TUNER_FORBIDDEN = {"aiohttp", "kopf", "kubernetes", "kubernetes_asyncio"}
+
+
+def _module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=1)
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for pkg, base in PACKAGES.items():
+        for path in sorted((base / pkg).rglob("*.py")):
+            if "import_stubs" in path.parts:  # stand-in packages for foreign modules, found only through PYTHONPATH
+                continue
+            found[_module_name(path, base)] = path
+    return found
+
+
+def _resolve_relative(module: str, is_package: bool, level: int, target: str | None) -> str:
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join(base + ([target] if target else []))
+
+
+@lru_cache(maxsize=1)
+def imports() -> dict[str, set[str]]:
+    """Every module of both packages -> every module name it imports (ours and foreign, top level or lazy)."""
+    mods = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = (_resolve_relative(name, is_package, node.level, node.module) if node.level
+                        else node.module or "")
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.add(sub if sub in mods else base)
+        graph[name] = targets
+    return graph
+
+
+def internal_graph() -> dict[str, set[str]]:
+    mods = modules()
+    out: dict[str, set[str]] = {}
+    for name, targets in imports().items():
+        edges = set()
+        for t in targets:
+            while t and t not in mods:  # ``import a.b.c`` of ours depends on the module a.b.c (or its package)
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                edges.add(t)
+        out[name] = edges
+    return out
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each as one concrete cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_one_cycle(graph, set(c)) for c in components]
+
+
+def _one_cycle(graph: dict[str, set[str]], members: set[str]) -> list[str]:
+    """A shortest path back to the start inside one component: the report names the modules to untangle."""
+    start = min(members)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    return paths[v] + [start]
+                if w not in paths:
+                    paths[w] = paths[v] + [w]
+                    nxt.append(w)
+        frontier = nxt
+    return sorted(members)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+# ---------------------------------------------------------------------------------------------------- the checker itself
+def test_cycle_finder_reports_a_lazy_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_graph_sees_imports_inside_functions():
+    # engine imports the contract only inside EngineSettings.from_runtime_config
+    assert "specdecode_runtime.contract.derived" in internal_graph()["specdecode_runtime.engine"]
+    assert "specdecode_runtime.sglang_patch.engine_hooks" in internal_graph()["specdecode_runtime.engine"]
+
+
+# ---------------------------------------------------------------------------------------------------- the rules
+def _cycles_within(package: str) -> list[list[str]]:
+    return [c for c in find_cycles(internal_graph()) if any(_within(m, package) for m in c)]
+
+
+def test_runtime_has_no_import_cycles():
+    cycles = _cycles_within("specdecode_runtime")
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_operator_has_no_import_cycles():
+    cycles = _cycles_within("specdecode_operator")
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_runtime_never_imports_the_operator():
+    bad = sorted(f"{m} -> {t}" for m, ts in internal_graph().items() if _within(m, "specdecode_runtime")
+                 for t in ts if _within(t, "specdecode_operator"))
+    assert not bad, "\n".join(bad)
+
+
+def test_contract_imports_only_itself_the_standard_library_yaml_and_pydantic():
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    bad = []
+    for module, targets in sorted(imports().items()):
+        if not _within(module, CONTRACT):
+            continue
+        for t in sorted(targets):
+            top = t.split(".")[0]
+            if _within(t, CONTRACT) or top in stdlib or top in CONTRACT_THIRD_PARTY:
+                continue
+            bad.append(f"{module} imports {t}")
+    assert not bad, "the contract must stay importable without the runtime's dependencies:\n" + "\n".join(bad)
+
+
+def _reachable(start: str, graph: dict[str, set[str]]) -> dict[str, str]:
+    """Every module reachable from ``start`` -> the module that first imports it (for the report)."""
+    seen = {start: ""}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w not in seen:
+                    seen[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return seen
+
+
+def test_tuner_imports_no_network_or_kubernetes_client():
+    """The pure tuner and everything of ours it imports: no aiohttp, kopf or Kubernetes client."""
+    graph, mods = internal_graph(), modules()
+    roots = [m for m in mods if _within(m, TUNER)]
+    bad = set()
+    for root in roots:
+        for module, via in _reachable(root, graph).items():
+            for t in imports().get(module, ()):
+                if t.split(".")[0] in TUNER_FORBIDDEN:
+                    bad.add(f"{module} imports {t} (reached from {root} via {via or root})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_every_module_is_in_the_graph(package):
+    assert any(_within(m, package) for m in modules()), package
