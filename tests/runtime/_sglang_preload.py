@@ -1,7 +1,7 @@
 """Imported once by a forkserver so gloo children start with sglang's worker stack already loaded (an sglang
 import costs ~25 s on this machine's 2 shared cores)."""
 
-from specdecode_runtime.torchvision_stub import install
+from specdecode_runtime.cpu.torchvision_stub import install
 
 install()
 

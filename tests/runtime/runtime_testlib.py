@@ -16,7 +16,7 @@ def sglang_or_skip():
     """Import sglang's worker stack (torchvision stubbed on CPU), or skip; with SPECDECODE_REQUIRE_SGLANG set a
     missing sglang is a failure, never a skip (CI sets it)."""
     from specdecode_runtime.sglang_patch import installed_sglang_version
-    from specdecode_runtime.torchvision_stub import install
+    from specdecode_runtime.cpu.torchvision_stub import install
 
     if installed_sglang_version() is None:
         if os.environ.get("SPECDECODE_REQUIRE_SGLANG"):

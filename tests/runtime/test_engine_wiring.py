@@ -350,7 +350,7 @@ def test_sglang_metrics_endpoint_serves_our_series(sglang, tmp_path):
     """)
     subprocess.run([sys.executable, "-c", writer], env=env, check=True, timeout=120)
     reader = textwrap.dedent("""
-        from specdecode_runtime.torchvision_stub import install; install()
+        from specdecode_runtime.cpu.torchvision_stub import install; install()
         from starlette.applications import Starlette
         from starlette.testclient import TestClient
         from sglang.srt.utils.common import add_prometheus_middleware
@@ -383,7 +383,7 @@ def _rank(rank: int, port: int, token: str, queue) -> None:
 def _rank_body(rank: int, port: int, token: str, queue) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     preloaded = "sglang.srt.speculative.eagle_worker_v2" in sys.modules
-    from specdecode_runtime.torchvision_stub import install
+    from specdecode_runtime.cpu.torchvision_stub import install
 
     install()  # a no-op when the forkserver preloaded sglang
     import sglang.srt.speculative.eagle_worker_v2 as ew2

@@ -21,7 +21,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds s
 
 def _real_importable(name: str) -> bool:
     if name == "torchvision":
-        from ..torchvision_stub import _real_import_works, installed
+        from .torchvision_stub import _real_import_works, installed
 
         return not installed() and _real_import_works(name)
     module = sys.modules.get(name)

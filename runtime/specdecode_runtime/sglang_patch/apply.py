@@ -29,9 +29,6 @@ def apply_patches(
     re-apply the profile in :func:`~.bootstrap.bootstrap_from_env` instead)."""
     if state.active is not None:
         return state.active
-    from ..torchvision_stub import install as _stub_install
-
-    _stub_install()
     from sglang.srt.speculative import eagle_worker_v2  # noqa: F401 - loaded before anything is resolved
 
     from .. import draft_group  # noqa: F401

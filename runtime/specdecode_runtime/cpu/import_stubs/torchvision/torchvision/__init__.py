@@ -2,6 +2,6 @@
 real torchvision cannot be imported: replaces itself with the runtime's torchvision stub before SGLang's modules
 (unpickled first in every spawned SGLang process) import it."""
 
-from specdecode_runtime.torchvision_stub import STUB_VERSION, TORCHVISION_MODULES, _install
+from specdecode_runtime.cpu.torchvision_stub import STUB_VERSION, TORCHVISION_MODULES, _install
 
 _install(TORCHVISION_MODULES, STUB_VERSION)

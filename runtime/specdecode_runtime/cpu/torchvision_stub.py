@@ -1,7 +1,11 @@
-"""Import stubs so SGLang 0.5.23's worker modules import on a CPU-only machine (contract tests, ``check-sglang``).
+"""A torchvision stand-in so SGLang 0.5.23's modules import on a CPU-only machine.
 
-Never used in a serving pod: the runtime image has the real packages. ``install()`` only adds a stub for a
-package that cannot be imported for real, so calling it where the real package works changes nothing.
+SGLang on a CPU is a product mode, not only a test aid: ``device: cpu`` in runtime.yaml, ``specdecode-runtime
+selftest`` and ``check-sglang`` on a machine without GPUs all import SGLang's worker stack there. The stand-in
+reaches them two ways: :mod:`.import_paths` puts ``import_stubs/torchvision`` first on the path of every spawned
+SGLang process (it calls :func:`_install` on import), and ``check-sglang`` calls :func:`install` directly. The GPU
+patch path (``sglang_patch.apply_patches``) never calls it: the runtime image has the real package. ``install()``
+only stubs a package that cannot be imported for real, so calling it where the real one works changes nothing.
 
 * torchvision: SGLang imports it unconditionally (``sglang.srt.configs`` -> ``nano_nemotron_vl`` ->
   ``multimodal/internvl_utils``). PyPI's torchvision wheels are CUDA builds whose ``_C.so`` fails beside a CPU
