@@ -62,7 +62,7 @@ def _cmd_check(ns: argparse.Namespace) -> int:
     if version != SGLANG_VERSION:
         print(f"sglang {version} installed; the patches are written for {SGLANG_VERSION}")
         return EXIT_UNSUPPORTED
-    from .torchvision_stub import install
+    from .cpu.torchvision_stub import install
 
     stubbed = install()
     if stubbed:
