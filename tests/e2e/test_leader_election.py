@@ -74,12 +74,19 @@ def test_standby_stays_idle_then_takes_over_when_the_holder_stops_renewing(emula
     standby = Replica(cluster.server.url, "standby")
     try:
         cluster.create_sdd(minimal_sdd("llama", tp=8))
-        time.sleep(4.0)
+        created = len(cluster.emulator.log)
+
+        def ours(since: int) -> list:
+            return [r for r in cluster.emulator.log[since:] if r.user_agent.startswith(("specdecode-operator", "kopf"))]
+
+        # the standby has polled the Lease several times since the object appeared, and done nothing else
+        wait_for(lambda: len([r for r in ours(created) if r.resource == "leases"]) >= 3, timeout=20,
+                 what="three Lease polls by the standby")
         assert standby.process.role == "standby"
         assert cluster.get("apps/v1", "deployments", "llama") is None
-        ours = [r for r in cluster.emulator.log[mark:] if r.user_agent.startswith(("specdecode-operator", "kopf"))]
-        assert ours and {(r.resource, r.verb) for r in ours} <= {("leases", "get")}, \
-            sorted({(r.resource, r.verb) for r in ours})
+        calls = ours(mark)
+        assert calls and {(r.resource, r.verb) for r in calls} <= {("leases", "get")}, \
+            sorted({(r.resource, r.verb) for r in calls})
         assert standby.process.health() == (True, {"role": "standby", "identity": "standby", "reconciles": 0})
         stopped = time.monotonic()
         other.stop_renewing()

@@ -80,10 +80,10 @@ def test_steady_state_makes_no_writes(cluster):
     wait_for(lambda: cluster.get(APPS, "deployments", "llama"))
     cluster.make_ready(APPS, "deployments", "llama")
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
-    import time
-    time.sleep(0.5)
+    wait_for(lambda: (cluster.get_sdd("llama").get("status") or {}).get("speculative"), what="the tuner's report")
+    cluster.wait_passes(1)  # the pass that wrote Ready has ended
     mark = cluster.log_mark()
-    time.sleep(1.5)  # several resync periods (0.3 s)
+    cluster.wait_passes(4)
     assert cluster.operator_writes(since=mark) == []
 
 
@@ -131,8 +131,7 @@ def test_invalid_spec_that_bypassed_admission_is_reported_not_rendered(emulator_
     assert condition(cluster.get_sdd("bad"), "Ready")["status"] == "False"
     events = wait_for(lambda: [e for e in cluster.list("v1", "events") if e["reason"] == "InvalidSpec"])
     assert events[0]["type"] == "Warning" and events[0]["involvedObject"]["name"] == "bad"
-    import time
-    time.sleep(1.0)  # several resyncs: no children, no retry storm, one event
+    cluster.wait_passes(4)  # several resyncs: no children, no retry storm, one event
     assert children_of(cluster, "bad") == {}
     assert cluster.get(APPS, "deployments", "bad") is None
     assert len([e for e in cluster.list("v1", "events") if e["reason"] == "InvalidSpec"]) == 1
@@ -150,9 +149,10 @@ def test_pause_annotation_stops_child_writes(cluster):
     cluster.patch_sdd("llama", {"metadata": {"annotations": {"specdecode.io/reconcile": "paused"}}})
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Paused").get("status") == "True", what="Paused")
     before = cluster.get(APPS, "deployments", "llama")
-    cluster.patch_sdd("llama", {"spec": {"replicas": 2}})
-    import time
-    time.sleep(1.0)
+    generation = cluster.patch_sdd("llama", {"spec": {"replicas": 2}})["metadata"]["generation"]
+    # the operator has seen the change (status is written after the children of the same pass), and passed again
+    wait_for(lambda: cluster.get_sdd("llama")["status"]["observedGeneration"] == generation, what="change observed")
+    cluster.wait_passes(3)
     assert cluster.get(APPS, "deployments", "llama")["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     cluster.patch_sdd("llama", {"metadata": {"annotations": {"specdecode.io/reconcile": None}}})
     wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 2, what="resumed")
@@ -214,8 +214,7 @@ def test_operator_restart_resumes_without_duplicate_writes(cluster):
     cluster.stop_operator()
     mark = cluster.log_mark()
     cluster.start_operator()
-    import time
-    time.sleep(1.5)
+    cluster.wait_passes(4)  # the new operator's first pass over the object, and resyncs after it
     assert cluster.operator_writes(since=mark) == []
     assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"
 

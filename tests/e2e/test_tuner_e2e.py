@@ -110,6 +110,12 @@ def metrics_of(cluster):
     return cluster.operator.context.metrics
 
 
+def decisions(cluster) -> float:
+    """Tuner decisions so far, every action (one per bucket and interval; specdecode_tuner_decisions_total)."""
+    return sum(s.value for family in metrics_of(cluster).registry.collect() for s in family.samples
+               if s.name == "specdecode_tuner_decisions_total")
+
+
 def assert_spec_untouched(cluster, name: str, created: dict) -> None:
     final = cluster.get_sdd(name)
     assert final["spec"] == created["spec"]
@@ -270,7 +276,10 @@ def test_off_mode_reports_without_acting(tuned):
     kubelet = cluster.kubelet(HIGH_ACCEPTANCE)
     history = wait_for(lambda: cluster.get_sdd("off")["status"]["history"], timeout=30, what="a recommendation")
     assert "(mode Off: not applied)" in history[0]["reason"] and history[0]["toSteps"] > 3
-    time.sleep(2)  # a few more intervals: the same recommendation is not repeated, nothing is pushed
+    # a few more tuning intervals (each decides every bucket): the same recommendation is not repeated, nothing pushed
+    per_interval = len(speculative(cluster, "off").get("costProfile") or [None])  # one decision per bucket
+    decided = decisions(cluster)
+    wait_for(lambda: decisions(cluster) >= decided + 3 * per_interval, timeout=20, what="three more tuning intervals")
     status = cluster.get_sdd("off")["status"]
     assert len([h for h in status["history"] if h["bucket"] == "1"]) == 1
     assert status["speculative"]["numSteps"] == 3 and status["speculative"]["tokensPerSecond"] > 0

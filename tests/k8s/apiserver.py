@@ -160,11 +160,13 @@ class OperatorProcess:
         self.config = config
         self.proc: subprocess.Popen | None = None
         self.liveness = config.get("liveness_endpoint") or f"http://127.0.0.1:{free_port()}/healthz"
+        # /metrics is always served: the tests read the reconciliation count from it (``reconcile_passes``)
+        self.metrics_port = config.get("metrics_port") or free_port()
 
     def command(self) -> list[str]:
         exe = pathlib.Path(sys.executable).parent / "specdecode"
         cmd = [str(exe), "operator", "run", "--liveness", self.liveness,
-               "--metrics-port", str(self.config.get("metrics_port", 0))]
+               "--metrics-port", str(self.metrics_port)]
         for ns in self.namespaces:
             cmd += ["--namespace", ns]
         if "resync_seconds" in self.config:
@@ -206,6 +208,15 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+    def reconcile_passes(self) -> float:
+        """Reconciliation passes this operator has completed, from its /metrics."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+                   if s.name == "specdecode_operator_reconciles_total")
 
     def log_tail(self, chars: int = 6000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""

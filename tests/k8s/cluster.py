@@ -88,6 +88,23 @@ class Cluster:
                 out.append((e["verb"], ref.get("resource", ""), ref.get("name", "")))
         return out
 
+    def reconcile_passes(self) -> float:
+        """Reconciliation passes the current operator has completed (its specdecode_operator_reconciles_total)."""
+        if hasattr(self.operator, "reconcile_passes"):  # an operator process: read from its /metrics
+            return self.operator.reconcile_passes()
+        registry = self.operator.context.metrics.registry  # the operator in a thread of this process
+        return sum(s.value for family in registry.collect() for s in family.samples
+                   if s.name == "specdecode_operator_reconciles_total")
+
+    def wait_passes(self, n: int = 3, timeout: float = 30.0) -> None:
+        """Return once the operator has completed ``n`` more reconciliation passes (one per resync, each object).
+
+        What a test waits for before asserting that nothing was written: the passes that could have written have
+        demonstrably run, however slow the machine, where a fixed sleep may end before a single pass did."""
+        start = self.reconcile_passes()
+        wait_for(lambda: self.reconcile_passes() >= start + n, timeout=timeout, interval=0.05,
+                 what=f"{n} reconciliation passes")
+
     # ------------------------------------------------------------------ raw calls
     def call(self, method: str, path: str, body: Any = None, query: list | None = None,
              content_type: str | None = None) -> Any:
