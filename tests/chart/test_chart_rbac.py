@@ -36,10 +36,11 @@ def by_resource(ts) -> dict[tuple[str, str], set[str]]:
     return out
 
 
-def operator_rules():
-    rbac = pytest.importorskip("specdecode_operator.rbac", reason="specdecode_operator.rbac not written yet")
-    rules = getattr(rbac, "RULES", None) or rbac.rules()
-    return [r if isinstance(r, dict) else r.to_dict() for r in rules]
+def operator_rules() -> list[dict]:
+    """The operator's declared API calls (specdecode_operator.rbac.RULES) as RBAC rules."""
+    from specdecode_operator.rbac import RULES
+
+    return [r.to_dict() for r in RULES]
 
 
 def test_chart_rules_equal_the_operators_declared_api_calls():
