@@ -196,9 +196,10 @@ class EngineRuntime:
                 log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
         if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
             from . import cost_probe
+            from .contract.derived import is_split_draft
 
             self.cost_points = cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
-                                                         split_draft=s.draft_tp < tp_size, sync=self.cost_sync,
+                                                         split_draft=is_split_draft(s.draft_tp, tp_size), sync=self.cost_sync,
                                                          budget_s=s.cost_budget_ms / 1000.0,
                                                          agree=_rank0_decides(cpu_group, src) if tp_size > 1 else None)
         if tp_rank == 0 and serve and s.control_port is not None:

@@ -197,8 +197,8 @@ class SpecMetrics:
             self._child(self.num_steps, self.bucket(lo)).set(int(steps_for_batch(lo)))
 
     def set_candidates(self, candidates: Iterable[int]) -> None:
-        for k in sorted(set(int(c) for c in candidates)):
-            self._child(self.candidate_steps, str(k)).set(1)
+        for steps in sorted(set(int(c) for c in candidates)):
+            self._child(self.candidate_steps, str(steps)).set(1)
 
     def set_draft_tp(self, tp: int) -> None:
         self._child(self.draft_tp).set(int(tp))

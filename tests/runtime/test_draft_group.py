@@ -93,7 +93,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
             bcaster = ProposalBroadcaster(groups, layout, max_bs=16)
             with CollectiveCounter() as cc:
                 if groups.in_draft:
-                    d = placement.draft_tp_size
+                    d = placement.draft_tp
                     w = shard_weights(full, CFG, placement.rank_in_draft(rank), d)
                     w["lm_head"] = groups.draft_shard(full_head)
                     model = TinyDraft(CFG, w, group=groups.draft_group, tp_size=d)

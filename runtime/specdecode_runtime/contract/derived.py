@@ -98,7 +98,7 @@ def captured_steps(cfg: RuntimeConfig) -> list[int]:
     Off never changes the step count and Rollout changes it by restarting pods, so capturing extra tiers there would
     only cost GPU memory and start-up time."""
     if live(cfg):
-        return sorted(set(int(k) for k in cfg.speculative.candidate_steps))
+        return sorted(set(int(steps) for steps in cfg.speculative.candidate_steps))
     return [int(cfg.speculative.num_steps)]
 
 

@@ -1,7 +1,7 @@
 """The one goodput model: expected accepted tokens per cycle and the cycle-time cost model.
 
-Shared by the tuner (which k to run), the simulator (how fast a k runs) and the planner (which draft TP to run),
-so a decision and the world it is judged in can never disagree about arithmetic.
+Shared by the tuner (which step count to run), the simulator (how fast a step count runs) and the planner (which
+draft TP to run), so a decision and the world it is judged in can never disagree about arithmetic.
 
 Acceptance is given per position as *conditional* rates: ``alphas[j-1]`` is the probability that draft position j
 is accepted given that position j-1 was; positions past the end of the list repeat the last value.
@@ -21,31 +21,32 @@ def alpha_at(alphas: Sequence[float], position: int) -> float:
     return float(alphas[min(position, len(alphas)) - 1])
 
 
-def expected_tokens(alphas: Sequence[float], k: int) -> float:
-    """E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i: tokens emitted by one verify of a k-step chain (bonus included)."""
+def expected_tokens(alphas: Sequence[float], steps: int) -> float:
+    """E(steps) = 1 + sum_{j<=steps} prod_{i<=j} alpha_i: tokens emitted by one verify of a chain of ``steps``
+    draft steps (bonus included)."""
     total, survive = 1.0, 1.0
-    for j in range(1, k + 1):
+    for j in range(1, steps + 1):
         survive *= alpha_at(alphas, j)
         total += survive
     return total
 
 
-def expected_tokens_tree(alphas: Sequence[float], k: int, topk: int) -> float:
+def expected_tokens_tree(alphas: Sequence[float], steps: int, topk: int) -> float:
     """Tree drafts (topk > 1): each level offers ``topk`` candidates, so a level is accepted with
     1 - (1 - alpha)^topk under independence between siblings. Optimistic, used only where no tree data exists."""
     if topk <= 1:
-        return expected_tokens(alphas, k)
-    widened = [1.0 - (1.0 - alpha_at(alphas, j)) ** topk for j in range(1, k + 1)]
-    return expected_tokens(widened, k)
+        return expected_tokens(alphas, steps)
+    widened = [1.0 - (1.0 - alpha_at(alphas, j)) ** topk for j in range(1, steps + 1)]
+    return expected_tokens(widened, steps)
 
 
 @dataclass(frozen=True)
 class CycleCost:
     """Cycle-time cost model in milliseconds for one batch size.
 
-    A speculative cycle of k steps costs ``verify + k * draftStep + draftExtend + overhead`` where verify and
-    draft-extend process batch*(k+1) tokens and a draft step processes one token per sequence. k = 0 is plain
-    decoding: ``verify.base + verify.perToken * batch + overhead``.
+    A speculative cycle of ``steps`` draft steps costs ``verify + steps * draftStep + draftExtend + overhead`` where
+    verify and draft-extend process batch*(steps+1) tokens and a draft step processes one token per sequence.
+    steps = 0 is plain decoding: ``verify.base + verify.perToken * batch + overhead``.
     """
 
     verify_base: float
@@ -57,48 +58,48 @@ class CycleCost:
     overhead: float
     broadcast: float = 0.0  # proposal broadcast per cycle when the draft runs on a subset of the TP ranks
 
-    def verify_ms(self, k: int, batch: float) -> float:
-        return self.verify_base + self.verify_per_token * batch * (k + 1)
+    def verify_ms(self, steps: int, batch: float) -> float:
+        return self.verify_base + self.verify_per_token * batch * (steps + 1)
 
     def draft_step_ms(self, batch: float) -> float:
         return self.draft_base + self.draft_per_seq * batch
 
-    def extend_ms(self, k: int, batch: float) -> float:
-        return self.extend_base + self.extend_per_token * batch * (k + 1)
+    def extend_ms(self, steps: int, batch: float) -> float:
+        return self.extend_base + self.extend_per_token * batch * (steps + 1)
 
-    def cycle_ms(self, k: int, batch: float) -> float:
-        if k <= 0:
+    def cycle_ms(self, steps: int, batch: float) -> float:
+        if steps <= 0:
             return self.verify_base + self.verify_per_token * batch + self.overhead
         return (
-            self.verify_ms(k, batch)
-            + k * self.draft_step_ms(batch)
-            + self.extend_ms(k, batch)
+            self.verify_ms(steps, batch)
+            + steps * self.draft_step_ms(batch)
+            + self.extend_ms(steps, batch)
             + self.overhead
             + self.broadcast
         )
 
 
-def goodput(alphas: Sequence[float], cost: CycleCost, k: int, batch: float) -> float:
-    """Tokens per second for the whole batch at k steps (k = 0: no speculation)."""
-    tokens = batch * (expected_tokens(alphas, k) if k > 0 else 1.0)
-    return tokens / cost.cycle_ms(k, batch) * 1000.0
+def goodput(alphas: Sequence[float], cost: CycleCost, steps: int, batch: float) -> float:
+    """Tokens per second for the whole batch at ``steps`` draft steps per cycle (0: no speculation)."""
+    tokens = batch * (expected_tokens(alphas, steps) if steps > 0 else 1.0)
+    return tokens / cost.cycle_ms(steps, batch) * 1000.0
 
 
 def best_steps(
     alphas: Sequence[float], cost: CycleCost, batch: float, candidates: Iterable[int]
 ) -> tuple[int, float]:
-    """The candidate k with the highest goodput (ties go to the smaller k: less draft work, same tokens)."""
-    best_k, best_g = -1, -math.inf
-    for k in sorted(set(candidates)):
-        g = goodput(alphas, cost, k, batch)
+    """The candidate step count with the highest goodput (ties go to the smaller one: less draft work, same tokens)."""
+    chosen, best_g = -1, -math.inf
+    for steps in sorted(set(candidates)):
+        g = goodput(alphas, cost, steps, batch)
         if g > best_g * (1.0 + 1e-12):
-            best_k, best_g = k, g
-    if best_k < 0:
+            chosen, best_g = steps, g
+    if chosen < 0:
         raise ValueError("no candidate step counts given")
-    return best_k, best_g
+    return chosen, best_g
 
 
-def inter_token_latency_ms(alphas: Sequence[float], cost: CycleCost, k: int, batch: float) -> float:
-    """Mean time between tokens of one sequence: a cycle emits E(k) tokens per sequence."""
-    tokens = expected_tokens(alphas, k) if k > 0 else 1.0
-    return cost.cycle_ms(k, batch) / tokens
+def inter_token_latency_ms(alphas: Sequence[float], cost: CycleCost, steps: int, batch: float) -> float:
+    """Mean time between tokens of one sequence: a cycle emits E(steps) tokens per sequence."""
+    tokens = expected_tokens(alphas, steps) if steps > 0 else 1.0
+    return cost.cycle_ms(steps, batch) / tokens

@@ -42,7 +42,7 @@ class InitTimeCollectives:
 
     def draft_shard(self, full: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """This rank's |S|-way shard of a gathered vocab tensor (the layout a draft at TP |S| expects)."""
-        d = self.placement.draft_tp_size
+        d = self.placement.draft_tp
         if full.shape[dim] % d:
             raise DraftGroupError(f"vocab dimension {full.shape[dim]} is not divisible by draft TP {d}")
         return full.chunk(d, dim=dim)[self.placement.rank_in_draft(self.rank)].contiguous()

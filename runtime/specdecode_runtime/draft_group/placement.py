@@ -71,7 +71,7 @@ class DraftPlacement:
         return self.draft_ranks[0]
 
     @property
-    def draft_tp_size(self) -> int:
+    def draft_tp(self) -> int:
         return len(self.draft_ranks)
 
     @property

@@ -48,7 +48,10 @@ class Options:
     def draft_tokens(self) -> int:
         if self.num_draft_tokens is not None:
             return self.num_draft_tokens
-        return self.steps + 1 if self.topk == 1 else min(self.topk * self.steps, 2 * self.steps + 2)
+        from ..contract.derived import draft_tokens_per_cycle
+
+        chain = draft_tokens_per_cycle(self.steps, self.topk)
+        return chain if chain is not None else min(self.topk * self.steps, 2 * self.steps + 2)
 
 
 def _int_list(flag: str, text: str) -> tuple[int, ...]:
@@ -130,7 +133,7 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if not 1 <= ns.topk <= MAX_TOPK:
         raise OptionError(f"--topk must be within 1..{MAX_TOPK}, got {ns.topk}")
     live = _int_list("--live-steps", ns.live_steps) if ns.live_steps is not None else ()
-    bad = [k for k in live if not 0 <= k <= MAX_STEPS]
+    bad = [steps for steps in live if not 0 <= steps <= MAX_STEPS]
     if bad:
         raise OptionError(f"--live-steps values must be within 0..{MAX_STEPS}, got {bad}")
     if live and ns.topk != 1:
@@ -140,21 +143,23 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if unknown or not layouts:
         raise OptionError(f"--layouts must list nospec, sharded and/or split, got {ns.layouts!r}")
     if "split" in layouts:
-        from ..draft_group import DraftGroupError, choose_draft_ranks
+        from ..contract.derived import draft_tp_problems, is_split_draft
 
         if ns.tp < 2:
             raise OptionError("the split layout needs --tp 2 or more (the draft on a subset of the target's ranks)")
-        if not 1 <= draft_tp < ns.tp:
+        if not (draft_tp >= 1 and is_split_draft(draft_tp, ns.tp)):
             raise OptionError(f"--draft-tp must be within 1..{ns.tp - 1} (smaller than --tp), got {draft_tp}")
-        try:
-            choose_draft_ranks(ns.tp, draft_tp, ranks)
-        except DraftGroupError as e:
+        problems = draft_tp_problems(ns.tp, draft_tp, ranks)
+        if problems:
             flag = "--draft-ranks" if ranks is not None else "--draft-tp"
-            raise OptionError(f"{flag}: {e}") from None
+            raise OptionError(f"{flag}: {problems[0]}")
     ndt = ns.num_draft_tokens
     if ndt is not None:
-        if ns.topk == 1 and ndt != ns.steps + 1:
-            raise OptionError(f"--num-draft-tokens must be --steps + 1 = {ns.steps + 1} with --topk 1, got {ndt}")
+        from ..contract.derived import draft_tokens_per_cycle
+
+        chain = draft_tokens_per_cycle(ns.steps, ns.topk)
+        if ns.topk == 1 and ndt != chain:
+            raise OptionError(f"--num-draft-tokens must be --steps + 1 = {chain} with --topk 1, got {ndt}")
         if ns.topk > 1 and not 2 <= ndt <= ns.topk * ns.steps + 1:
             raise OptionError(f"--num-draft-tokens must be within 2..{ns.topk * ns.steps + 1} with --topk "
                               f"{ns.topk} and --steps {ns.steps}, got {ndt}")

@@ -88,7 +88,7 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
         sw = {rk: [(e["round"], e["frm"], e["to"]) for e in evs] for rk, evs in _by_rank(r, "switch").items()}
         same = len({json.dumps(v) for v in sw.values()}) == 1
         reached = [e[2] for e in sw.get(ranks[0], [])]
-        expected = [k for i, k in enumerate(opts.live_steps) if k != ([opts.steps, *opts.live_steps][i])]
+        expected = [steps for i, steps in enumerate(opts.live_steps) if steps != ([opts.steps, *opts.live_steps][i])]
         ok = same and reached == expected and len(sw) == len(ranks)
         out.append(Check("step tier switched on every rank", ok,
                          f"rank 0 switches (round, from, to) {sw.get(ranks[0], [])}; expected tiers {expected}"

@@ -192,24 +192,24 @@ def _drive_live_steps(opts: Options, rank_dir: Path, control: dict[str, Any], do
     """PUT each live step table once rank 0 has verified two batches since the previous change, then wait until
     rank 0 runs the new tier (or the generation has ended)."""
     current = opts.steps
-    for k in opts.live_steps:
+    for steps in opts.live_steps:
         seen = len(_events(rank_dir, 0, "verify"))
         while not done.is_set() and len(_events(rank_dir, 0, "verify")) < seen + 2:
             time.sleep(0.02)
         if done.is_set():
-            result.puts.append({"steps": k, "status": None, "note": "generation ended before this PUT"})
+            result.puts.append({"steps": steps, "status": None, "note": "generation ended before this PUT"})
             return
         try:
-            result.puts.append(_put_steps(control, k))
+            result.puts.append(_put_steps(control, steps))
         except OSError as e:
-            result.puts.append({"steps": k, "status": None, "error": str(e)})
+            result.puts.append({"steps": steps, "status": None, "error": str(e)})
             return
-        while k != current and not done.is_set():
+        while steps != current and not done.is_set():
             switches = _events(rank_dir, 0, "switch")
-            if switches and switches[-1]["to"] == k:
+            if switches and switches[-1]["to"] == steps:
                 break
             time.sleep(0.02)
-        current = k
+        current = steps
 
 
 def _read_metrics(metrics_dir: Path) -> dict[str, float]:

@@ -157,7 +157,9 @@ def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_w
             from sglang.srt.runtime_context import get_parallel
             from sglang.srt.speculative import eagle_worker_v2 as ew2
 
-            if split.draft_tp >= get_parallel().tp_size:
+            from ..contract.derived import is_split_draft
+
+            if not is_split_draft(split.draft_tp, get_parallel().tp_size):
                 state.split = None
                 return orig(self, server_args, gpu_id, nccl_port, target_worker)
             groups, bcaster = create_groups(split, target_worker)
@@ -241,11 +243,11 @@ def wrap_pool_sizing(orig):
         st = state.split
         if st is None or kvc.is_draft_worker or not kvc.spec_algorithm.is_eagle():
             return
-        extra = draft_pool_extra_bytes_per_token(self, kvc, st.groups.placement.draft_tp_size)
+        extra = draft_pool_extra_bytes_per_token(self, kvc, st.groups.placement.draft_tp)
         if extra > 0:
             self._cell_size += extra
             logger.info("specdecode: KV cell size +%d B/token for the draft pool at TP %d on S",
-                        extra, st.groups.placement.draft_tp_size)
+                        extra, st.groups.placement.draft_tp)
 
     return __init__
 
@@ -341,7 +343,7 @@ def create_groups(split: SplitConfig, target_worker: Any):
     blocks = [list(b) for b in DraftGroups.partition(placement)]
     backend = dist.get_backend(tp.device_group)
     coordinator = init_model_parallel_group(
-        blocks, tp.local_rank, backend, use_pynccl=placement.draft_tp_size > 1 and backend == "nccl",
+        blocks, tp.local_rank, backend, use_pynccl=placement.draft_tp > 1 and backend == "nccl",
         use_message_queue_broadcaster=False, group_name="specdecode_draft",
     )
     bcast = dist.new_group(ranks=list(target_ranks), backend=backend)

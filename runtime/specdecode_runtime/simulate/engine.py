@@ -281,16 +281,16 @@ class SimEngine:
             name: np.bincount(bucket_idx, weights=arr, minlength=nb) / 1000.0
             for name, arr in zip(PHASES, (draft, verify, extend, other))
         }
-        for k in np.nonzero(cycles)[0]:
+        for i in np.nonzero(cycles)[0]:
             self.metrics.add_cycles(
-                self.metrics.bucket(int(self._buckets[k])),
-                cycles=int(cycles[k]),
-                requests=int(reqs[k]),
-                draft_steps=int(dsteps[k]),
-                attempts=attempts[k].tolist(),
-                accepted=accepted[k].tolist(),
-                phase_seconds={p: float(v[k]) for p, v in phase_tot.items()},
-                tokens=float(toks[k]),
+                self.metrics.bucket(int(self._buckets[i])),
+                cycles=int(cycles[i]),
+                requests=int(reqs[i]),
+                draft_steps=int(dsteps[i]),
+                attempts=attempts[i].tolist(),
+                accepted=accepted[i].tolist(),
+                phase_seconds={p: float(v[i]) for p, v in phase_tot.items()},
+                tokens=float(toks[i]),
             )
         # SGLang-style window gauges over the last WINDOW_CYCLES cycles of this chunk
         w = min(m, WINDOW_CYCLES)
