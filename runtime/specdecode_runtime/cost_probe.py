@@ -60,20 +60,22 @@ def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None)
 
 def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
                clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002, min_samples: int = 3,
-               max_samples: int = 50, warmup: int = 1, agree: Callable[[bool], bool] | None = None) -> float:
+               max_samples: int = 50, warmup: int = 1, agree: Callable[[bool], bool] | None = None,
+               give_up: Callable[[], bool] = lambda: False) -> float:
     """Median seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
     ``budget_s`` is spent, at least ``min_samples`` and at most ``max_samples``. The median, not the mean: one
     stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life.
 
     ``agree(more) -> more`` makes every TP rank take the same number of calls (a stage with collectives deadlocks
-    when one rank stops sampling earlier): the engine passes rank 0's decision, broadcast over the TP group."""
+    when one rank stops sampling earlier): the engine passes rank 0's decision, broadcast over the TP group.
+    ``give_up()`` true stops sampling early (a stage that failed on this rank); NaN when nothing was timed."""
     for _ in range(warmup):
         run()
     sync()
     samples: list[float] = []
     spent = 0.0
     while True:
-        more = len(samples) < max_samples and (len(samples) < min_samples or spent < budget_s)
+        more = len(samples) < max_samples and (len(samples) < min_samples or spent < budget_s) and not give_up()
         if not (agree(more) if agree is not None else more):
             break
         t0 = clock()
@@ -82,7 +84,7 @@ def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
         dt = clock() - t0
         samples.append(dt)
         spent += dt
-    return statistics.median(samples)
+    return statistics.median(samples) if samples else float("nan")
 
 
 def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS, split_draft: bool = False,
@@ -112,14 +114,32 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
               clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002,
               max_batch: int | None = None, agree: Callable[[bool], bool] | None = None) -> list[ProbePoint]:
     """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
-    profile is still served (the tuner falls back per stage)."""
+    profile is still served (the tuner falls back per stage).
+
+    A failing stage does not leave the sampling protocol: its remaining calls are skipped, ``agree`` still runs once
+    per sample, and with ``agree`` rank 0's outcome decides on every rank whether the point is kept, so a stage
+    that raises on some ranks only (the draft runs on S alone) cannot shift the ranks' collectives against each
+    other. ``max_batch`` defaults to the runner's own ``max_batch`` attribute (the largest batch it can launch)."""
+    if max_batch is None:
+        max_batch = getattr(run_step, "max_batch", None)
     out = []
     for stage, steps, label, batch in plan_points(captured, buckets, split_draft, max_batch):
-        try:
-            sec = time_stage(lambda: run_step(stage, steps, batch), sync=sync, clock=clock, budget_s=budget_s,
-                             agree=agree)
-        except Exception as exc:  # a missing tier or stage must not stop the pod from serving
-            log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, exc)
+        failure: list[BaseException] = []
+
+        def run(stage=stage, steps=steps, batch=batch) -> None:
+            if failure:
+                return
+            try:
+                run_step(stage, steps, batch)
+            except Exception as exc:  # a missing tier or stage must not stop the pod from serving
+                failure.append(exc)
+
+        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda: bool(failure))
+        local = bool(failure) or not sec == sec
+        failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count
+        if failed or local:
+            why = failure[0] if failure else "failed on TP rank 0"
+            log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, why)
             continue
         out.append(ProbePoint(stage, steps, label, batch, sec))
     return out

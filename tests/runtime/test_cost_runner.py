@@ -110,15 +110,88 @@ def test_a_tier_error_still_restores_the_running_tier():
     assert w._target_worker.model_runner.attn_backend == "verify-backend-3"
 
 
-@pytest.mark.parametrize("stage", ["draft_step", "draft_extend", "overhead", "broadcast"])
-def test_stages_it_cannot_launch_raise_and_are_left_out_of_the_probe(stage):
+def test_unknown_stages_and_a_broadcast_without_a_split_draft_are_unavailable():
     w = _Worker()
-    with pytest.raises(StageUnavailable, match=stage):
-        SGLangStageRunner(w)(stage, 1, 1)
-    points = cost_probe.run_probe(SGLangStageRunner(w), (1, 3, 5), buckets=(1, 8), budget_s=0.0)
-    assert {p.stage for p in points} == {"verify"}
-    assert {(p.steps, p.bucket) for p in points} == {(k, b) for k in (0, 1, 3, 5) for b in ("1-7", "8+")}
-    assert w.speculative_num_steps == 3
+    with pytest.raises(StageUnavailable, match="bogus"):
+        SGLangStageRunner(w)("bogus", 1, 1)
+    with pytest.raises(StageUnavailable, match="every rank"):
+        SGLangStageRunner(w)("broadcast", 1, 1)  # the draft runs on every rank: no proposal broadcast
+
+
+@pytest.fixture
+def split_state():
+    """``process_state.split`` of a split draft (restored afterwards): placement over TP ranks 0, 1."""
+    import types
+
+    from specdecode_runtime.draft_group.placement import DraftPlacement
+    from specdecode_runtime.sglang_patch import process_state
+
+    def make(draft_ranks, rank):
+        placement = DraftPlacement(target_ranks=(0, 1), draft_ranks=tuple(draft_ranks))
+        groups = types.SimpleNamespace(placement=placement, in_draft=placement.contains(rank),
+                                       is_leader=rank == placement.leader)
+        process_state.split = types.SimpleNamespace(groups=groups, broadcaster=None, draft_layout=None)
+
+    prev = process_state.split
+    yield make
+    process_state.split = prev
+
+
+def test_draft_stages_do_nothing_outside_the_draft_group(split_state):
+    split_state(draft_ranks=(0,), rank=1)
+    w = _Worker()  # no draft worker at all: touching it would raise
+    for stage in ("draft_step", "draft_extend"):
+        assert SGLangStageRunner(w)(stage, 3, 2) is None
+
+
+def test_draft_stages_are_left_out_on_every_rank_when_rank_0_does_not_draft(split_state):
+    """TP rank 0 exports; a draft cost timed where no draft runs would read as free drafting."""
+    for rank in (0, 1):
+        split_state(draft_ranks=(1,), rank=rank)
+        for stage in ("draft_step", "draft_extend"):
+            with pytest.raises(StageUnavailable, match="rank 0"):
+                SGLangStageRunner(_Worker())(stage, 3, 2)
+
+
+def test_a_point_failing_on_one_rank_keeps_the_sampling_protocol_and_rank_0_decides():
+    """The draft runs on S only, so a draft stage can raise on some ranks and not others. The failing rank keeps
+    answering ``agree`` once per sample rank 0 takes and then once for the outcome, so the ranks' collectives stay
+    paired; rank 0's outcome drops or keeps the point everywhere (a failed rank never keeps a point itself)."""
+    def rank_with_tier(fails, rank0_says):
+        asked, answers = [], iter(rank0_says)
+
+        def agree(local):
+            asked.append(local)
+            return next(answers)
+
+        def run_step(stage, k, b):
+            if fails and stage == "draft_step":
+                raise RuntimeError("draft forward failed")
+
+        return cost_probe.run_probe(run_step, (1,), buckets=(1,), budget_s=0.0, agree=agree), asked
+
+    n_points = len(cost_probe.plan_points((1,), (1,)))
+    per_point = [True, True, True, False]  # rank 0 takes 3 samples, then stops
+    ok_everywhere = (per_point + [False]) * n_points  # ... and reports no failure
+    points, asked = rank_with_tier(True, ok_everywhere)
+    assert len(asked) == len(ok_everywhere)  # the same number of collectives as rank 0, failure or not
+    assert "draft_step" not in {p.stage for p in points}  # this rank failed: it never keeps the point
+    dropped = [True, True, True, False, True]  # rank 0 failed at the draft step
+    order = [st for st, *_ in cost_probe.plan_points((1,), (1,))]
+    says = [a for st in order for a in (dropped if st == "draft_step" else per_point + [False])]
+    points, asked = rank_with_tier(False, says)
+    assert len(asked) == len(says)
+    assert {p.stage for p in points} == set(order) - {"draft_step"}  # dropped here too, though it ran fine
+
+
+def test_probe_batches_stop_at_the_largest_batch_the_engine_launches():
+    w = _Worker()
+    w._target_worker.model_runner.eager_runner._eager_max_bs = 8
+    run = SGLangStageRunner(w)
+    assert run.max_batch == 8
+    points = cost_probe.run_probe(run, (1, 3, 5), buckets=(1, 2, 8, 32, 64), budget_s=0.0)
+    assert max(p.batch for p in points) == 8
+    assert {p.bucket for p in points} == {"1", "2-7", "8-31", "32-63", "64+"}
 
 
 def test_runtime_yaml_switch_and_budget():

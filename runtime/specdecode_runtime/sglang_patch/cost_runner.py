@@ -21,12 +21,32 @@ How a stage is launched, and why this way:
   its forward, so every rank launches the same forward at the same moment (the target's all-reduces line up) and
   the time includes one barrier, which is the same on every tier and so lands in the fitted base cost, not in the
   per-token cost.
-* ``draft_step``, ``draft_extend``, ``overhead``, ``broadcast``: not launched yet (the draft model's forward needs
-  an ``EagleDraftInput`` / ``EagleDraftExtendInput`` carrying target hidden states that SGLang only builds inside
-  ``draft()`` and ``_draft_extend_for_decode``). The runner raises :class:`StageUnavailable` for them, identically
-  on every rank, so :func:`cost_probe.run_probe` leaves them out with a log line. The verify points are exported,
-  but ``cost_probe.fit_bucket`` makes no cycle profile from verify alone (it would price drafting at zero): the
-  tuner keeps its per-cycle phase averages until the draft stages are measured too.
+* ``draft_step``: one forward of the draft model over one token per sequence and branch, as one iteration of
+  ``EagleDraftWorker.draft_forward`` runs it: a ``DECODE`` ``ForwardBatch`` carrying an ``EagleDraftInput`` (the
+  fields SGLang's own ``EAGLEDraftCudaGraphRunner`` fills at capture), the draft's multi-step attention backend
+  planned once for the batch (as ``draft()`` plans it once per cycle), the forward under that backend's first step
+  and the draft's top-k pick. The backend is the running tier's, or the first captured tier that drafts more than
+  one step (a one-step tier runs no draft decode forward).
+* ``draft_extend`` at tier k: the draft's KV catch-up as ``_draft_extend_for_decode`` runs it eagerly: a
+  ``DRAFT_EXTEND_V2`` ``ForwardBatch`` over ``batch * num_draft_tokens`` rows of tier k (``k + 1`` for a chain)
+  with an ``EagleDraftExtendInput`` carrying dummy target hidden states of the width the draft reads
+  (``get_draft_input_from_target_hidden_dim``: three target layers for EAGLE-3), through the draft model runner
+  with tier k's draft-extend attention backend, then the per-request row selection and top-k.
+* ``overhead``: the cycle's host-side sampling work that no forward covers, SGLang's ``ModelRunner.sample`` on the
+  target over ``[batch, vocab]`` greedy logits plus the copy of the chosen tokens to the host (what every decode
+  cycle, speculative or not, does once after its last forward).
+* ``broadcast`` (split draft only) at tier k: the proposal broadcast of :mod:`.verify_broadcast` /
+  :class:`.remote_draft_worker.RemoteDraftWorker` itself, ``ProposalBroadcaster.broadcast`` over the broadcast
+  communicator (S's leader to every target rank) with tier k's ``ProposalLayout``: the one collective a split
+  draft adds to a cycle.
+
+The draft stages run inside ``draft_tp_context(draft_worker.parallel_layout)`` as SGLang's decode does, so on a
+split draft the draft model's own collectives stay inside S. On ranks outside S (no draft model) the draft stages do
+nothing; TP rank 0 exports the profile, so when S does not contain TP rank 0 the draft stages are left out on every
+rank (:class:`StageUnavailable`) and the tuner keeps its phase averages rather than a near-zero draft cost.
+
+All dummy rows point at request slot 0 and KV slot 0, the slot SGLang reserves for padding (its graph capture writes
+there too), so the probe never touches a live request's cache.
 
 Every rank runs the same points in the same order and, on TP > 1, the same number of calls per point (rank 0
 decides, :func:`specdecode_runtime.engine._rank0_decides`), so the forwards' collectives line up.
@@ -40,9 +60,11 @@ import contextlib
 import logging
 from typing import Any, Iterator
 
+from . import process_state as state
+
 log = logging.getLogger("specdecode.cost_runner")
 
-SUPPORTED_STAGES = ("verify",)
+SUPPORTED_STAGES = ("verify", "draft_step", "draft_extend", "overhead", "broadcast")
 
 
 class StageUnavailable(RuntimeError):
@@ -55,7 +77,21 @@ class SGLangStageRunner:
     def __init__(self, worker: Any) -> None:
         self.worker = worker
         self.target_runner = worker._target_worker.model_runner
-        self._buffers: dict[tuple[int, int], Any] = {}
+        self._buffers: dict[tuple, Any] = {}
+        self.max_batch = self._largest_batch()
+
+    def _largest_batch(self) -> int | None:
+        """The largest batch every stage can launch here: the eager runners' static input buffers (target and
+        draft) and the proposal broadcaster are sized to what the scheduler may ever batch; a probe point above
+        it would measure a batch the pod never runs (``cost_probe.probe_batch`` caps at this)."""
+        sizes = [getattr(getattr(self.target_runner, "eager_runner", None), "_eager_max_bs", None)]
+        draft = getattr(self.worker, "_draft_worker", None)
+        sizes.append(getattr(getattr(getattr(draft, "draft_runner", None), "eager_runner", None), "_eager_max_bs",
+                             None))
+        if state.split is not None:
+            sizes.append(getattr(state.split.broadcaster, "max_bs", None))
+        sizes = [int(x) for x in sizes if isinstance(x, int) and x > 0]
+        return min(sizes) if sizes else None
 
     # ---- tier selection ----------------------------------------------------------------------------------------
     def captured_tiers(self) -> list[int]:
@@ -98,18 +134,235 @@ class SGLangStageRunner:
             with eager.model_context():
                 eager._dummy_run(batch, buffers=buffers)
 
-    def __call__(self, stage: str, steps: int, batch: int) -> None:
-        if stage == "verify":
-            try:
-                return self._verify(int(steps), int(batch))
-            except Exception as exc:  # the probe logs only the message: name the failing frame in it
-                import traceback
+    # ---- draft side ----------------------------------------------------------------------------------------------
+    @property
+    def draft_worker(self) -> Any:
+        return self.worker._draft_worker
 
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                raise RuntimeError(f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} "
-                                   f"in {where.name})") from exc
-        raise StageUnavailable(f"stage {stage!r} is not launched by the SGLang runner (measured: "
-                               f"{', '.join(SUPPORTED_STAGES)})")
+    def _draft_runs_here(self) -> bool:
+        """False on a rank outside S. Raises, identically on every rank, when S does not hold TP rank 0 (the rank
+        that exports): a draft cost timed where there is no draft would read as free drafting."""
+        split = state.split
+        if split is None:
+            return True
+        placement = split.groups.placement
+        if not placement.contains(placement.target_ranks[0]):
+            raise StageUnavailable("the draft group does not contain TP rank 0, which exports the profile")
+        return bool(split.groups.in_draft)
+
+    @contextlib.contextmanager
+    def _draft_context(self) -> Iterator[None]:
+        """The contexts SGLang's decode enters around every draft call (``forward_batch_generation``)."""
+        from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
+        from sglang.srt.speculative.spec_utils import draft_tp_context
+
+        layout = self.draft_worker.parallel_layout
+        if state.split is not None and state.split.draft_layout is not None:
+            layout = state.split.draft_layout  # S's own layout, detached while the ready hook runs inside the tier build
+        with draft_tp_context(layout), speculative_moe_backend_context(), speculative_moe_a2a_backend_context():
+            yield
+
+    def _tier_state(self, steps: int) -> Any:
+        ctl = getattr(self.worker, "adaptive_controller", None)
+        return ctl._states.get(int(steps)) if ctl is not None else None
+
+    def _draft_decode_backend(self) -> Any:
+        """A multi-step draft decode backend with at least one step: the running tier's, else the first captured
+        tier's (the per-step forward is the same draft model at every tier)."""
+        dw = self.draft_worker
+        backends = [dw.draft_attn_backend]
+        ctl = getattr(self.worker, "adaptive_controller", None)
+        if ctl is not None:
+            backends += [ctl._states[k].draft_attn_backend for k in sorted(ctl._states)]
+        for b in backends:
+            if b is not None and getattr(b, "attn_backends", None):
+                return b
+        raise StageUnavailable("no captured tier drafts more than one step: no draft decode forward to time")
+
+    def _dummy_slots(self, batch: int, rows: int, seq_len: int) -> dict[str, Any]:
+        import torch
+
+        dev = self.draft_worker.draft_runner.device
+        return dict(
+            req_pool_indices=torch.zeros((batch,), dtype=torch.int64, device=dev),
+            seq_lens=torch.full((batch,), seq_len, dtype=torch.int64, device=dev),
+            seq_lens_cpu=torch.full((batch,), seq_len, dtype=torch.int64),
+            seq_lens_sum=batch * seq_len,
+            out_cache_loc=torch.zeros((rows,), dtype=torch.int64, device=dev),
+            positions=torch.zeros((rows,), dtype=torch.int64, device=dev),
+            input_ids=torch.zeros((rows,), dtype=torch.int64, device=dev),
+        )
+
+    def _draft_step_batch(self, batch: int, backend: Any) -> Any:
+        """The ``ForwardBatch`` of one draft decode step (``EAGLEDraftCudaGraphRunner.capture_one_shape``'s
+        fields), planned on ``backend`` once per batch size."""
+        key = ("draft_step", batch, id(backend))
+        fb = self._buffers.get(key)
+        if fb is not None:
+            return fb
+        import torch
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+        from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
+
+        dw = self.draft_worker
+        runner = dw.draft_runner
+        topk = int(dw.topk)
+        rows = batch * topk
+        fill = backend.attn_backends[0].get_cuda_graph_seq_len_fill_value()
+        slots = self._dummy_slots(batch, rows, fill)
+        width, dtype = get_draft_recurrent_hidden_state_spec(runner)
+        hidden = torch.zeros((rows, width), dtype=dtype, device=runner.device) if width is not None else None
+        mode = CaptureHiddenMode.NULL if runner.spec_algorithm.is_standalone() else CaptureHiddenMode.LAST
+        spec = EagleDraftInput(topk_p=torch.ones((batch, topk), dtype=torch.float32, device=runner.device),
+                               topk_index=torch.zeros((batch, topk), dtype=torch.int64, device=runner.device),
+                               hidden_states=hidden, capture_hidden_mode=mode)
+        fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch, return_logprob=False,
+                          spec_algorithm=runner.spec_algorithm, spec_info=spec, capture_hidden_mode=mode,
+                          extend_seq_lens=torch.ones((batch,), dtype=torch.int32, device=runner.device),
+                          extend_seq_lens_cpu=[1] * batch, **slots)
+        translator = getattr(runner, "kv_index_translator", None)
+        if translator is not None:
+            translator.bind_runner_slots(fb)
+        backend.init_forward_metadata(fb)
+        fb.mark_forward_metadata_ready()
+        self._buffers = {k: v for k, v in self._buffers.items() if k[0] != "draft_step"}  # one plan at a time
+        self._buffers[key] = fb
+        return fb
+
+    def _draft_step(self, batch: int) -> None:
+        if max([int(self.worker.speculative_num_steps), *self.captured_tiers()]) < 2:  # known on every rank
+            raise StageUnavailable("no captured tier drafts more than one step: no draft decode forward to time")
+        if not self._draft_runs_here():
+            return
+        import torch
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+        dw = self.draft_worker
+        with self._draft_context():
+            backend = self._draft_decode_backend()
+            fb = self._draft_step_batch(batch, backend)
+            with forward_context(ForwardContext(attn_backend=backend.attn_backends[0]), forward_batch=fb):
+                logits = dw.draft_runner.forward(fb).logits_output.next_token_logits
+            torch.topk(logits, int(dw.topk), dim=-1)
+
+    def _draft_extend(self, steps: int, batch: int) -> None:
+        if not self._draft_runs_here():
+            return
+        import torch
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+        from sglang.srt.speculative.eagle_utils import get_draft_input_from_target_hidden_dim
+
+        dw = self.draft_worker
+        runner = dw.draft_runner
+        tier = self._tier_state(steps)
+        if int(steps) == int(self.worker.speculative_num_steps) or tier is None:
+            width, backend = int(dw.speculative_num_draft_tokens), dw.draft_extend_attn_backend
+        else:
+            width, backend = int(tier.speculative_num_draft_tokens), tier.draft_extend_attn_backend
+        if backend is None:
+            raise StageUnavailable(f"tier {steps} has no draft-extend attention backend")
+        rows, dev = batch * width, runner.device
+        key = ("draft_extend", batch, width)
+        fb = self._buffers.get(key)
+        if fb is None:
+            slots = self._dummy_slots(batch, rows, width)
+            hidden = None
+            if not runner.spec_algorithm.is_standalone():
+                hidden = torch.zeros((rows, get_draft_input_from_target_hidden_dim(runner)),
+                                     dtype=runner.model_config.dtype, device=dev)
+            spec = EagleDraftExtendInput(
+                hidden_states=hidden,
+                num_correct_drafts=torch.full((batch,), width - 1, dtype=torch.int32, device=dev),
+                num_accept_tokens=torch.full((batch,), width, dtype=torch.int32, device=dev),
+                num_tokens_per_req=width, num_tokens_for_logprob_per_req=width)
+            fb = self._buffers[key] = (ForwardBatch(
+                forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=batch, return_logprob=False,
+                spec_algorithm=runner.spec_algorithm, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
+                extend_num_tokens=rows,
+                extend_seq_lens=torch.full((batch,), width, dtype=torch.int32, device=dev),
+                extend_prefix_lens=torch.zeros((batch,), dtype=torch.int32, device=dev),
+                extend_start_loc=torch.arange(0, rows, width, dtype=torch.int32, device=dev),
+                extend_seq_lens_cpu=[width] * batch, extend_prefix_lens_cpu=[0] * batch, **slots),
+                torch.arange(width - 1, rows, width, dtype=torch.int64, device=dev))
+        fb, select = fb
+        fb.forward_metadata_ready = False  # the runner plans the extend on the tier's backend, as the eager path does
+        running = runner.attn_backend
+        with self._draft_context():
+            runner.attn_backend = backend
+            try:
+                logits = runner.forward(fb).logits_output.next_token_logits
+            finally:
+                runner.attn_backend = running
+            torch.topk(logits[select], int(dw.topk), dim=-1)
+
+    # ---- cycle overhead and broadcast -----------------------------------------------------------------------------
+    def _overhead(self, batch: int) -> None:
+        key = ("overhead", batch)
+        got = self._buffers.get(key)
+        if got is None:
+            import torch
+            from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+            from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+            from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+            mr = self.target_runner
+            dev, vocab = mr.device, int(mr.model_config.vocab_size)
+            info = SamplingBatchInfo(
+                temperatures=torch.ones((batch, 1), dtype=torch.float, device=dev),
+                top_ps=torch.ones((batch,), dtype=torch.float, device=dev),
+                top_ks=torch.ones((batch,), dtype=torch.int32, device=dev),
+                min_ps=torch.zeros((batch,), dtype=torch.float, device=dev),
+                is_all_greedy=True, is_any_greedy=True, need_top_p_sampling=False, need_top_k_sampling=False,
+                need_min_p_sampling=False, vocab_size=vocab)
+            fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch, return_logprob=False,
+                              sampling_info=info, **self._dummy_slots(batch, batch, 1))
+            got = self._buffers[key] = (fb, torch.zeros((batch, vocab), dtype=torch.float32, device=dev))
+        fb, logits = got
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+        self.target_runner.sample(LogitsProcessorOutput(next_token_logits=logits.clone()), fb).cpu()
+
+    def _broadcast(self, steps: int, batch: int) -> None:
+        split = state.split
+        if split is None:
+            raise StageUnavailable("the draft runs on every rank: no proposal broadcast")
+        import torch
+
+        from ..draft_group import ProposalLayout
+
+        tier = self._tier_state(steps)
+        width = int(tier.speculative_num_draft_tokens) if tier is not None else int(steps) + 1
+        if int(steps) == int(self.worker.speculative_num_steps):
+            width = int(self.worker.speculative_num_draft_tokens)
+        layout = ProposalLayout(int(steps), int(self.draft_worker.topk), width)
+        if not split.groups.is_leader:
+            split.broadcaster.broadcast(batch, layout=layout)
+            return
+        zeros = lambda cols: torch.zeros((batch, cols), dtype=torch.int64, device=split.broadcaster.device)  # noqa: E731
+        split.broadcaster.broadcast(batch, zeros(layout.token_cols),
+                                    zeros(layout.parent_cols) if layout.topk > 1 else None,
+                                    zeros(layout.score_cols) if layout.topk > 1 else None, layout=layout)
+
+    # ---- dispatch ------------------------------------------------------------------------------------------------
+    def __call__(self, stage: str, steps: int, batch: int) -> None:
+        steps, batch = int(steps), int(batch)
+        run = {"verify": lambda: self._verify(steps, batch), "draft_step": lambda: self._draft_step(batch),
+               "draft_extend": lambda: self._draft_extend(steps, batch), "overhead": lambda: self._overhead(batch),
+               "broadcast": lambda: self._broadcast(steps, batch)}.get(stage)
+        if run is None:
+            raise StageUnavailable(f"unknown stage {stage!r}; the SGLang runner measures {', '.join(SUPPORTED_STAGES)}")
+        try:
+            return run()
+        except StageUnavailable:
+            raise
+        except Exception as exc:  # the probe logs only the message: name the failing frame in it
+            import traceback
+
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            raise RuntimeError(f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} "
+                               f"in {where.name})") from exc
 
 
 def sync_for(worker: Any):
