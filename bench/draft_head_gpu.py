@@ -24,7 +24,7 @@ Measured, each with CUDA graphs (one graph per batch size, captured once, replay
   launch and the local copy, a lower bound: the cross-GPU cost is not measurable on a one-GPU machine.
 
 Then a least-squares fit ``draft_step_ms = draft_base + draft_per_seq * bs`` (and the same for extend per token)
-gives the ``CycleCost`` fields of ``specdecode_runtime.goodput``.
+gives the ``CycleCost`` fields of ``specdecode_runtime.contract.goodput``.
 
 Usage:  python3 bench/draft_head_gpu.py --out bench/results            (GPU, full size)
         python3 bench/draft_head_gpu.py --tiny --device cpu --iters 3  (smoke test on a CPU)
@@ -306,7 +306,7 @@ def to_markdown(report: dict, command: str) -> str:
         )
     lines += [
         "",
-        "Least-squares fit for `specdecode_runtime.goodput.CycleCost` (this draft head, one GPU, draft TP 1):",
+        "Least-squares fit for `specdecode_runtime.contract.goodput.CycleCost` (this draft head, one GPU, draft TP 1):",
         "",
         f"- `draft_base` = {f['draft_base_ms']:.4f} ms, `draft_per_seq` = {f['draft_per_seq_ms']:.6f} ms",
         f"- `extend_base` = {f['extend_base_ms']:.4f} ms, `extend_per_token` = {f['extend_per_token_ms']:.6f} ms",

@@ -17,7 +17,7 @@ What runs (one process per GPU, world size N = GPUs; gloo + CPU with ``--cpu`` f
    (+ the broadcast when split) + a target-like verify stand-in: a stack of TP-sharded dense layers with 2
    all-reduces each (no attention compute), its depth calibrated so one decode step (batch 1, 1 token) takes the
    scenario's ``verify.base + verify.perToken`` (read from ``bench/scenarios/h200-nvlink.yaml``).
-3. **NCCL profiles**: 1-2 are repeated under each profile (``specdecode_runtime.nccl.profile_env``): ``nvlink``
+3. **NCCL profiles**: 1-2 are repeated under each profile (``specdecode_runtime.contract.nccl.profile_env``): ``nvlink``
    (the runtime's NVLink profile on this box's defaults) and ``pcie-emulated`` (the runtime's PCIe profile plus
    ``NCCL_P2P_DISABLE=1``, which routes GPU-GPU traffic through host memory: an EMULATION on an NVLink box, not a
    PCIe box), plus the all-reduce latency per message size (4 KB .. 1 MB), in a CUDA graph and eager.
