@@ -1,1 +1,1 @@
-"""kopf handlers and the steps of one reconciliation: render, apply children, clean up, report status."""
+"""One reconciliation: render, apply children, clean up, report status (the kopf wiring is registry.py)."""

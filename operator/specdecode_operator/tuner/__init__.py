@@ -1,1 +1,2 @@
-"""Step autotuner: metrics -> estimator -> policy -> decision; see docs/tuner.md."""
+"""Step autotuner, pure: metric snapshots -> estimator -> policy -> decision; no I/O (that is ``tuning``); see
+docs/tuner.md."""

@@ -14,8 +14,8 @@ Per interval (this module orders the steps; each lives where its reason is docum
    (``pod_client``, over the operator's one shared HTTP session);
 3. ``Tuner.step(now, snapshots)``;
 4. act by mode - Live: PUT the step table to every pod whose published table differs (``actuate``);
-   Rollout: put the new step count into the object's state (``tuned_steps``) and reconcile, which re-renders the ConfigMap and pod
-   template (a rolling update); Off (and any mode while ``specdecode.io/reconcile: paused``): report only;
+   Rollout: put the new step count into the object's state (``tuned_steps``) and reconcile, which re-renders the
+   ConfigMap and pod template (a rolling update); Off (and any mode while ``specdecode.io/reconcile: paused``): report only;
 5. report (``report``): status.speculative/history, MetricsAvailable through the reconciler, Events,
    metrics.
 

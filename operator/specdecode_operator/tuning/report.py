@@ -5,8 +5,8 @@
 Why these rules: every write is an event for every watcher of the object, so status is written only when
 steps, table, history or recommendation change, or at most every max(STATUS_REFRESH_S, interval) to refresh
 measurements, and never when status already holds the values (operator restart). The condition goes into the
-object's state and the reconciler writes it with its other conditions (one writer of the list; the emulator's SSA lists are
-atomic). Events that repeat every interval (advice, a persisting problem) are posted once per distinct message
+object's state and the reconciler writes it with its other conditions (one writer of the list; the emulator's SSA
+lists are atomic). Events that repeat every interval (advice, a persisting problem) are posted once per distinct message
 or rate-limited, so a stuck object does not flood the Event stream.
 """
 
