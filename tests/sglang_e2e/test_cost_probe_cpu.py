@@ -1,8 +1,13 @@
 """The start-up cost probe inside real SGLang 0.5.23 on a CPU: one engine through the runtime's launch path
 (``specdecode-runtime selftest --layouts sharded --tp 1``, Live with tiers 1 and 3), probed by
 ``sglang_patch.cost_runner`` after the tiers are built and before the first request, then the exported
-``specdecode_cost_seconds`` read from the engine's Prometheus multiprocess files and held against the verify time
-of the generation that followed on the same engine."""
+``specdecode_cost_seconds`` scraped and parsed the way the operator does (:mod:`cost_profile`), fitted by the
+operator's tuner, and held against the verify time of the generation that followed on the same engine. The split
+draft's profile (with its proposal broadcast) is checked on the split engine ``test_split_layouts`` already starts.
+
+CPU timings prove the plumbing (every stage launched through SGLang's own worker objects, exported, fitted), not
+GPU speed: on a GPU the same runner times the same forwards, and ``specdecode-runtime selftest --device cuda`` in
+the runtime image is where those numbers come from."""
 
 from __future__ import annotations
 
@@ -26,21 +31,6 @@ TIERS = (1, 3)  # numSteps 3, then a PUT of 1: the captured candidates
 SHAPE = "hidden_size: 512\nintermediate_size: 2048\nnum_attention_heads: 8\nnum_key_value_heads: 2\n"
 
 
-def _cost_samples(metrics_dir: Path) -> dict[tuple[str, int, str, int], float]:
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    reg = CollectorRegistry()
-    MultiProcessCollector(reg, path=str(metrics_dir))
-    out = {}
-    for metric in reg.collect():
-        for s in metric.samples:
-            if s.name == "specdecode_cost_seconds":
-                lb = s.labels
-                out[(lb["stage"], int(lb["steps"]), lb["bucket"], int(lb["batch"]))] = float(s.value)
-    return out
-
-
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory):
     from specdecode_runtime.sglang_patch import installed_sglang_version
@@ -61,34 +51,66 @@ def probed(tmp_path_factory):
     assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
     run = json.loads(proc.stdout[start:])["runs"][0]
     assert run["error"] is None, run["error"]
-    return run, _cost_samples(keep / "sharded" / "metrics"), proc.stderr
+    from cost_profile import scraped
+
+    return run, scraped(keep / "sharded" / "metrics").costs, proc.stderr
 
 
-def test_every_verify_point_is_measured_and_positive(probed):
+def test_every_stage_is_measured_and_positive_in_every_bucket(probed):
+    from cost_profile import STAGES_EVERY_POD, by_bucket
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 
     run, samples, log = probed
     buckets = {bucket_label(lo, DEFAULT_BUCKETS) for lo in DEFAULT_BUCKETS}
-    verify = {(k, b): v for (st, k, b, _), v in samples.items() if st == "verify"}
-    assert set(verify) == {(k, b) for k in (0, *TIERS) for b in buckets}
-    assert all(v > 0 for v in verify.values()), verify
-    # the stages the runner does not launch are absent (the tuner falls back per stage), never zero or made up
-    assert {st for st, *_ in samples} == {"verify"}
+    got = by_bucket(samples)
+    assert set(got) == buckets
+    for bucket, stages in got.items():
+        assert set(stages) == set(STAGES_EVERY_POD), (bucket, sorted(stages))  # no broadcast: no split draft
+        assert sorted(k for k, _ in stages["verify"]) == [0, *TIERS]
+        assert sorted(k for k, _ in stages["draft_extend"]) == list(TIERS)
+        assert [k for k, _ in stages["draft_step"]] == [1] and [k for k, _ in stages["overhead"]] == [0]
+        assert all(sec > 0 for pts in stages.values() for _, sec in pts), (bucket, stages)
     assert "specdecode: cost probe (ms):" in log
+    assert not [line for line in log.splitlines() if "cost probe" in line and "skipped" in line]
     assert run["checks"] and all(c["ok"] for c in run["checks"]), run["checks"]  # the probe left serving intact
     assert run["tokens_equal_reference"]
 
 
-def test_verify_cost_grows_with_steps_and_batch(probed):
+def test_verify_and_draft_extend_grow_with_steps_and_batch(probed):
+    _, samples, _ = probed
+    by = {(st, k, b): (v, n) for (st, k, b, n), v in samples.items()}
+    top = max({b for _, _, b in by}, key=lambda b: by[("verify", 0, b)][1])
+    ms = {key: round(1000 * v, 3) for key, (v, _) in by.items()}
+    assert by[("verify", 3, top)][0] > by[("verify", 0, top)][0], ms  # 4x the tokens at the largest probe batch
+    assert by[("verify", 3, top)][0] > by[("verify", 0, "1")][0], ms  # 4 x the largest batch, against 1 token
+    assert by[("draft_extend", 3, top)][0] > by[("draft_extend", 1, "1")][0], ms  # 4 x batch x 2 the rows
+
+
+def test_the_operator_fits_a_per_bucket_cost_from_it(probed):
+    """The operator's scrape parser and tuner turn the pod's probe into a measured cycle cost for every bucket:
+    no bucket is left on per-cycle phase averages, and every part of the cycle is priced."""
+    from cost_profile import tuner_costs
+    from specdecode_operator.tuner.tuner import MEASURED
     from specdecode_runtime import cost_probe
+    from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS
 
     _, samples, _ = probed
-    by = {(k, b): (v, n) for (st, k, b, n), v in samples.items() if st == "verify"}
-    top = max({b for _, b in by}, key=lambda b: by[(0, b)][1])
-    assert by[(3, top)][0] > by[(0, top)][0]  # 4x the tokens at the largest probe batch
-    assert by[(0, top)][0] > by[(0, "1")][0]  # the largest probe batch against batch 1
-    # verify alone is no cycle profile: the operator keeps its per-cycle phase averages instead of free drafting
-    assert cost_probe.fit_profile(cost_probe.points_from_samples(samples)) == {}
+    fitted = cost_probe.fit_profile(cost_probe.points_from_samples(samples))
+    costs = tuner_costs(_snapshot(samples), DEFAULT_BUCKETS)
+    assert set(fitted) == set(costs)
+    for label, (cost, source) in costs.items():
+        assert source == MEASURED, (label, source)
+        base = cost.base
+        assert base == fitted[label]
+        assert base.verify_base + base.verify_per_token > 0 and base.draft_base > 0 and base.overhead > 0
+        assert base.extend_base + base.extend_per_token > 0 and base.broadcast == 0
+        assert base.cycle_ms(3, 4) > base.cycle_ms(1, 4) > base.cycle_ms(0, 4) > 0
+
+
+def _snapshot(samples):
+    from specdecode_operator.tuner.snapshot import PodSnapshot
+
+    return PodSnapshot(pod="probe-0", time=0.0, costs=dict(samples))
 
 
 def test_probe_agrees_with_the_verify_time_of_real_generation(probed):
