@@ -18,12 +18,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 TESTS = Path(__file__).resolve().parents[1]
-for p in (TESTS, TESTS / "api", TESTS / "render"):
+for p in (TESTS / "api", TESTS / "render"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
 from cel_corpus import corpus  # noqa: E402
-from k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
+from tests.k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
 from specdecode_operator.api.validate import InvalidSpec, parse  # noqa: E402
 from test_property import documents  # noqa: E402
 

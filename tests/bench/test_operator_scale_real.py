@@ -13,8 +13,7 @@ N = 20
 
 
 def test_small_wave_on_a_real_api_server_costs_what_it_should():
-    sys.path.insert(0, str(ROOT / "tests"))
-    from k8s.realapi import require_binaries
+    from tests.k8s.realapi import require_binaries
 
     require_binaries()
     done = subprocess.run([sys.executable, "bench/operator_scale.py", "--count", str(N), "--envtest", "--json",

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import kubernetes
 import yaml
 
-from k8s.cluster import Cluster, minimal_sdd, wait_for
+from tests.k8s.cluster import Cluster, minimal_sdd, wait_for
 from specdecode_operator.testbed.runner import EmulatorServer, standard_emulator
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -43,8 +43,7 @@ def free_port() -> int:
 
 def chart_operator_command(values: dict | None = None) -> tuple[list[str], dict[str, str], int]:
     """(args, SPECDECODE_* env, replicas) of the operator Deployment as the chart renders it with ``values``."""
-    sys.path.insert(0, str(ROOT / "tests" / "chart"))
-    from chartlib import one, render
+    from tests.chart.chartlib import one, render
 
     dep = one(render(values), "Deployment")
     container = dep["spec"]["template"]["spec"]["containers"][0]

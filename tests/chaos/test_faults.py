@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from chaos.chaoslib import Outcome, Pool, Proxy, sdds
-from k8s.cluster import ApiFailure, minimal_sdd, wait_for
+from tests.chaos.chaoslib import Outcome, Pool, Proxy, sdds
+from tests.k8s.cluster import ApiFailure, minimal_sdd, wait_for
 
 CONVERGE_LIMIT_S = 15.0
 WRITES = ("create", "patch", "update", "delete")

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from chaos.chaoslib import Outcome, Pool, chart_operator_command, sdds, time_until
-from k8s.cluster import minimal_sdd
+from tests.chaos.chaoslib import Outcome, Pool, chart_operator_command, sdds, time_until
+from tests.k8s.cluster import minimal_sdd
 
 LEASE = "sd-specdecode-operator"  # the chart's default Lease name for release "sd"
 FAILOVER_LIMIT_S = 15.0

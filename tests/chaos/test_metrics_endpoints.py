@@ -85,7 +85,7 @@ async def test_hostile_metrics_endpoints_are_bounded_in_time_and_memory(pods):
     finally:
         await session.close()
     by_pod = {s.pod: s for s in snaps}
-    from chaos.chaoslib import Outcome
+    from tests.chaos.chaoslib import Outcome
 
     Outcome("hostile /metrics", "one scrape of 5 pods whose /metrics hang, return garbage, 401, 30 MB chunked, "
             "30 MB with Content-Length", round(elapsed, 2), 0, 0, 0, round(peak / 2**20, 1), backend="aiohttp",

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from chaos.chaoslib import Outcome, Pool, RealBed, sdds, time_until
-from k8s.cluster import minimal_sdd
+from tests.chaos.chaoslib import Outcome, Pool, RealBed, sdds, time_until
+from tests.k8s.cluster import minimal_sdd
 
 LEASE = "sd-specdecode-operator"
 LEASE_NS = "specdecode-system"

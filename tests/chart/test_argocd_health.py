@@ -3,8 +3,8 @@
 import lupa
 import pytest
 
-from chartlib import CHART
-from sdd_samples import CASES, READY, cond, sdd
+from tests.chart.chartlib import CHART
+from tests.chart.sdd_samples import CASES, READY, cond, sdd
 
 SCRIPT = (CHART / "argocd" / "health.lua").read_text()
 

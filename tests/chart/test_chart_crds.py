@@ -1,6 +1,6 @@
 """The chart's crds/ carries the repository's CRD byte for byte, and both match the models."""
 
-from chartlib import CHART, ROOT
+from tests.chart.chartlib import CHART, ROOT
 
 from specdecode_operator.api.crd import crd_yaml
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from chartlib import CHART, COMBOS, one, render
-from upstream_schemas import validate_custom
+from tests.chart.chartlib import CHART, COMBOS, one, render
+from tests.upstream_schemas import validate_custom
 
 # The metrics contract (runtime pods, operator, tuner) plus the two SGLang metrics the dashboard reads.
 CONTRACT = {

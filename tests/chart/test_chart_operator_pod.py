@@ -1,7 +1,7 @@
 """The operator Deployment: probes, resources, flags, leader election and the PDB (PodSecurity `restricted`:
 test_pod_security.py)."""
 
-from chartlib import COMBOS, of_kind, one, render, render_notes
+from tests.chart.chartlib import COMBOS, of_kind, one, render, render_notes
 
 
 def pod_spec(values=None):

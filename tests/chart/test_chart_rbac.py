@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from chartlib import CHART, COMBOS, NAMESPACE, of_kind, one, render
+from tests.chart.chartlib import CHART, COMBOS, NAMESPACE, of_kind, one, render
 
 CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions")}
 # What the operator needs whatever its implementation details.

@@ -5,8 +5,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from chartlib import CHART, COMBOS, crds, render
-from upstream_schemas import supported_kinds, validate_custom
+from tests.chart.chartlib import CHART, COMBOS, crds, render
+from tests.upstream_schemas import supported_kinds, validate_custom
 
 K8S_VERSIONS = ["1.29", "1.33", "1.37"]
 

@@ -3,7 +3,7 @@
 import helm_python as helm
 import pytest
 
-from chartlib import CHART, RELEASE, chart
+from tests.chart.chartlib import CHART, RELEASE, chart
 
 BAD = {
     "replicas-as-string": ({"replicaCount": "two"}, "/replicaCount"),

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from chartlib import ROOT
+from tests.chart.chartlib import ROOT
 
 TEXT = (ROOT / "Dockerfile").read_text()
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-TESTS = Path(__file__).resolve().parents[1]
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
+from tests.chart.chartlib import CHART, COMBOS
+from tests.k8s import tools
+from tests.k8s.realapi import ApiServer, Refusal, started_environment
 
-from chartlib import CHART, COMBOS  # noqa: E402
-from k8s import tools  # noqa: E402
-from k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
+TESTS = Path(__file__).resolve().parents[1]
 
 UPSTREAM = TESTS / "data" / "upstream-crds"
 RELEASE, NAMESPACE = "sd", "specdecode-system"

@@ -10,7 +10,7 @@ Our objects must be Current exactly when the operator says they are ready at the
 
 import pytest
 
-from sdd_samples import CASES, READY, cond, sdd
+from tests.chart.sdd_samples import CASES, READY, cond, sdd
 
 
 def kstatus(obj) -> str:

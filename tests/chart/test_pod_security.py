@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chartlib import COMBOS, one, render
-from pod_security import violations
+from tests.chart.chartlib import COMBOS, one, render
+from tests.chart.pod_security import violations
 
 from specdecode_operator.api.validate import parse
 from specdecode_operator.render import RenderOptions

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from upstream_schemas import UpstreamSchemaError, supported_kinds, validate_custom
+from tests.upstream_schemas import UpstreamSchemaError, supported_kinds, validate_custom
 
 LWS = {
     "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "llama"},

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from cli.clitest import EXAMPLE, ROOT, RUNTIME_EXAMPLE, runtime, specdecode
+from tests.cli.clitest import EXAMPLE, ROOT, RUNTIME_EXAMPLE, runtime, specdecode
 
 RUNTIME_EXAMPLE_COMMAND = f"specdecode render -f examples/{EXAMPLE.name} -o runtime-config > " \
                           f"examples/runtime/{RUNTIME_EXAMPLE.name}"

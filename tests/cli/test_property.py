@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.clitest import EXAMPLE, RUNTIME_EXAMPLE, SEED
+from tests.cli.clitest import EXAMPLE, RUNTIME_EXAMPLE, SEED
 from specdecode_operator import cli as operator_cli
 from specdecode_runtime import cli as runtime_cli
 

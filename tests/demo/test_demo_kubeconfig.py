@@ -13,12 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-TESTS = Path(__file__).resolve().parents[1]
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
+from tests.k8s.apiserver import ApiServerBed, OperatorProcess
+from tests.k8s.realapi import ApiServer, started_environment
 
-from k8s.apiserver import ApiServerBed, OperatorProcess  # noqa: E402
-from k8s.realapi import ApiServer, started_environment  # noqa: E402
+TESTS = Path(__file__).resolve().parents[1]
 
 ROOT = TESTS.parent
 NAMESPACE = "demo-real"

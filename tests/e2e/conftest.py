@@ -1,4 +1,6 @@
-# The e2e suite's fixtures live in tests/k8s/fixtures.py (shared with the emulator's own tests).
-from k8s.fixtures import (  # noqa: F401
+"""The e2e suite runs on the fixtures of tests/k8s/fixtures.py (shared with the chaos suite): each test on the API
+emulator and on a real kube-apiserver."""
+
+from tests.k8s.fixtures import (  # noqa: F401  (fixtures are found by name in a conftest's namespace)
     apiserver_bed, apiserver_factory, cluster, cluster_factory, emulated, emulator_factory, envtest_environment,
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
-from k8s.cluster import condition, minimal_sdd, wait_for
+from tests.k8s.cluster import condition, minimal_sdd, wait_for
 
 APPS = "apps/v1"
 

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 
-from k8s.cluster import ApiFailure, minimal_sdd
+from tests.k8s.cluster import ApiFailure, minimal_sdd
 
 APPS = "apps/v1"
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from k8s.cluster import minimal_sdd, wait_for
-from k8s.fixtures import operator_config
+from tests.k8s.cluster import minimal_sdd, wait_for
+from tests.k8s.fixtures import operator_config
 from specdecode_operator.operator_process import OperatorProcess
 
 LEASE_NS, LEASE = "specdecode-system", "specdecode-operator"

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from k8s.cluster import ApiFailure, condition, wait_for
+from tests.k8s.cluster import ApiFailure, condition, wait_for
 
 APPS = "apps/v1"
 LWS = "leaderworkerset.x-k8s.io/v1"
@@ -263,9 +263,9 @@ def test_the_chart_rbac_grants_every_call_the_operator_makes(apiserver_factory):
 def test_a_rule_missing_from_the_chart_is_caught(apiserver_bed, tmp_path):
     """The check above can fail: with ConfigMaps left out of the chart's rules the operator is refused, the audit
     log names the call, and no ConfigMap is created."""
-    from k8s.apiserver import OperatorProcess
-    from k8s.cluster import Cluster, unique_namespace
-    from k8s.fixtures import TEST_CONFIG
+    from tests.k8s.apiserver import OperatorProcess
+    from tests.k8s.cluster import Cluster, unique_namespace
+    from tests.k8s.fixtures import TEST_CONFIG
 
     bed = apiserver_bed
     namespace = unique_namespace()
@@ -290,9 +290,9 @@ def test_the_chart_installed_cluster_wide(apiserver_bed, tmp_path, token_namespa
     everything else is reconciled."""
     import yaml
 
-    from k8s.apiserver import OPERATOR_NAMESPACE, OperatorProcess, chart_rbac, kubectl
-    from k8s.cluster import Cluster, unique_namespace
-    from k8s.fixtures import TEST_CONFIG
+    from tests.k8s.apiserver import OPERATOR_NAMESPACE, OperatorProcess, chart_rbac, kubectl
+    from tests.k8s.cluster import Cluster, unique_namespace
+    from tests.k8s.fixtures import TEST_CONFIG
 
     bed = apiserver_bed
     namespace = unique_namespace()

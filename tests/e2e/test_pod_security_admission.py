@@ -4,7 +4,6 @@ the operator renders and the operator's own pod from the chart; a privileged pod
 
 from __future__ import annotations
 
-import sys
 import uuid
 from pathlib import Path
 
@@ -33,8 +32,7 @@ def pods() -> list[tuple[str, dict]]:
                 out.append((f"{path.stem}", m["spec"]["template"]))
             elif m["kind"] == "LeaderWorkerSet":
                 out.append((f"{path.stem}-worker", m["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
-    sys.path.insert(0, str(ROOT / "tests" / "chart"))
-    from chartlib import one, render as render_chart
+    from tests.chart.chartlib import one, render as render_chart
 
     out.append(("operator", one(render_chart(), "Deployment")["spec"]["template"]))
     return out

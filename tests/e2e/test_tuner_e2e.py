@@ -21,7 +21,7 @@ import kubernetes
 import pytest
 import yaml
 
-from k8s.cluster import condition, wait_for
+from tests.k8s.cluster import condition, wait_for
 from specdecode_runtime.contract.scenario import parse_scenario
 
 from specdecode_operator.demo.kubelet import SimulatedKubelet

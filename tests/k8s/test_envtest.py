@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from k8s.apiserver import kubectl
-from k8s.cluster import wait_for
-from k8s.envtest import ROOT, EnvtestUnavailable, Environment
+from tests.k8s.apiserver import kubectl
+from tests.k8s.cluster import wait_for
+from tests.k8s.envtest import ROOT, EnvtestUnavailable, Environment
 
 
 @pytest.fixture(scope="module")
