@@ -65,7 +65,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_):
-        configure_kopf(settings, config)
+        _configure_kopf(settings, config)
         context.start()
         if serve_metrics and config.metrics_port:
             endpoints.append(await Endpoints(metrics.registry, lambda: (True, {}), metrics_port=config.metrics_port,
@@ -82,7 +82,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
         return sum(s.value for m in metrics.reconciles.collect() for s in m.samples if s.name.endswith("_total"))
 
 
-def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.posting.level = logging.WARNING  # Events come from reconcile/events.py, not from every log line
     settings.networking.request_timeout = config.request_timeout * 3
     # Watches end on the server after watch_timeout; the client cuts one that outlives that by 15 s or stays
