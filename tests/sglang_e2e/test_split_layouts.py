@@ -159,6 +159,26 @@ def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
     assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 2 * v * h * 4, 1: 0}  # embedding + head, S
     cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE", True), tp=2, draft_tp=1)
     assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {0: {cell}, 1: {cell}}
+    _assert_split_cost_profile(tmp_path / "keep" / "split" / "metrics", tiers=(1, 3, 5))
+
+
+def _assert_split_cost_profile(metrics_dir: Path, tiers: tuple[int, ...]) -> None:
+    """The start-up cost profile of a split draft (test_cost_probe_cpu covers the rest of the probe): every stage
+    measured in every bucket, the proposal broadcast at every tier, and the operator's tuner prices each bucket
+    from it, broadcast included (no per-cycle phase averages)."""
+    from cost_profile import STAGES_EVERY_POD, by_bucket, scraped, tuner_costs
+    from specdecode_operator.tuner.tuner import MEASURED
+    from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS
+
+    snap = scraped(metrics_dir)
+    got = by_bucket(snap.costs)
+    assert len(got) == len(DEFAULT_BUCKETS)
+    for bucket, stages in got.items():
+        assert set(stages) == {*STAGES_EVERY_POD, "broadcast"}, (bucket, sorted(stages))
+        assert sorted(k for k, _ in stages["broadcast"]) == list(tiers)
+        assert all(sec > 0 for pts in stages.values() for _, sec in pts), (bucket, stages)
+    for label, (cost, source) in tuner_costs(snap, DEFAULT_BUCKETS).items():
+        assert source == MEASURED and cost.base.broadcast > 0 and cost.base.draft_base > 0, (label, source, cost)
 
 
 def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
