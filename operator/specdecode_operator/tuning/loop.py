@@ -60,7 +60,7 @@ class TuningLoop:
         self.client = context.client
         self.config = context.config
         self.body = body
-        self.state = state
+        self.object_state = state
         self.reconcile = reconcile
         self.scale = self.config.tune_interval_scale
         self._t0_wall, self._t0_mono = time.time(), time.monotonic()
@@ -77,7 +77,7 @@ class TuningLoop:
     async def tick(self) -> float:
         interval = 30.0
         try:
-            sdd, _ = validated(self.body, self.state)
+            sdd, _ = validated(self.body, self.object_state)
             if sdd is None:
                 return interval * self.scale  # invalid spec: the reconciler reports it; nothing to tune
             interval = float(sdd.spec.speculative.autotune.intervalSeconds)
@@ -110,7 +110,7 @@ class TuningLoop:
             await self.pusher.push(ns, name, st.tuner, d, targets or [], snaps)
         restarted = st.mode == "Rollout" and acting and d.restart
         if restarted:
-            self.state.tuned_steps = d.rollout_steps
+            self.object_state.tuned_steps = d.rollout_steps
         report.count(d, st.mode)
         report.events(d, now, interval, st.mode)
         condition_changed = report.set_condition(d, listed=targets is not None)
@@ -140,10 +140,10 @@ class TuningLoop:
             resumed = hooks.resumed_steps(sdd, self.body) if first else None
             if resumed is not None:
                 initial = resumed
-            self.state.tuned_steps = resumed
+            self.object_state.tuned_steps = resumed
         else:
-            self.state.tuned_steps = None
-        self.state.tuner_started = True
+            self.object_state.tuned_steps = None
+        self.object_state.tuner_started = True
         cfg = TunerConfig.from_autotune(at, initial, restart_s=restart_s)
         cfg.mode = mode
         st.tuner = Tuner(cfg, profile=st.profile.cost)
