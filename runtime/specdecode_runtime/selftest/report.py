@@ -140,6 +140,7 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             "tokens_equal_reference": r.tokens is not None and div is None,
             "first_divergence": div, "error": r.error, "timings": r.timings, "acceptance": r.acceptance,
             "draft_ranks": r.draft_ranks, "puts": r.puts, "checks": [asdict(c) for c in checks],
+            "cost_profile": r.cost_profile,
         }
         if r.hang is not None:
             from .hang import describe
@@ -181,6 +182,12 @@ def to_text(rep: Report) -> str:
             lines.append(f"       acceptance length {acc['engine']['accept_length']} (engine), accepted drafts "
                          f"{acc['engine']['correct_drafts']} engine / {int(acc['exported']['accepted_drafts'])} "
                          "exported")
+        note = " (CPU timings prove the plumbing, not GPU speed)" if o["device"] == "cpu" else ""
+        for label, c in (e.get("cost_profile") or {}).items():
+            lines.append(f"       cost profile {label}: verify {c['verify_base']:.3f} + {c['verify_per_token']:.4f}/token, "
+                         f"draft step {c['draft_base']:.3f}, extend {c['extend_base']:.3f} + "
+                         f"{c['extend_per_token']:.4f}/token, overhead {c['overhead']:.3f}, "
+                         f"broadcast {c['broadcast']:.3f} ms{note}")
         for p in e.get("puts") or []:
             lines.append(f"       PUT steps={p['steps']}: {p.get('status')} {p.get('error') or p.get('note') or ''}")
         for c in e["checks"]:

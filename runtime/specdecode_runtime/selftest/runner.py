@@ -42,6 +42,7 @@ class RunResult:
     ranks: dict[int, list[dict]] = field(default_factory=dict)
     puts: list[dict] = field(default_factory=list)
     draft_ranks: list[int] | None = None
+    cost_profile: dict[str, dict[str, float]] = field(default_factory=dict)  # bucket -> fitted CycleCost (ms)
 
 
 @dataclass
@@ -228,6 +229,25 @@ def _read_metrics(metrics_dir: Path) -> dict[str, float]:
     return out
 
 
+def _cost_profile(metrics_dir: Path) -> dict[str, dict[str, float]]:
+    """The start-up cost probe as the operator's tuner fits it (``cost_probe.fit_profile``), per bucket in ms; empty
+    when the probe measured too little for a cycle profile (the tuner then uses per-cycle phase averages)."""
+    from dataclasses import asdict
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from .. import cost_probe
+    from ..contract.metric_names import COST_SECONDS
+
+    reg = CollectorRegistry()
+    MultiProcessCollector(reg, path=str(metrics_dir))
+    samples = {(s.labels["stage"], int(s.labels["steps"]), s.labels["bucket"], int(s.labels["batch"])): s.value
+               for m in reg.collect() for s in m.samples if s.name == COST_SECONDS}
+    fitted = cost_probe.fit_profile(cost_probe.points_from_samples(samples))
+    return {label: {k: round(v, 4) for k, v in asdict(c).items()} for label, c in fitted.items()}
+
+
 def _acceptance(outputs: list[dict], metrics: dict[str, float]) -> dict[str, Any]:
     engine = {"verify_ct": 0, "correct_drafts": 0, "completion_tokens": 0}
     for o in outputs:
@@ -328,6 +348,7 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
                 p: round(metrics.get(f"specdecode_cycle_seconds_sum|phase={p}", 0.0), 4)
                 for p in ("draft", "verify", "draft_extend", "other")
             }
+            result.cost_profile = _cost_profile(work / "metrics")
     except Exception as e:  # noqa: BLE001 - every failure is reported, never a traceback
         import traceback
 
