@@ -224,8 +224,13 @@ def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence
     hold collectives), export on the rank that owns the metrics, and log one summary line."""
     if sync is None:
         sync = _device_sync()
-    points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s,
-                       agree=agree)
+    try:
+        points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s,
+                           agree=agree)
+    finally:
+        close = getattr(run_step, "close", None)
+        if callable(close):
+            close()  # a runner's dummy inputs are not kept for the pod's life
     if metrics is not None:
         export(points, metrics)
         log.info("specdecode: cost probe (ms): %s", summary(points))

@@ -258,3 +258,10 @@ def test_a_worker_without_the_eagle_layout_serves_without_a_probe(monkeypatch):
                         types.SimpleNamespace(get_parallel=lambda: fake_parallel))
     rt.on_worker_ready(object())
     assert started["tp_rank"] == 0 and rt.cost_runner is None
+
+
+def test_the_runner_drops_its_dummy_inputs_once_the_probe_is_done():
+    w = _Worker()
+    run = SGLangStageRunner(w)
+    cost_probe.probe_at_start(run, (1, 3), (1, 8), sync=lambda: None, budget_s=0.0)
+    assert w._target_worker.model_runner.eager_runner.allocs and not run._buffers

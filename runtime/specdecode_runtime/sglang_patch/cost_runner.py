@@ -17,8 +17,8 @@ How a stage is launched, and why this way:
   here instead would copy forty fields whose meaning moves between SGLang releases; replaying the captured CUDA
   graphs would not run on the CPU path the tests use, and a dummy generate-request loop cannot run here at all (the
   scheduler's event loop has not started when the tiers are ready). It is eager, not a graph replay: on a GPU a
-  small-batch point includes kernel-launch time the captured graph avoids. ``_dummy_run`` synchronises the device and passes a TP barrier before
-  its forward, so every rank launches the same forward at the same moment (the target's all-reduces line up) and
+  small-batch point includes kernel-launch time the captured graph avoids. ``_dummy_run`` synchronises the device
+  and passes a TP barrier before its forward, so every rank launches the same forward at the same moment (the target's all-reduces line up) and
   the time includes one barrier, which is the same on every tier and so lands in the fitted base cost, not in the
   per-token cost.
 * ``draft_step``: one forward of the draft model over one token per sequence and branch, as one iteration of
@@ -26,7 +26,9 @@ How a stage is launched, and why this way:
   fields SGLang's own ``EAGLEDraftCudaGraphRunner`` fills at capture), the draft's multi-step attention backend
   planned once for the batch (as ``draft()`` plans it once per cycle), the forward under that backend's first step
   and the draft's top-k pick. The backend is the running tier's, or the first captured tier that drafts more than
-  one step (a one-step tier runs no draft decode forward).
+  one step (a one-step tier runs no draft decode forward). SGLang has no dummy-forward entry for an EAGLE draft
+  (``_dummy_run`` refuses a draft runner without target-verify support), so the draft stages build their
+  ``ForwardBatch`` from the fields SGLang's own draft graph runners set at capture, and nothing else.
 * ``draft_extend`` at tier k: the draft's KV catch-up as ``_draft_extend_for_decode`` runs it eagerly: a
   ``DRAFT_EXTEND_V2`` ``ForwardBatch`` over ``batch * num_draft_tokens`` rows of tier k (``k + 1`` for a chain)
   with an ``EagleDraftExtendInput`` carrying dummy target hidden states of the width the draft reads
@@ -344,6 +346,10 @@ class SGLangStageRunner:
         split.broadcaster.broadcast(batch, zeros(layout.token_cols),
                                     zeros(layout.parent_cols) if layout.topk > 1 else None,
                                     zeros(layout.score_cols) if layout.topk > 1 else None, layout=layout)
+
+    def close(self) -> None:
+        """Drop the dummy batches and buffers once the probe is done (the runner outlives it in the engine)."""
+        self._buffers.clear()
 
     # ---- dispatch ------------------------------------------------------------------------------------------------
     def __call__(self, stage: str, steps: int, batch: int) -> None:
