@@ -93,6 +93,12 @@ class KubeClient:
         try:
             response = self.api.call_api(m, url, headers, body, _request_timeout=self.timeout)
             response.read()
+        except urllib3.exceptions.ReadTimeoutError as e:
+            # A connection that went silent (half-open after a network fault) is rarely alone: the idle ones opened
+            # before the fault are as dead, and each would cost the next request a full timeout. Close them all;
+            # the retry opens a fresh connection.
+            self.api.rest_client.pool_manager.clear()
+            return 0, {"reason": "Timeout", "message": str(e)}
         except (urllib3.exceptions.HTTPError, OSError) as e:
             return 0, {"reason": "Timeout", "message": str(e)}
         except kubernetes.client.ApiException as e:
