@@ -130,12 +130,12 @@ def unsupported_reasons(cfg: RuntimeConfig, args: Sequence[str], sglang_version:
     for flag, why in _ALWAYS_REFUSED.items():
         if _has_flag(args, flag):
             reasons.append(f"{flag}: {why}")
-    tp, d = cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size
-    reasons += draft_tp_problems(tp, d, cfg.draft.ranks or None)
+    target_tp, draft_tp = cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size
+    reasons += draft_tp_problems(target_tp, draft_tp, cfg.draft.ranks or None)
     if draft_is_split(cfg):
         for flag, why in _SPLIT_REFUSED.items():
             if _has_flag(args, flag):
-                reasons.append(f"{flag} with a split draft (draft TP {d} < target TP {tp}): {why}")
+                reasons.append(f"{flag} with a split draft (draft TP {draft_tp} < target TP {target_tp}): {why}")
         pp = flag_value(args, "--pp-size") or flag_value(args, "--pipeline-parallel-size")
         if pp not in (None, "1"):
             reasons.append("pipeline parallelism with a split draft: PP already hosts the draft on the last stage only")

@@ -16,7 +16,7 @@ from .topology import GpuTopology
 
 
 def choose_draft_ranks(
-    tp_size: int,
+    target_tp: int,
     draft_tp: int,
     ranks: Sequence[int] | None = None,
     topology: GpuTopology | None = None,
@@ -30,14 +30,14 @@ def choose_draft_ranks(
 
     S always contains rank 0 unless ``ranks`` says otherwise: rank 0 is where SGLang's scheduler receives requests.
     """
-    problems = draft_tp_problems(tp_size, draft_tp, ranks)
+    problems = draft_tp_problems(target_tp, draft_tp, ranks)
     if problems:
         raise DraftGroupError(problems[0])
     if ranks is not None:
         return tuple(sorted(int(r) for r in ranks))
-    if topology is not None and topology.size >= tp_size:
-        island = [r for r in topology.island(0) if r < tp_size]
-        rest = sorted((r for r in range(tp_size) if r not in island), key=lambda r: (topology.distance(0, r), r))
+    if topology is not None and topology.size >= target_tp:
+        island = [r for r in topology.island(0) if r < target_tp]
+        rest = sorted((r for r in range(target_tp) if r not in island), key=lambda r: (topology.distance(0, r), r))
         ordered = sorted(island, key=lambda r: (topology.distance(0, r), r)) + rest
         return tuple(sorted(ordered[:draft_tp]))
     return tuple(range(draft_tp))
@@ -86,7 +86,7 @@ class DraftPlacement:
 
 
 def decide_draft_ranks(
-    tp_size: int,
+    target_tp: int,
     draft_tp: int,
     ranks: Sequence[int] | None = None,
     *,
@@ -111,7 +111,7 @@ def decide_draft_ranks(
             from .topology import detect_topology
 
             topo = (detect or detect_topology)()
-        buf.copy_(torch.tensor(choose_draft_ranks(tp_size, draft_tp, ranks, topo), dtype=torch.int64))
+        buf.copy_(torch.tensor(choose_draft_ranks(target_tp, draft_tp, ranks, topo), dtype=torch.int64))
     dist.broadcast(buf, src=src, group=group)
     chosen = [int(r) for r in buf.tolist()]
-    return list(choose_draft_ranks(tp_size, draft_tp, chosen))  # validated on every rank
+    return list(choose_draft_ranks(target_tp, draft_tp, chosen))  # validated on every rank
