@@ -219,6 +219,13 @@ def test_tuner_imports_no_network_or_kubernetes_client():
     assert not bad, "\n".join(sorted(bad))
 
 
+@pytest.mark.parametrize("module", ["specdecode_runtime.engine", "specdecode_runtime.sglang_patch.bootstrap"])
+def test_scheduler_process_code_never_reaches_the_launcher(module):
+    """A scheduler process reads runtime.yaml through the contract; the launcher sits above it, not beside it."""
+    path = _reachable(module, internal_graph())
+    assert "specdecode_runtime.launch" not in path, f"{module} reaches launch via {path.get('specdecode_runtime.launch')}"
+
+
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_every_module_is_in_the_graph(package):
     assert any(_within(m, package) for m in modules()), package
