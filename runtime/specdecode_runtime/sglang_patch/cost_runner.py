@@ -164,9 +164,17 @@ class SGLangStageRunner:
         with draft_tp_context(layout), speculative_moe_backend_context(), speculative_moe_a2a_backend_context():
             yield
 
-    def _tier_state(self, steps: int) -> Any:
+    def _tier_draft_side(self, steps: int) -> tuple[int, Any]:
+        """Tier ``steps``'s draft tokens per request and draft-extend attention backend: the running tier's own
+        objects, else its ``AdaptiveController`` state's."""
+        dw = self.draft_worker
+        if int(steps) == int(self.worker.speculative_num_steps):
+            return int(dw.speculative_num_draft_tokens), getattr(dw, "draft_extend_attn_backend", None)
         ctl = getattr(self.worker, "adaptive_controller", None)
-        return ctl._states.get(int(steps)) if ctl is not None else None
+        tier = ctl._states.get(int(steps)) if ctl is not None else None
+        if tier is None:
+            raise StageUnavailable(f"tier {steps} is not captured")
+        return int(tier.speculative_num_draft_tokens), tier.draft_extend_attn_backend
 
     def _draft_decode_backend(self) -> Any:
         """A multi-step draft decode backend with at least one step: the running tier's, else the first captured
@@ -258,11 +266,7 @@ class SGLangStageRunner:
 
         dw = self.draft_worker
         runner = dw.draft_runner
-        tier = self._tier_state(steps)
-        if int(steps) == int(self.worker.speculative_num_steps) or tier is None:
-            width, backend = int(dw.speculative_num_draft_tokens), dw.draft_extend_attn_backend
-        else:
-            width, backend = int(tier.speculative_num_draft_tokens), tier.draft_extend_attn_backend
+        width, backend = self._tier_draft_side(steps)
         if backend is None:
             raise StageUnavailable(f"tier {steps} has no draft-extend attention backend")
         rows, dev = batch * width, runner.device
@@ -334,10 +338,7 @@ class SGLangStageRunner:
 
         from ..draft_group import ProposalLayout
 
-        tier = self._tier_state(steps)
-        width = int(tier.speculative_num_draft_tokens) if tier is not None else int(steps) + 1
-        if int(steps) == int(self.worker.speculative_num_steps):
-            width = int(self.worker.speculative_num_draft_tokens)
+        width, _ = self._tier_draft_side(steps)
         layout = ProposalLayout(int(steps), int(self.draft_worker.topk), width)
         if not split.groups.is_leader:
             split.broadcaster.broadcast(batch, layout=layout)
