@@ -1,7 +1,7 @@
 """specdecode runtime: launches a patched SGLang 0.5.23 whose EAGLE draft runs on its own process group.
 
 Importing this package must never import torch or sglang: the operator image and the CI machine use the
-pure-Python parts (NCCL profiles, goodput model, runtime config, simulator) without them.
+pure-Python parts (the contract in :mod:`specdecode_runtime.contract`, the simulator) without them.
 """
 
 __version__ = "0.1.0"
