@@ -58,13 +58,13 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "runtime"))
+from specdecode_runtime.contract.nccl import MULTICAST_OFF, profile_env  # noqa: E402
 from specdecode_runtime.draft_group import (  # noqa: E402
     DraftGroups,
     DraftPlacement,
     ProposalBroadcaster,
     ProposalLayout,
 )
-from specdecode_runtime.contract.nccl import MULTICAST_OFF, profile_env  # noqa: E402
 
 MULTICAST_ENV = {s.name: s.value for s in MULTICAST_OFF}
 os.environ.update(MULTICAST_ENV)  # before anything can create a communicator; children inherit it

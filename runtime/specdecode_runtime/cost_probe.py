@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .contract.metric_names import DEFAULT_BUCKETS, bucket_label
 from .contract.goodput import CycleCost
+from .contract.metric_names import DEFAULT_BUCKETS, bucket_label
 
 log = logging.getLogger("specdecode.cost_probe")
 

@@ -7,7 +7,6 @@ import io
 import pytest
 from specdecode_runtime import cli
 from specdecode_runtime.contract.config import RuntimeConfig
-from specdecode_runtime.launch import EXIT_UNSUPPORTED, launch, plan_launch
 from specdecode_runtime.contract.server_args import (
     DIST_INIT_ADDR_ENV,
     NODE_RANK_ENV,
@@ -15,6 +14,7 @@ from specdecode_runtime.contract.server_args import (
     flag_value,
     sglang_cli_args,
 )
+from specdecode_runtime.launch import EXIT_UNSUPPORTED, launch, plan_launch
 
 from runtime_testlib import RUNTIME_YAML
 

@@ -10,9 +10,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.contract.step_table import STEPS_PATH, StepTable
 from specdecode_runtime.preflight import CollectiveTiming, export, summary
-from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate import cli
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.simulate.server import create_app

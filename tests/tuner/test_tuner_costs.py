@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.contract.scenario import load_scenario
+from specdecode_runtime.simulate.engine import SimEngine
 
 from specdecode_operator import cli
 from specdecode_operator.bench import tuner_benchmark

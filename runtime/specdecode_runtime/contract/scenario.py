@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .metric_names import DEFAULT_BUCKETS
 from .goodput import CycleCost
 from .input_files import InputError, format_validation_error, load_single
+from .metric_names import DEFAULT_BUCKETS
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "parse_scenario", "cost_for_draft_tp", "allowed_draft_tps",
            "format_validation_error"]

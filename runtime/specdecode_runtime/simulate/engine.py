@@ -18,11 +18,11 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from ..contract.step_table import StepTable
 from ..contract.goodput import CycleCost
 from ..contract.metric_names import PHASES, SIMULATED_LABELS
-from ..metrics import SpecMetrics
 from ..contract.scenario import Scenario, cost_for_draft_tp
+from ..contract.step_table import StepTable
+from ..metrics import SpecMetrics
 from .probe import DEFAULT_BIAS, DEFAULT_NOISE, simulated_probe
 
 CycleObserver = Callable[[int, int, list, float], None]  # (batch, steps, accepted per request, cycle_ms)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_probe import STAGES, ProbePoint, run_probe
 from ..contract.goodput import CycleCost
+from ..cost_probe import STAGES, ProbePoint, run_probe
 
 DEFAULT_BIAS = 0.15
 DEFAULT_NOISE = 0.05
