@@ -65,6 +65,8 @@ class OperatorProcess:
         if self.elector is not None and self.role != "lost" and self._release is None:
             self._release = threading.Thread(target=self.elector.stop, kwargs={"release": True}, daemon=True)
             self._release.start()
+        if self.context is not None:
+            self.context.stopping.set()  # before kopf's stop flag: no timer or daemon is spawned during the shutdown
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
 

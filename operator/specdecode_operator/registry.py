@@ -134,7 +134,8 @@ def _register_object_handlers(registry: kopf.OperatorRegistry, context: Operator
             return  # the echo of our own status write: the object is exactly what that pass (or tuner) left
         await passes.run(body, state, kwargs)
 
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry, labels=labels)
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry, labels=labels,
+                when=context.spawning)
     async def resync(body, memo, **kwargs):
         # The level-based fallback for what sends no event (children's drift and readiness): a pass that ran
         # within the period already looked. During a creation wave every object has event-driven passes, and
@@ -144,7 +145,8 @@ def _register_object_handlers(registry: kopf.OperatorRegistry, context: Operator
             return
         await passes.run(body, state, kwargs)
 
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, labels=labels, cancellation_timeout=5.0)
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, labels=labels, cancellation_timeout=5.0,
+                 when=context.spawning)
     async def tune(body, memo, stopped, **kwargs):
         """The step tuner, one loop per object (tuning/loop.py); it re-renders through ``passes.run``."""
         while FINALIZER not in (body["metadata"].get("finalizers") or []) and not stopped:

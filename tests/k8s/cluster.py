@@ -59,8 +59,36 @@ class Cluster:
             self.operator = None
 
     def start_operator(self) -> None:
-        """A new operator with the same configuration (a restart: a new pod after the old one went away)."""
+        """A new operator with the same configuration (a restart: a new pod after the old one went away), handed
+        to the test once it watches SpecDecodeDeployments."""
+        since = self._log_position()
         self.operator = self.operator_factory()
+        self.wait_watching(since)
+
+    def wait_watching(self, since: int | None, timeout: float = 30.0) -> None:
+        """Until the operator has listed or watched SpecDecodeDeployments after log position ``since``.
+
+        kopf starts its watches only after its initial API discovery, whose requests run as tasks that outlive a
+        cancelled caller: an operator stopped before discovery ends leaves them failing on the closed session and
+        waiting for a re-login that never comes, and kopf's shutdown waits 5 s for them. A test that ended quickly
+        (an admission check) then had a 5 s teardown, on whichever test finished before the operator's discovery
+        did. Without a request log (an external cluster) there is nothing to wait on."""
+        if since is None:
+            return
+        if self.emulator is not None:
+            def watching():
+                return any(r.resource == PLURAL and r.verb in ("list", "watch") and r.user_agent.startswith("kopf")
+                           for r in self.emulator.log[since:])
+        else:
+            def watching():
+                return any((e.get("objectRef") or {}).get("resource") == PLURAL and e["verb"] in ("list", "watch")
+                           for e in self.bed.env.audit_events(since, user=self.bed.operator_user))
+        wait_for(watching, timeout=timeout, interval=0.05, what="the operator's watch on SpecDecodeDeployments")
+
+    def _log_position(self) -> int | None:
+        if self.emulator is not None:
+            return len(self.emulator.log)
+        return self.bed.env.audit_offset() if self.bed is not None else None
 
     # ------------------------------------------------------------------ what the operator did
     def log_mark(self) -> int:

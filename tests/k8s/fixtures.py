@@ -80,13 +80,14 @@ def _factory(request, tmp_path, backend: str):
     def build(*, admission: bool = True, operator: bool = True, **config) -> Cluster:
         if backend == "emulator":
             server = EmulatorServer(standard_emulator(committed_crd(), admission=admission)).__enter__()
-            start = lambda: OperatorThread(operator_config(server=server.url, **config)).__enter__()  # noqa: E731
             cfg = kubernetes.client.Configuration()
             cfg.host = server.url
-            cluster = Cluster(cfg, "default", emulator=server.emulator, operator=start() if operator else None)
-            cluster.operator_factory = start
+            cluster = Cluster(cfg, "default", emulator=server.emulator)
+            cluster.operator_factory = lambda: OperatorThread(operator_config(server=server.url, **config)).__enter__()
             cluster.server = server
             opened.append((cluster, server, None))
+            if operator:
+                cluster.start_operator()
             return cluster
         return _real_cluster(request, tmp_path, opened, operator, config)
 
@@ -124,9 +125,8 @@ def _real_cluster(request, tmp_path, opened, operator: bool, config: dict) -> Cl
     mark = bed.env.audit_offset() if bed else 0
     values = {**TEST_CONFIG, **config}
     log = tmp_path / f"operator-{namespace}.log"
-    start = lambda: OperatorProcess(operator_kubeconfig, (namespace,), log, **values).__enter__()  # noqa: E731
-    cluster = Cluster(cfg, namespace, emulator=None, operator=start() if operator else None)
-    cluster.operator_factory = start
+    cluster = Cluster(cfg, namespace, emulator=None)
+    cluster.operator_factory = lambda: OperatorProcess(operator_kubeconfig, (namespace,), log, **values).__enter__()
     cluster.bed = bed
 
     def finalize() -> list[str]:
@@ -135,6 +135,8 @@ def _real_cluster(request, tmp_path, opened, operator: bool, config: dict) -> Cl
         return bed.forbidden(mark) if bed else []
 
     opened.append((cluster, None, finalize))
+    if operator:
+        cluster.start_operator()
     return cluster
 
 

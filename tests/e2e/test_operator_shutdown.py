@@ -1,0 +1,29 @@
+"""Stopping the operator is prompt whenever it happens: kopf's shutdown waits 5 s for any task it did not stop
+itself, and a timer or daemon spawned for an object while kopf was stopping was such a task (the operator now
+spawns none once stopping began: OperatorContext.stopping). The window is an object's first events, so the
+operator is stopped at several moments right after a create."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.e2e.test_operator_e2e import sdd
+
+DELAYS = [i * 0.025 for i in range(12)]  # seconds between the create and the stop
+
+
+@pytest.mark.timeout(120)
+def test_the_operator_stops_at_once_while_it_takes_up_a_new_object(emulator_factory):
+    slow = []
+    for delay in DELAYS:
+        cluster = emulator_factory()
+        cluster.create_sdd(sdd())
+        time.sleep(delay)
+        started = time.monotonic()
+        cluster.stop_operator()
+        took = time.monotonic() - started
+        if took > 2.0:
+            slow.append((delay, round(took, 2)))
+    assert slow == [], f"stops that waited on kopf's 5 s shutdown timeout (delay after create, seconds): {slow}"
