@@ -142,6 +142,6 @@ def test_explore_passes_on_when_every_allowed_position_is_observed():
 
 def test_hold_says_why():
     r = round_of(BucketState(steps=7))
-    assert hold(r, 7, 0.0, 0.0).reason == "k=7 is the model's best"
+    assert hold(r, 7, 0.0, 0.0).reason == "steps=7 is the model's best"
     ch = hold(r, 6, 0.01, 0.005)
     assert ch.steps == 7 and "hysteresis" in ch.reason and "cost doubt" in ch.reason

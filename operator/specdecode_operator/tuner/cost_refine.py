@@ -2,19 +2,19 @@
 
 Why: the start-up probe (runtime ``cost_probe``) times dummy inputs, which is not the live workload; each stage can
 be off by a systematic error of tens of per cent, and a wrong slope (what one more draft step costs) moves the best
-k. The live counters give, every interval and per bucket, the mean decode time per cycle at the k that ran (and at
-any k a probe explores). The goodput model's cycle time is linear in three parts of the start profile at the
-bucket's batch ``b``:
+step count. The live counters give, every interval and per bucket, the mean decode time per cycle at the step count
+that ran (and at any step count a probe explores). The goodput model's cycle time is linear in three parts of the
+start profile at the bucket's batch ``b``:
 
-    T(0, b) = rv * T0(b)                                   plain decode (verify at one token, overhead)
-    T(k, b) = rv * T0(b) + rs * S(b) + rd * D(b) * k       speculative cycle of k steps
+    T(0, b)     = rv * T0(b)                                   plain decode (verify at one token, overhead)
+    T(steps, b) = rv * T0(b) + rs * S(b) + rd * D(b) * steps   speculative cycle of ``steps`` draft steps
 
 with ``T0`` the plain cycle (verify of the bonus token, overhead), ``S`` the fixed extra of a speculative cycle
 (draft-extend base and bonus token, broadcast) and ``D`` what each step adds (draft step plus the verify and extend tokens of that step). The three
 factors get a Gaussian prior at 1 (the profile is right up to its error) and a weighted least-squares update from the
 observed intervals (Bayesian linear regression, closed form), older intervals fading geometrically so the fit
-follows a workload whose context lengths drift. With data at one k only the prior splits the correction between
-intercept and slope; each further k (a climb, a probe) pins the slope down.
+follows a workload whose context lengths drift. With data at one step count only the prior splits the correction
+between intercept and slope; each further step count (a climb, a probe) pins the slope down.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from specdecode_runtime.contract.goodput import CycleCost
 
 PRIOR_SD_MEASURED = 0.15  # relative error of a start-up probe per part (its dummy inputs are not the workload)
 PRIOR_SD_OVERRIDE = 0.05  # a hand-supplied profile is trusted more, but still checked against live timings
-PRIOR_SD_PHASE_AVERAGES = 0.5  # per-cycle phase averages of one k: their split into parts is barely known
-OBS_SD = 0.02  # relative error of one interval's mean cycle time at a known k (context drift, batch mix)
+PRIOR_SD_PHASE_AVERAGES = 0.5  # per-cycle phase averages of one step count: their split into parts is barely known
+OBS_SD = 0.02  # relative error of one interval's mean cycle time at a known step count (context drift, batch mix)
 FORGET = 0.97  # weight kept per interval by older observations (~33 intervals of memory)
 MAX_OBS = 120
 
@@ -43,9 +43,9 @@ def parts(base: CycleCost, batch: float) -> tuple[float, float, float]:
     return t0, t1 - d - t0, d
 
 
-def features(base: CycleCost, k: float, batch: float) -> np.ndarray:
+def features(base: CycleCost, steps: float, batch: float) -> np.ndarray:
     t0, s, d = parts(base, batch)
-    return np.array([t0, s if k > 0 else 0.0, d * k])
+    return np.array([t0, s if steps > 0 else 0.0, d * steps])
 
 
 @dataclass(frozen=True)
@@ -59,20 +59,21 @@ class RefinedCost:
     rd: float = 1.0
     cov: tuple[tuple[float, ...], ...] | None = None
 
-    def cycle_ms(self, k: int, batch: float) -> float:
+    def cycle_ms(self, steps: int, batch: float) -> float:
         t0, s, d = parts(self.base, batch)
-        if k <= 0:
+        if steps <= 0:
             return self.rv * t0
-        return self.rv * t0 + self.rs * s + self.rd * d * k
+        return self.rv * t0 + self.rs * s + self.rd * d * steps
 
-    def relative_sd(self, k: int, cur: int, batch: float) -> float:
-        """Standard deviation of ``cycle_ms(k) - cycle_ms(cur)`` relative to ``cycle_ms(cur)``: how far the model
-        can be trusted to compare a k with the one running. Near 0 between step counts whose timings were seen
-        (or that the data pin down), about the prior's error for a part never exercised (k = 0 seen only from
-        speculative cycles: the plain cycle and the speculative extra are told apart by nothing but the prior)."""
-        if self.cov is None or k == cur:
+    def relative_sd(self, steps: int, cur: int, batch: float) -> float:
+        """Standard deviation of ``cycle_ms(steps) - cycle_ms(cur)`` relative to ``cycle_ms(cur)``: how far the
+        model can be trusted to compare a step count with the one running. Near 0 between step counts whose timings
+        were seen (or that the data pin down), about the prior's error for a part never exercised (steps = 0 seen
+        only from speculative cycles: the plain cycle and the speculative extra are told apart by nothing but the
+        prior)."""
+        if self.cov is None or steps == cur:
             return 0.0
-        g = features(self.base, k, batch) - features(self.base, cur, batch)
+        g = features(self.base, steps, batch) - features(self.base, cur, batch)
         var = float(g @ np.asarray(self.cov) @ g)
         return float(np.sqrt(max(var, 0.0))) / max(self.cycle_ms(cur, batch), 1e-9)
 
@@ -117,13 +118,13 @@ class CostRefiner:
         n = len(self.observations)
         if n:
             obs = np.array([(o.batch, o.steps, o.spec_fraction, o.cycle_ms) for o in self.observations])
-            b, k, f, y = obs.T
+            b, steps, f, y = obs.T
             c = base
             # parts() over all observations at once (the cost model is linear in the batch)
             t0 = c.verify_base + c.verify_per_token * b + c.overhead
             s = c.extend_base + c.extend_per_token * b + c.broadcast
             d = c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b
-            x = np.stack([t0, f * s, d * k], axis=1)
+            x = np.stack([t0, f * s, d * steps], axis=1)
             w = self.forget ** np.arange(n - 1, -1, -1) / (self.obs_sd * y) ** 2
             prec += (x * w[:, None]).T @ x
             rhs += (x * (w * y)[:, None]).sum(axis=0)

@@ -2,9 +2,9 @@
 
 Why windowed deltas and not lifetime ratios: the workload moves (phases, load), and a lifetime average would keep
 the tuner anchored to the past. Why conditional per-position rates: positions beyond the running step count are
-never attempted (censored), so E(k) for a larger k must come from a fitted decay plus exploration, not from data
-that cannot exist. Why scale the calibrated profile instead of replacing it: a running pod only shows the cost of
-the step count it runs, while the policy needs the cost of every candidate.
+never attempted (censored), so E(steps) for a larger step count must come from a fitted decay plus exploration, not
+from data that cannot exist. Why scale the calibrated profile instead of replacing it: a running pod only shows the
+cost of the step count it runs, while the policy needs the cost of every candidate.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class Estimator:
         self.memory_decay = memory_decay
         # Workload changes closer together than this many intervals are a mixture, not a sequence of phases: the
         # window then keeps averaging (a controller one interval behind a workload that flips every interval or two
-        # would run the wrong k half the time; the mixture's best k is the better bet).
+        # would run the wrong step count half the time; the mixture's best step count is the better bet).
         self.flip_intervals = flip_intervals
         self._seen: dict[str, int] = {}  # intervals observed per bucket
         self._last_change: dict[str, int] = {}
@@ -251,12 +251,12 @@ class Estimator:
         w = self.window(label)
         return w.requests / w.cycles if w.cycles > 0 else None
 
-    def acceptance(self, label: str, max_k: int) -> Acceptance:
+    def acceptance(self, label: str, positions: int) -> Acceptance:
         w = self.window(label)
         alphas, lower, upper, attempts = [], [], [], []
         observed = 0
         memory = self.position_memory.get(label, {})
-        for pos in range(1, max_k + 1):
+        for pos in range(1, positions + 1):
             att, acc = w.attempts.get(pos, 0.0), w.accepted.get(pos, 0.0)
             if att < self.min_attempts and pos in memory and memory[pos][1] > att:
                 acc, att = memory[pos]
@@ -268,9 +268,9 @@ class Estimator:
             lo, hi = wilson(acc, att)
             lower.append(lo)
             upper.append(hi)
-        if observed < max_k:
-            fitted = decay_extrapolate(alphas[:observed], attempts[:observed], max_k)
-            for i in range(observed, max_k):
+        if observed < positions:
+            fitted = decay_extrapolate(alphas[:observed], attempts[:observed], positions)
+            for i in range(observed, positions):
                 # Extrapolated positions: the fitted decay as the estimate, the data-free bound as the optimism.
                 alphas[i] = fitted[i] if observed else alphas[i]
                 lower[i] = min(lower[i], alphas[i])
@@ -300,7 +300,7 @@ class Estimator:
         return w.tokens / w.busy_s
 
     def cost(self, label: str, profile: CycleCost | None) -> tuple[CycleCost | None, str]:
-        """Cycle cost for every k: the calibrated profile scaled phase by phase to what was measured, the scale
+        """Cycle cost for every step count: the calibrated profile scaled phase by phase to what was measured, the scale
         weighted by how many cycles back it (profile alone with none); measured constants when no profile."""
         window = list(self.windows.get(label, ()))
         w = _sum(window)
@@ -324,11 +324,12 @@ class Estimator:
         for d in window:
             if d.cycles <= 0:
                 continue
-            k, b = d.steps or 0, d.requests / d.cycles
-            pred["verify"] += d.cycles * (profile.verify_ms(k, b) if k else profile.cycle_ms(0, b) - profile.overhead)
+            steps, b = d.steps or 0, d.requests / d.cycles
+            pred["verify"] += d.cycles * (
+                profile.verify_ms(steps, b) if steps else profile.cycle_ms(0, b) - profile.overhead)
             pred["draft"] += d.draft_steps * profile.draft_step_ms(b)
-            pred["draft_extend"] += d.cycles * profile.extend_ms(k, b) if k else 0.0
-            pred["other"] += d.cycles * (profile.overhead + (profile.broadcast if k else 0.0))
+            pred["draft_extend"] += d.cycles * profile.extend_ms(steps, b) if steps else 0.0
+            pred["other"] += d.cycles * (profile.overhead + (profile.broadcast if steps else 0.0))
         weight = w.cycles / (w.cycles + self.prior_weight_cycles)
         scale = {}
         for phase, p in pred.items():
@@ -356,13 +357,13 @@ def _sum(deltas) -> BucketDelta:
     return total
 
 
-def decay_extrapolate(alphas: list[float], weights: list[float], max_k: int) -> list[float]:
-    """Extend observed conditional acceptance to ``max_k`` positions with a geometric decay fitted by weighted
+def decay_extrapolate(alphas: list[float], weights: list[float], positions: int) -> list[float]:
+    """Extend observed conditional acceptance over ``positions`` draft positions with a geometric decay fitted by weighted
     least squares on log(alpha) vs position; the slope is capped at 0 (deeper drafts are not easier to accept)."""
     n = len(alphas)
-    out = list(alphas) + [0.0] * (max_k - n)
+    out = list(alphas) + [0.0] * (positions - n)
     if n == 0:
-        return [0.5] * max_k
+        return [0.5] * positions
     if n == 1:
         slope = 0.0
     else:
@@ -376,6 +377,6 @@ def decay_extrapolate(alphas: list[float], weights: list[float], max_k: int) -> 
         sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys))
         slope = min(0.0, sxy / sxx) if sxx > 0 else 0.0
     last = alphas[-1]
-    for i in range(n, max_k):
+    for i in range(n, positions):
         out[i] = min(1.0, last * math.exp(slope * (i + 1 - n)))
     return out

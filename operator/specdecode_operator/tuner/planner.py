@@ -18,32 +18,32 @@ from ..api.models import Recommendation
 @dataclass
 class Plan:
     draft_tps: list[int]
-    steps: list[int]
-    tokens_per_s: dict[int, dict[int, float]]  # draft TP -> k -> predicted tok/s (simulated prediction)
+    candidate_steps: list[int]
+    tokens_per_s: dict[int, dict[int, float]]  # draft TP -> steps -> predicted tok/s (simulated prediction)
     current_tp: int
     best_tp: int
-    best_k: int
-    current_best_k: int
+    best_steps: int
+    current_best_steps: int
     recommendation: Recommendation
 
 
-def phase_rate(phase, cost: CycleCost, k: int, alphas=None) -> float:
-    """Tokens per second of one phase's batch mix at k (batch sizes drawn per cycle, as in the simulator)."""
+def phase_rate(phase, cost: CycleCost, steps: int, alphas=None) -> float:
+    """Tokens per second of one phase's batch mix at ``steps`` (batch sizes drawn per cycle, as in the simulator)."""
     sizes, probs = phase.batch_distribution()
     a = alphas if alphas is not None else phase.acceptance
-    toks = sum(p * b * (expected_tokens(a, k) if k else 1.0) for b, p in zip(sizes, probs))
-    return toks / sum(p * cost.cycle_ms(k, b) for b, p in zip(sizes, probs)) * 1000.0
+    toks = sum(p * b * (expected_tokens(a, steps) if steps else 1.0) for b, p in zip(sizes, probs))
+    return toks / sum(p * cost.cycle_ms(steps, b) for b, p in zip(sizes, probs)) * 1000.0
 
 
-def predict(scenario: Scenario, cost: CycleCost, k: int, alphas=None) -> float:
+def predict(scenario: Scenario, cost: CycleCost, steps: int, alphas=None) -> float:
     """Time-weighted over the scenario's phases (each phase is a share of wall time)."""
     total = scenario.duration
-    return sum(p.seconds / total * phase_rate(p, cost, k, alphas) for p in scenario.phases)
+    return sum(p.seconds / total * phase_rate(p, cost, steps, alphas) for p in scenario.phases)
 
 
 def plan(
     scenario: Scenario,
-    steps: list[int],
+    candidate_steps: list[int],
     target_tp: int | None = None,
     current_tp: int | None = None,
     alphas: list[float] | None = None,
@@ -66,26 +66,27 @@ def plan(
         if measured_scale != 1.0:
             c = CycleCost(c.verify_base, c.verify_per_token, c.draft_base * measured_scale, c.draft_per_seq * measured_scale,
                           c.extend_base * measured_scale, c.extend_per_token * measured_scale, c.overhead, c.broadcast)
-        table[n] = {k: predict(scenario, c, k, alphas) for k in steps}
-    best_tp, best_k = max(((n, k) for n in tps for k in steps), key=lambda nk: (table[nk[0]][nk[1]], -nk[0], -nk[1]))
-    cur_k = max(steps, key=lambda k: (table[current_tp][k], -k))
-    best, cur = table[best_tp][best_k], table[current_tp][cur_k]
+        table[n] = {steps: predict(scenario, c, steps, alphas) for steps in candidate_steps}
+    best_tp, best_steps = max(((n, steps) for n in tps for steps in candidate_steps),
+                              key=lambda pair: (table[pair[0]][pair[1]], -pair[0], -pair[1]))
+    cur_steps = max(candidate_steps, key=lambda steps: (table[current_tp][steps], -steps))
+    best, cur = table[best_tp][best_steps], table[current_tp][cur_steps]
     if best_tp == current_tp:
-        reason = f"draft TP {current_tp} (current) is best: {best:.1f} tok/s at {best_k} steps (simulated prediction)"
+        reason = f"draft TP {current_tp} (current) is best: {best:.1f} tok/s at {best_steps} steps (simulated prediction)"
     else:
-        reason = (f"draft TP {best_tp} predicts {best:.1f} tok/s at {best_k} steps vs {cur:.1f} at TP {current_tp} "
+        reason = (f"draft TP {best_tp} predicts {best:.1f} tok/s at {best_steps} steps vs {cur:.1f} at TP {current_tp} "
                   f"({best / cur - 1:+.1%}, simulated prediction)")
-    rec = Recommendation(draftTensorParallelSize=best_tp, numSteps=best_k, predictedTokensPerSecond=round(best, 2),
+    rec = Recommendation(draftTensorParallelSize=best_tp, numSteps=best_steps, predictedTokensPerSecond=round(best, 2),
                          currentPredictedTokensPerSecond=round(cur, 2), reason=reason)
-    return Plan(tps, list(steps), table, current_tp, best_tp, best_k, cur_k, rec)
+    return Plan(tps, list(candidate_steps), table, current_tp, best_tp, best_steps, cur_steps, rec)
 
 
 def format_plan(p: Plan) -> str:
-    head = "draft TP | " + " ".join(f"{'k=' + str(k):>8}" for k in p.steps)
+    head = "draft TP | " + " ".join(f"{'steps=' + str(steps):>8}" for steps in p.candidate_steps)
     lines = ["Predicted tokens/s (simulated prediction from the scenario's cost profile)", head, "-" * len(head)]
     for n in p.draft_tps:
         mark = " (current)" if n == p.current_tp else ""
-        lines.append(f"{n:>8} | " + " ".join(f"{p.tokens_per_s[n][k]:8.1f}" for k in p.steps) + mark)
+        lines.append(f"{n:>8} | " + " ".join(f"{p.tokens_per_s[n][steps]:8.1f}" for steps in p.candidate_steps) + mark)
     lines.append(f"recommendation: {p.recommendation.reason}")
     return "\n".join(lines)
 
@@ -98,11 +99,11 @@ def plot_plan(p: Plan, path: str, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for n in p.draft_tps:
-        ax.plot(p.steps, [p.tokens_per_s[n][k] for k in p.steps], marker="o",
+        ax.plot(p.candidate_steps, [p.tokens_per_s[n][steps] for steps in p.candidate_steps], marker="o",
                 label=f"draft TP {n}" + (" (current)" if n == p.current_tp else ""))
-    ax.scatter([p.best_k], [p.tokens_per_s[p.best_tp][p.best_k]], s=160, facecolors="none", edgecolors="k",
+    ax.scatter([p.best_steps], [p.tokens_per_s[p.best_tp][p.best_steps]], s=160, facecolors="none", edgecolors="k",
                label="best")
-    ax.set_xlabel("speculative steps k (0 = no speculation)")
+    ax.set_xlabel("speculative steps (0 = no speculation)")
     ax.set_ylabel("tokens/s (simulated)")
     ax.set_title(f"{title}: predicted tokens/s by draft TP (SIMULATED)")
     ax.grid(alpha=0.3)

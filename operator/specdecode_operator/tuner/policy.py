@@ -1,8 +1,8 @@
 """Per-bucket choice of the speculative step count from the goodput model.
 
-The model (runtime goodput.py) says which k *should* be best; the policy adds what a controller acting on noisy,
-delayed, censored data needs so it does not chase noise: a minimum sample size, hysteresis on the predicted gain,
-a cooldown between changes, no jump past the deepest observed position (censoring), bounded exploration of the
+The model (runtime goodput.py) says which step count *should* be best; the policy adds what a controller acting on
+noisy, delayed, censored data needs so it does not chase noise: a minimum sample size, hysteresis on the predicted
+gain, a cooldown between changes, no jump past the deepest observed position (censoring), bounded exploration of the
 next position, and a rollback when the measured goodput after a change is worse than before beyond noise.
 """
 
@@ -21,8 +21,8 @@ from .estimator import Acceptance
 class PolicyConfig:
     min_steps: int = 1
     max_steps: int = 7
-    candidates: tuple[int, ...] | None = None  # captured step counts; None: every k in bounds
-    allow_zero: bool = True  # k = 0 (no speculation) is always allowed as the escape when drafting loses
+    candidates: tuple[int, ...] | None = None  # captured step counts; None: every step count in bounds
+    allow_zero: bool = True  # steps = 0 (no speculation) is always allowed as the escape when drafting loses
     objective: Literal["Throughput", "Latency"] = "Throughput"
     max_itl_ms: float | None = None
     hysteresis: float = 0.02  # required relative predicted gain before a change
@@ -42,7 +42,8 @@ class PolicyConfig:
 
     def allowed(self) -> list[int]:
         pool = self.candidates if self.candidates is not None else range(0, self.max_steps + 1)
-        return sorted({k for k in pool if (k == 0 and self.allow_zero) or self.min_steps <= k <= self.max_steps})
+        return sorted({steps for steps in pool
+                       if (steps == 0 and self.allow_zero) or self.min_steps <= steps <= self.max_steps})
 
 
 @dataclass
@@ -50,12 +51,12 @@ class BucketState:
     steps: int
     last_change: float = -math.inf
     last_probe: float = -math.inf
-    probing_from: int | None = None  # set while a probe interval runs: the k to return to
+    probing_from: int | None = None  # set while a probe interval runs: the step count to return to
     pending_rollback: tuple[int, float, float] | None = None  # (from_steps, measured goodput before, acceptance@1)
     rollback_cycle_s: float | None = None  # measured seconds per cycle before the change (coupled rollback test)
     last_direction: int = 0  # +1 / -1: the direction of the last change
     judged_at: float = -math.inf  # when the last change passed its one-clean-interval rollback test
-    blocked: dict[int, float] = field(default_factory=dict)  # k -> blocked until
+    blocked: dict[int, float] = field(default_factory=dict)  # steps -> blocked until
 
 
 @dataclass
@@ -73,54 +74,55 @@ class Choice:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """The deployment around one bucket, at every bucket's current k: tokens per second of decode time over all
-    buckets (``rate``) and this bucket's fraction of that decode time (``share``).
+    """The deployment around one bucket, at every bucket's current step count: tokens per second of decode time over
+    all buckets (``rate``) and this bucket's fraction of that decode time (``share``).
 
     Why: the deployment's throughput is sum(tokens) / sum(time) over all buckets, and each bucket's cycle count is
-    set by the traffic, not by k. A millisecond spent in one bucket is therefore worth ``rate`` tokens, not that
-    bucket's own tokens/s, so a bucket whose own goodput is far above (or below) the deployment's should run a
-    deeper (or shallower) k than its own optimum (Dinkelbach: maximise tokens - rate x time per cycle)."""
+    set by the traffic, not by the step count. A millisecond spent in one bucket is therefore worth ``rate`` tokens,
+    not that bucket's own tokens/s, so a bucket whose own goodput is far above (or below) the deployment's should run
+    a deeper (or shallower) step count than its own optimum (Dinkelbach: maximise tokens - rate x time per cycle)."""
 
     rate: float
     share: float
 
 
-def coupled_gain(tok_k: float, sec_k: float, tok_cur: float, sec_cur: float, agg: "Aggregate | None") -> float:
+def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float, agg: "Aggregate | None") -> float:
     """Relative change of the deployment's throughput when one bucket moves from (tok_cur, sec_cur) per cycle to
-    (tok_k, sec_k), the other buckets unchanged, divided by the bucket's time share (so hysteresis and noise margins
+    (tok_new, sec_new), the other buckets unchanged, divided by the bucket's time share (so hysteresis and noise margins
     keep meaning "per cent of this bucket's work"). Without ``agg`` (or with the bucket alone) it is exactly the
     bucket's own goodput ratio minus one."""
-    if tok_cur <= 0 or sec_cur <= 0 or sec_k <= 0:
-        return math.inf if tok_k > 0 else 0.0
+    if tok_cur <= 0 or sec_cur <= 0 or sec_new <= 0:
+        return math.inf if tok_new > 0 else 0.0
     if agg is None or agg.rate <= 0:
-        return (tok_k / sec_k) / (tok_cur / sec_cur) - 1.0
+        return (tok_new / sec_new) / (tok_cur / sec_cur) - 1.0
     w = min(max(agg.share, 0.0), 1.0)
     g_cur = tok_cur / sec_cur
     if w < 1e-6:  # the limit w -> 0: (delta tokens - rate x delta time) / (rate x time)
-        return ((tok_k - tok_cur) - agg.rate * (sec_k - sec_cur)) / (agg.rate * sec_cur)
+        return ((tok_new - tok_cur) - agg.rate * (sec_new - sec_cur)) / (agg.rate * sec_cur)
     wt = w * g_cur / agg.rate  # the bucket's share of tokens
-    return ((1.0 + wt * (tok_k / tok_cur - 1.0)) / (1.0 + w * (sec_k / sec_cur - 1.0)) - 1.0) / w
+    return ((1.0 + wt * (tok_new / tok_cur - 1.0)) / (1.0 + w * (sec_new / sec_cur - 1.0)) - 1.0) / w
 
 
-def predict(acc: Acceptance, cost: CycleCost, batch: float, ks: Sequence[int], optimistic: bool = False) -> dict[int, float]:
+def predict(acc: Acceptance, cost: CycleCost, batch: float, candidates: Sequence[int],
+            optimistic: bool = False) -> dict[int, float]:
     alphas = acc.upper if optimistic else acc.alphas
     if optimistic:  # optimism only for unobserved positions; observed ones stay at their estimate
         alphas = acc.alphas[: acc.observed] + acc.upper[acc.observed :]
-    return {k: goodput(alphas, cost, k, batch) for k in ks}
+    return {steps: goodput(alphas, cost, steps, batch) for steps in candidates}
 
 
 def _objective_best(cfg: PolicyConfig, g: dict[int, float], acc: Acceptance, cost: CycleCost, batch: float,
                     score: dict[int, float] | None = None) -> int:
-    ks = sorted(g)
+    candidates = sorted(g)
     score = score if score is not None else g
     if cfg.objective == "Latency":
-        itl = {k: inter_token_latency_ms(acc.alphas, cost, k, batch) for k in ks}
-        feasible = [k for k in ks if itl[k] <= cfg.max_itl_ms]
+        itl = {steps: inter_token_latency_ms(acc.alphas, cost, steps, batch) for steps in candidates}
+        feasible = [steps for steps in candidates if itl[steps] <= cfg.max_itl_ms]
         if not feasible:
-            return min(ks, key=lambda k: (itl[k], k))
-        ks = feasible
-        score = g  # at a fixed batch ITL and goodput rank k alike; the SLO is per bucket
-    return max(ks, key=lambda k: (score[k], -k))
+            return min(candidates, key=lambda steps: (itl[steps], steps))
+        candidates = feasible
+        score = g  # at a fixed batch ITL and goodput rank step counts alike; the SLO is per bucket
+    return max(candidates, key=lambda steps: (score[steps], -steps))
 
 
 def choose(
@@ -142,7 +144,7 @@ def choose(
     -> hold. ``state`` is updated in place."""
     cur = state.steps
     expire_blocks(state, now)
-    allowed = [k for k in cfg.allowed() if k not in state.blocked or k == cur]
+    allowed = [steps for steps in cfg.allowed() if steps not in state.blocked or steps == cur]
     if samples < cfg.min_samples:
         return Choice(cur, "wait", f"{samples:.0f} cycles in window < minimum {cfg.min_samples:.0f}")
     r = Round.of(cfg, state, acc, cost, batch, now, allowed, workload_changed, aggregate)
@@ -160,7 +162,7 @@ def choose(
 @dataclass
 class Round:
     """What every stage of one choice reads: the inputs, the allowed and eligible step counts, the model's
-    goodput ``g`` of each eligible k and its ``score`` (coupled gain over the current k)."""
+    goodput ``g`` of each eligible step count and its ``score`` (coupled gain over the current one)."""
 
     cfg: PolicyConfig
     state: BucketState
@@ -178,25 +180,25 @@ class Round:
     def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CycleCost, batch: float, now: float,
            allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> "Round":
         cur = state.steps
-        # Censoring: a k past the deepest observed position + 1 would rest entirely on extrapolation.
+        # Censoring: a step count past the deepest observed position + 1 would rest entirely on extrapolation.
         reach = cfg.reach_after_change if workload_changed else cfg.reach
-        eligible = [k for k in allowed if k <= acc.observed + reach or k <= cur]
+        eligible = [steps for steps in allowed if steps <= acc.observed + reach or steps <= cur]
         r = cls(cfg, state, acc, cost, batch, now, allowed, workload_changed,
                 aggregate if cfg.objective == "Throughput" else None)
         r.g = predict(acc, cost, batch, sorted(set(eligible) | {cur}))
-        r.score = {k: r.gain_of(k) for k in r.g}
+        r.score = {steps: r.gain_of(steps) for steps in r.g}
         return r
 
     @property
     def cur(self) -> int:
         return self.state.steps
 
-    def tokens(self, k: int, alphas: Sequence[float]) -> float:
-        return self.batch * (expected_tokens(alphas, k) if k > 0 else 1.0)
+    def tokens(self, steps: int, alphas: Sequence[float]) -> float:
+        return self.batch * (expected_tokens(alphas, steps) if steps > 0 else 1.0)
 
-    def gain_of(self, k: int, alphas: Sequence[float] | None = None) -> float:
+    def gain_of(self, steps: int, alphas: Sequence[float] | None = None) -> float:
         a = self.acc.alphas if alphas is None else alphas
-        return coupled_gain(self.tokens(k, a), self.cost.cycle_ms(k, self.batch) / 1000.0,
+        return coupled_gain(self.tokens(steps, a), self.cost.cycle_ms(steps, self.batch) / 1000.0,
                             self.tokens(self.cur, self.acc.alphas), self.cost.cycle_ms(self.cur, self.batch) / 1000.0,
                             self.agg)
 
@@ -204,8 +206,8 @@ class Round:
         return _objective_best(self.cfg, self.g, self.acc, self.cost, self.batch, self.score)
 
     def gain_and_doubt(self, best: int) -> tuple[float, float]:
-        """The predicted gain of ``best`` over the current k (an SLO violation overrides hysteresis), and the cost
-        model's own doubt about it (a refined profile knows which parts live timings have pinned down): a
+        """The predicted gain of ``best`` over the current step count (an SLO violation overrides hysteresis), and the
+        cost model's own doubt about it (a refined profile knows which parts live timings have pinned down): a
         predicted gain inside the doubt is not evidence."""
         cfg, cur = self.cfg, self.cur
         gain = self.score[best]
@@ -221,23 +223,23 @@ class Round:
         """The cooldown exists so a change is judged on one clean interval before the next. Once that judgement is
         in and passed, a further step in the same direction (a climb towards a deeper optimum, one observed
         position at a time) need not wait out the rest of it; a reversal still does, which is what keeps noise
-        from flapping k."""
+        from flapping the step count."""
         state = self.state
         if self.now - state.last_change >= self.cfg.cooldown_s:
             return False
         judged = state.judged_at > state.last_change
         return not (judged and direction == state.last_direction)
 
-    def changed_to(self, k: int) -> None:
+    def changed_to(self, steps: int) -> None:
         self.state.last_change = self.now
-        self.state.last_direction = 1 if k > self.cur else -1
+        self.state.last_direction = 1 if steps > self.cur else -1
 
 
 def expire_blocks(state: BucketState, now: float) -> None:
     """Step counts blocked by a rollback become eligible again when their block runs out."""
-    for k, until in list(state.blocked.items()):
+    for steps, until in list(state.blocked.items()):
         if until <= now:
-            del state.blocked[k]
+            del state.blocked[steps]
 
 
 def after_probe(r: Round) -> Choice | None:
@@ -251,14 +253,14 @@ def after_probe(r: Round) -> Choice | None:
     if best != cur and best in r.g:
         r.changed_to(best)
         return Choice(best, "return" if best == back else "switch",
-                      f"probe of k={cur} done: model prefers k={best}", r.score[best], r.g)
+                      f"probe of steps={cur} done: model prefers steps={best}", r.score[best], r.g)
     state.last_direction, state.judged_at = 1, r.now  # the probe interval was its clean interval
-    return Choice(cur, "hold", f"probe of k={cur} confirmed", 0.0, r.g)
+    return Choice(cur, "hold", f"probe of steps={cur} confirmed", 0.0, r.g)
 
 
 def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: float | None) -> Choice | None:
     """The first full interval after a change measured worse than before, the workload unchanged: go back and
-    block the k that lost. A change that passes is judged (``cooling`` lets a further step the same way go)."""
+    block the step count that lost. A change that passes is judged (``cooling`` lets a further step the same way go)."""
     state, cur, cfg = r.state, r.cur, r.cfg
     if state.pending_rollback is None or measured_goodput is None:
         return None
@@ -277,20 +279,20 @@ def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: f
         state.blocked[cur] = r.now + cfg.rollback_block_s
         r.changed_to(back)
         return Choice(back, "rollback",
-                      f"measured {measured_goodput:.1f} tok/s after k={cur} vs {before:.1f} before (k={back}): "
+                      f"measured {measured_goodput:.1f} tok/s after steps={cur} vs {before:.1f} before (steps={back}): "
                       f"{change:+.1%}", change, r.g)
     state.judged_at = r.now
     return None
 
 
 def cautious_best(r: Round) -> int:
-    """The model's best k; downwards (Throughput) only as far as the data are sure of.
+    """The model's best step count; downwards (Throughput) only as far as the data are sure of.
 
-    Moving down stops measuring the positions above the new k (k = 0 stops them all), and a censored position
-    keeps its last estimate. So a k in between that could be as good as the model's best with its measured
+    Moving down stops measuring the positions above the new step count (0 stops them all), and a censored position
+    keeps its last estimate. So a step count in between that could be as good as the model's best with its measured
     positions past ``best`` at their upper 95 % bound is preferred (the best of those by the estimate), so it keeps
-    measuring what decides it. Repeated from each new candidate, so the move stops at the first k no deeper k can
-    plausibly beat."""
+    measuring what decides it. Repeated from each new candidate, so the move stops at the first step count no deeper
+    one can plausibly beat."""
     acc, cur = r.acc, r.cur
     best = r.best()
     if best >= cur or r.cfg.objective != "Throughput":
@@ -298,10 +300,10 @@ def cautious_best(r: Round) -> int:
     while True:
         upper = acc.alphas[:best] + [acc.upper[i] if i < acc.observed else acc.alphas[i]
                                      for i in range(best, len(acc.alphas))]
-        near = [k for k in r.g if best < k <= cur and r.gain_of(k, upper) >= r.score[best]]
+        near = [steps for steps in r.g if best < steps <= cur and r.gain_of(steps, upper) >= r.score[best]]
         if not near:
             return best
-        best = max(near, key=lambda k: (r.score[k], -k))
+        best = max(near, key=lambda steps: (r.score[steps], -steps))
 
 
 def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: float | None,
@@ -313,7 +315,7 @@ def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: flo
     if best == cur or gain <= cfg.hysteresis + doubt:
         return None
     if r.cooling(1 if best > cur else -1) and not r.workload_changed:
-        return Choice(cur, "hold", f"cooldown: k={best} predicted {gain:+.1%} but last change "
+        return Choice(cur, "hold", f"cooldown: steps={best} predicted {gain:+.1%} but last change "
                       f"{r.now - state.last_change:.0f}s ago < {cfg.cooldown_s:.0f}s", gain, g)
     state.pending_rollback = ((cur, measured_goodput, r.acc.alphas[0] if r.acc.alphas else 0.0)
                               if measured_goodput else None)
@@ -323,10 +325,10 @@ def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: flo
 
 
 def explore(r: Round) -> Choice | None:
-    """Probe the next allowed k above the deepest observed position for one interval, at most every
+    """Probe the next allowed step count above the deepest observed position for one interval, at most every
     ``explore_every_s``, if optimism (unobserved positions at their upper bound) says it could pay."""
     acc, cur, state = r.acc, r.cur, r.state
-    above = [k for k in r.allowed if k > max(cur, acc.observed)]
+    above = [steps for steps in r.allowed if steps > max(cur, acc.observed)]
     if not above or r.now - state.last_probe < r.cfg.explore_every_s or r.cooling(1):
         return None
     nxt = above[0]
@@ -343,6 +345,6 @@ def explore(r: Round) -> Choice | None:
 def hold(r: Round, best: int, gain: float, doubt: float) -> Choice:
     cur = r.cur
     if best != cur:
-        return Choice(cur, "hold", f"k={best} predicted {gain:+.1%} <= hysteresis {r.cfg.hysteresis:.0%}"
+        return Choice(cur, "hold", f"steps={best} predicted {gain:+.1%} <= hysteresis {r.cfg.hysteresis:.0%}"
                       + (f" + cost doubt {doubt:.1%}" if doubt else ""), gain, r.g)
-    return Choice(cur, "hold", f"k={cur} is the model's best", 0.0, r.g)
+    return Choice(cur, "hold", f"steps={cur} is the model's best", 0.0, r.g)

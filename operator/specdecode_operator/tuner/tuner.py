@@ -49,7 +49,7 @@ class TunerConfig:
     restart_s: float = 300.0  # Rollout: tokens lost to a restart = tokens/s x this
     rollout_cooldown_s: float = 1800.0  # Rollout: the horizon a change must pay back over
     history_limit: int = 50
-    stale_acceptance_s: float = 600.0  # a bucket at k=0 re-probes k>0 when its acceptance is older than this
+    stale_acceptance_s: float = 600.0  # a bucket at steps=0 re-probes steps>0 when its acceptance is older than this
 
     @classmethod
     def from_autotune(
@@ -180,7 +180,8 @@ class Tuner:
             if not self.refine:
                 return cost, PHASE_AVERAGES
             # Phase averages split the cycle by where the host spent its time, which under an overlapping scheduler
-            # is not where the GPU did: only their total at the running k is trusted (a wide prior on the parts).
+            # is not where the GPU did: only their total at the running step count is trusted (a wide prior on the
+            # parts).
             return self.refiners.setdefault(label, CostRefiner()).refine(cost, PRIOR_SD_PHASE_AVERAGES), PHASE_AVERAGES
         if not self.refine:
             return base, source
@@ -195,7 +196,7 @@ class Tuner:
 
     def _learn_costs(self, snapshots: list, report: ObserveReport) -> None:
         """The pods' probes (re-fitted when a pod's probe changes: a restarted pod measures again) and this
-        interval's mean cycle time per bucket at the k that ran."""
+        interval's mean cycle time per bucket at the step count that ran."""
         changed = False
         self._restarted = set(report.resets)
         for snap in snapshots:
@@ -209,11 +210,11 @@ class Tuner:
             d = self.estimator.last_interval.get(label)
             if d is None or d.cycles <= 0 or d.busy_s <= 0:
                 continue
-            kbar = d.draft_steps / d.cycles
-            if kbar > 0 and not d.steps:
-                continue  # switched to k=0 within the interval: the share of drafting cycles is unknown
-            frac = min(1.0, kbar / d.steps) if d.steps else 0.0
-            self.refiners.setdefault(label, CostRefiner()).add(d.requests / d.cycles, kbar, frac,
+            mean_steps = d.draft_steps / d.cycles
+            if mean_steps > 0 and not d.steps:
+                continue  # switched to steps=0 within the interval: the share of drafting cycles is unknown
+            frac = min(1.0, mean_steps / d.steps) if d.steps else 0.0
+            self.refiners.setdefault(label, CostRefiner()).add(d.requests / d.cycles, mean_steps, frac,
                                                                 1000.0 * d.busy_s / d.cycles, d.cycles)
 
     def table(self) -> list[tuple[int, int]]:
@@ -221,8 +222,8 @@ class Tuner:
             return [(1, self.rollout_steps)]
         return [(lo, self.states[label].steps) for label, lo in self.labels.items()]
 
-    def _acceptance(self, label: str, now: float, max_k: int) -> Acceptance:
-        acc = self.estimator.acceptance(label, max_k)
+    def _acceptance(self, label: str, now: float, positions: int) -> Acceptance:
+        acc = self.estimator.acceptance(label, positions)
         if acc.observed > 0:
             self.remembered[label] = (acc, now)
             return acc
@@ -246,14 +247,14 @@ class Tuner:
         before = self.table()
         reports: dict[str, BucketReport] = {}
         new_history: list[HistoryEntry] = []
-        max_k = max(cfg.policy.allowed() or [0]) + 1
+        positions = max(cfg.policy.allowed() or [0]) + 1
         recommended: dict[str, int] = {}
         if report.usable:
-            aggregates = self._aggregates(now, max_k, report)
+            aggregates = self._aggregates(now, positions, report)
             for label, lo in self.labels.items():
                 if label not in self.estimator.windows:
                     continue
-                rep = self._decide_bucket(label, lo, now, max_k, report, aggregates.get(label))
+                rep = self._decide_bucket(label, lo, now, positions, report, aggregates.get(label))
                 if rep is None:
                     continue
                 reports[label] = rep
@@ -300,10 +301,10 @@ class Tuner:
             recommended_table=rec_table,
         )
 
-    def _aggregates(self, now: float, max_k: int, report: ObserveReport) -> dict[str, Aggregate]:
-        """Deployment tokens/s of decode time at every bucket's current k (the model's prediction, weighted by the
-        cycles each bucket ran this interval) and each bucket's share of the time: the policy then picks the k that
-        maximises the deployment's throughput, not each bucket's own (see policy.Aggregate)."""
+    def _aggregates(self, now: float, positions: int, report: ObserveReport) -> dict[str, Aggregate]:
+        """Deployment tokens/s of decode time at every bucket's current step count (the model's prediction, weighted by
+        the cycles each bucket ran this interval) and each bucket's share of the time: the policy then picks the step
+        count that maximises the deployment's throughput, not each bucket's own (see policy.Aggregate)."""
         if self.config.policy.objective != "Throughput" or len(self.labels) < 2:
             return {}
         est = self.estimator
@@ -315,10 +316,10 @@ class Tuner:
             cost, _ = self.cost(label)
             if batch is None or cost is None:
                 continue
-            k = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
-            acc = self._acceptance(label, now, max_k)
-            tok = batch * (expected_tokens(acc.alphas, k) if k > 0 else 1.0)
-            parts[label] = (n, tok, cost.cycle_ms(k, batch) / 1000.0)
+            steps = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
+            acc = self._acceptance(label, now, positions)
+            tok = batch * (expected_tokens(acc.alphas, steps) if steps > 0 else 1.0)
+            parts[label] = (n, tok, cost.cycle_ms(steps, batch) / 1000.0)
         time_total = sum(n * sec for n, _, sec in parts.values())
         if time_total <= 0:
             return {}
@@ -327,7 +328,7 @@ class Tuner:
         # the other buckets' present one, which says nothing about the traffic that will bring it back.
         return {label: Aggregate(rate, n * sec / time_total) for label, (n, _, sec) in parts.items()}
 
-    def _decide_bucket(self, label: str, lo: int, now: float, max_k: int, report: ObserveReport,
+    def _decide_bucket(self, label: str, lo: int, now: float, positions: int, report: ObserveReport,
                        aggregate: Aggregate | None = None) -> BucketReport | None:
         est = self.estimator
         batch = est.batch_mean(label)
@@ -336,7 +337,7 @@ class Tuner:
         cost, source = self.cost(label)
         if cost is None:
             return None
-        acc = self._acceptance(label, now, max_k)
+        acc = self._acceptance(label, now, positions)
         state = self.states[label]
         if self.config.mode == "Rollout":
             state = BucketState(steps=self.rollout_steps)  # per-bucket advice only; the rollout choice is global
@@ -348,13 +349,13 @@ class Tuner:
             measured_cycle_s=est.measured_cycle_s(label),
         )
         if state.steps == 0 and choice.steps == 0 and acc.observed == 0 and choice.kind in ("hold", "wait"):
-            # Nothing is drafted at k=0, so acceptance goes stale; re-probe the smallest k>0 now and then.
+            # Nothing is drafted at steps=0, so acceptance goes stale; re-probe the smallest steps>0 now and then.
             old = self.remembered.get(label)
-            pos = [k for k in self.config.policy.allowed() if k > 0]
+            pos = [steps for steps in self.config.policy.allowed() if steps > 0]
             if pos and (old is None or now - old[1] > self.config.stale_acceptance_s) and now - state.last_probe >= self.config.policy.explore_every_s:
                 state.last_probe = now
                 state.probing_from = 0
-                choice = Choice(pos[0], "explore", "acceptance unknown or stale at k=0: probing one interval")
+                choice = Choice(pos[0], "explore", "acceptance unknown or stale at steps=0: probing one interval")
         return BucketReport(label, lo, state.steps, choice, est.samples(label), batch, acc.alphas, acc.observed, source)
 
     def _rollout(self, now: float, reports: dict[str, BucketReport], history: list, events: list) -> bool:
@@ -363,29 +364,29 @@ class Tuner:
         cfg = self.config
         est = self.estimator
         cur = self.rollout_steps
-        allowed = [k for k in cfg.policy.allowed() if k > 0 or cfg.policy.allow_zero]
+        allowed = [steps for steps in cfg.policy.allowed() if steps > 0 or cfg.policy.allow_zero]
         busy = {label: est.window(label).busy_s for label in reports}
         total_busy = sum(busy.values()) or 1.0
         score = {}
-        for k in allowed:
+        for steps in allowed:
             s = 0.0
             for label, rep in reports.items():
                 acc = self._acceptance(label, now, max(allowed) + 1)
-                if k > acc.observed + 1 and k > cur:
+                if steps > acc.observed + 1 and steps > cur:
                     s = -math.inf  # censored: never roll pods onto an unobserved depth
                     break
                 cost, _ = self.cost(label)
                 g_cur = goodput(acc.alphas, cost, cur, rep.batch)
-                s += busy[label] / total_busy * goodput(acc.alphas, cost, k, rep.batch) / g_cur
-            score[k] = s
-        best = max(score, key=lambda k: (score[k], -k))
+                s += busy[label] / total_busy * goodput(acc.alphas, cost, steps, rep.batch) / g_cur
+            score[steps] = s
+        best = max(score, key=lambda steps: (score[steps], -steps))
         gain = score[best] - 1.0
         if best == cur or gain <= cfg.policy.hysteresis or any(r.samples < cfg.policy.min_samples for r in reports.values()):
             return False
         if now - self.rollout_last_change < cfg.rollout_cooldown_s:
             return False
         if gain * cfg.rollout_cooldown_s <= cfg.restart_s:
-            events.append(Event("Normal", "RolloutSkipped", f"k={best} predicted {gain:+.1%}, which over "
+            events.append(Event("Normal", "RolloutSkipped", f"steps={best} predicted {gain:+.1%}, which over "
                                 f"{cfg.rollout_cooldown_s:.0f}s does not repay a {cfg.restart_s:.0f}s restart"))
             return False
         history.append(HistoryEntry(time=iso(now), bucket="all", fromSteps=cur, toSteps=best,
@@ -406,11 +407,11 @@ class Tuner:
             cost, source = self.cost(label)
             if batch is None or cost is None or source == "None":
                 continue
-            k = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
+            steps = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
             ref = self.refiners.get(label)
             out.append(CostProfileEntry(
                 bucket=label, source=source, batch=round(batch, 2),
-                plainCycleMs=round(cost.cycle_ms(0, batch), 4), cycleMs=round(cost.cycle_ms(k, batch), 4),
+                plainCycleMs=round(cost.cycle_ms(0, batch), 4), cycleMs=round(cost.cycle_ms(steps, batch), 4),
                 stepMs=round(cost.cycle_ms(2, batch) - cost.cycle_ms(1, batch), 4),
                 observedSteps=ref.steps_seen() if ref is not None and source in (REFINED, OVERRIDE) else None,
             ))
