@@ -76,7 +76,9 @@ def _operator_args(*flags: str) -> argparse.Namespace:
 def test_liveness_overrides_are_honoured(flags, endpoint, monkeypatch):
     from specdecode_operator.cli.operator import config_from_args
 
-    for var in [v for v in __import__("os").environ if v.startswith("SPECDECODE_")]:
+    import os
+
+    for var in [v for v in os.environ if v.startswith("SPECDECODE_")]:
         monkeypatch.delenv(var)
     assert config_from_args(_operator_args(*flags)).liveness_endpoint == endpoint
 

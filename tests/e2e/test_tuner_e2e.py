@@ -10,6 +10,7 @@ the simulated clock agree. Every number here is simulated.
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 import threading
 import time
@@ -358,7 +359,7 @@ class _FakePrometheus:
                 query = parse_qs(urlparse(self.path).query)["query"][0]
                 outer.queries.append(query)
                 body = {"status": "success", "data": {"resultType": "vector", "result": series(query.split("{")[0])}}
-                data = __import__("json").dumps(body).encode()
+                data = json.dumps(body).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
