@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdecode_runtime.contract.derived import draft_tokens_per_cycle
+
 INSTALL_HINT = (
     "SGLang's AdaptiveController could not be imported. Install the wheel without its GPU stack into the venv:\n"
     "  .venv/bin/python -m pip install --no-deps sglang==0.5.23 orjson psutil triton\n"
@@ -71,7 +73,8 @@ class SglangAdaptive:
         self.worker = _SimWorker(initial_steps, SpecRuntimeState)
         self.params = AdaptiveSpeculativeParams(initial_steps=initial_steps, cfg_path=cfg_path)
         self.controller = AdaptiveController(self.worker, self.params)
-        self.controller.register(self.worker.build_adaptive_runtime_state(initial_steps, initial_steps + 1))
+        num_draft_tokens = draft_tokens_per_cycle(initial_steps, eagle_top_k=1)  # adaptive mode: top-k 1 only
+        self.controller.register(self.worker.build_adaptive_runtime_state(initial_steps, num_draft_tokens))
         self.controller.init_states(cuda_graph_bs=spec_cuda_graph_bs(max_bs))
         self.max_bs = max_bs
         self.changes = 0

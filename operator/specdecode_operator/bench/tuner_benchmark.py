@@ -1,6 +1,6 @@
-"""The step-tuner benchmark behind ``specdecode bench tuner``: our tuner against no speculation, every static k, the per-phase oracle and SGLang's
-own adaptive controller (its default candidate list, and candidates 0..7), all in the in-process simulator (every
-number it prints is simulated).
+"""The step-tuner benchmark behind ``specdecode bench tuner``: our tuner against no speculation, every static step
+count, the per-phase oracle and SGLang's own adaptive controller (its default candidate list, and candidates 0..7),
+all in the in-process simulator (every number it prints is simulated).
 
 Each policy runs the same scenario with the same seed (common random numbers), so ratios compare controllers, not
 luck. Ours is driven the way the operator drives it: the metrics text is scraped every ``intervalSeconds`` of
@@ -44,9 +44,9 @@ def _finish(engine: SimEngine, duration: float, step: float | None = None) -> fl
     return engine.tokens_total / engine.now
 
 
-def run_static(sc: Scenario, k: int, seed: int | None) -> float:
+def run_static(sc: Scenario, steps: int, seed: int | None) -> float:
     eng = SimEngine(sc, seed=seed)
-    eng.set_step_table([(1, k)])
+    eng.set_step_table([(1, steps)])
     return _finish(eng, sc.duration)
 
 
@@ -55,13 +55,13 @@ def bucket_mix(phase, lo: int, hi: int | None) -> list[tuple[int, float]]:
     return [(b, p) for b, p in zip(sizes, probs) if b >= lo and (hi is None or b <= hi)]
 
 
-def oracle_table(sc: Scenario, phase, ks: Sequence[int]) -> list[tuple[int, int]]:
+def oracle_table(sc: Scenario, phase, candidates: Sequence[int]) -> list[tuple[int, int]]:
     """The best table for one phase from the scenario's true acceptance and costs.
 
     The simulator draws a batch size per cycle, so the phase's throughput is sum(p_b tokens_b) / sum(p_b time_b)
     over all batch sizes: buckets are coupled through the shared denominator. Dinkelbach's iteration maximises that
-    ratio exactly: with R the current ratio, each bucket independently takes the k maximising
-    sum(p_b (tokens_b(k) - R time_b(k))); repeat until R stops rising."""
+    ratio exactly: with R the current ratio, each bucket independently takes the step count maximising
+    sum(p_b (tokens_b(steps) - R time_b(steps))); repeat until R stops rising."""
     cost = sc.cycle_cost()
     bounds = sc.buckets
     groups = []
@@ -69,9 +69,9 @@ def oracle_table(sc: Scenario, phase, ks: Sequence[int]) -> list[tuple[int, int]
         hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else None
         groups.append((lo, bucket_mix(phase, lo, hi)))
 
-    def tok_time(k: int, mix) -> tuple[float, float]:
-        toks = sum(p * b * (expected_tokens(phase.acceptance, k) if k else 1.0) for b, p in mix)
-        return toks, sum(p * cost.cycle_ms(k, b) for b, p in mix)
+    def tok_time(steps: int, mix) -> tuple[float, float]:
+        toks = sum(p * b * (expected_tokens(phase.acceptance, steps) if steps else 1.0) for b, p in mix)
+        return toks, sum(p * cost.cycle_ms(steps, b) for b, p in mix)
 
     choice = {lo: 0 for lo, _ in groups}
     ratio = -1.0
@@ -83,23 +83,24 @@ def oracle_table(sc: Scenario, phase, ks: Sequence[int]) -> list[tuple[int, int]
         ratio = new_ratio
         for lo, mix in groups:
             if mix:
-                choice[lo] = max(ks, key=lambda k: (lambda t, d: (t - ratio * d, -k))(*tok_time(k, mix)))
+                choice[lo] = max(candidates,
+                                 key=lambda steps: (lambda t, d: (t - ratio * d, -steps))(*tok_time(steps, mix)))
     return [(lo, choice[lo]) for lo, _ in groups]
 
 
-def run_oracle(sc: Scenario, ks: Sequence[int], seed: int | None) -> float:
+def run_oracle(sc: Scenario, candidates: Sequence[int], seed: int | None) -> float:
     eng = SimEngine(sc, seed=seed)
     end = 0.0
     for phase in sc.phases:
         end += phase.seconds
-        eng.set_step_table(oracle_table(sc, phase, ks))
+        eng.set_step_table(oracle_table(sc, phase, candidates))
         eng.advance(max(end - eng.now, 0.0))
     return eng.tokens_total / eng.now
 
 
 def open_candidates_config(max_steps: int) -> dict:
     """SGLang's shipped adaptive config with every batch slot's candidates opened to 0..max_steps (its default
-    offers odd k only at batch 1 and no speculation at batch >= 64); thresholds unchanged."""
+    offers odd step counts only at batch 1 and no speculation at batch >= 64); thresholds unchanged."""
     from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
 
     return {bs: {**entry, "candidate_steps": list(range(0, max_steps + 1))} for bs, entry in DEFAULT_ADAPTIVE_CONFIG.items()}
@@ -123,7 +124,7 @@ def run_sglang(sc: Scenario, seed: int | None, initial_steps: int, cfg: dict | N
 
 
 def rendered_candidates(min_steps: int, max_steps: int, initial: int) -> list[int]:
-    """What the runtime captures by default: k = 0 plus config.candidate_steps (at most 4 values in bounds)."""
+    """What the runtime captures by default: steps = 0 plus config.candidate_steps (at most 4 values in bounds)."""
     return [0, *candidate_steps(min_steps, max_steps, initial)]
 
 
@@ -169,12 +170,12 @@ def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_ste
 
 
 def bench_scenario(sc: Scenario, args) -> dict:
-    ks = list(range(0, args.max_steps + 1))
-    static = {k: run_static(sc, k, args.seed) for k in range(1, args.max_steps + 1)}
+    candidates = list(range(0, args.max_steps + 1))
+    static = {steps: run_static(sc, steps, args.seed) for steps in range(1, args.max_steps + 1)}
     none = run_static(sc, 0, args.seed)
-    best_k = max(static, key=static.get)
-    best_static = max(static[best_k], none)
-    oracle = run_oracle(sc, ks, args.seed)
+    best_static_steps = max(static, key=static.get)
+    best_static = max(static[best_static_steps], none)
+    oracle = run_oracle(sc, candidates, args.seed)
     sglang, sglang_changes = run_sglang(sc, args.seed, args.initial_steps)
     sglang07, _ = run_sglang(sc, args.seed, args.initial_steps, open_candidates_config(args.max_steps))
     known = dict(profile=args.profile, probe_bias=args.probe_bias, probe_noise=args.probe_noise)
@@ -189,9 +190,9 @@ def bench_scenario(sc: Scenario, args) -> dict:
         "duration_s": sc.duration,
         "tokens_per_s": {
             "none": none,
-            "static": {str(k): v for k, v in static.items()},
+            "static": {str(steps): v for steps, v in static.items()},
             "best_static": best_static,
-            "best_static_k": best_k if static[best_k] >= none else 0,
+            "best_static_k": best_static_steps if static[best_static_steps] >= none else 0,
             "oracle": oracle,
             "sglang_adaptive": sglang,
             "sglang_adaptive_0to7": sglang07,

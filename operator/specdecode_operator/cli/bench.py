@@ -1,5 +1,5 @@
-"""``specdecode bench tuner``: the step tuner against no speculation, every static k, the per-phase oracle and SGLang's
-own adaptive controller, on the in-process simulator (every number printed is simulated; the harness and what each
+"""``specdecode bench tuner``: the step tuner against no speculation, every static step count, the per-phase oracle
+and SGLang's own adaptive controller, on the in-process simulator (every number printed is simulated; the harness and what each
 policy is given are described in :mod:`specdecode_operator.bench.tuner_benchmark`)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
     p = subparsers.add_parser(name, help=help_text)
     sub = p.add_subparsers(dest="bench", metavar="BENCHMARK")
     sub.required = True
-    tuner = sub.add_parser("tuner", help="benchmark the step tuner against static k, the oracle and SGLang "
+    tuner = sub.add_parser("tuner", help="benchmark the step tuner against static step counts, the oracle and SGLang "
                            "adaptive (simulated)", description=__doc__.splitlines()[0].replace("``", ""))
     add_tuner_arguments(tuner)
     tuner.set_defaults(func=run_tuner)
@@ -46,10 +46,10 @@ def add_tuner_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"relative noise per probe sample (default {DEFAULT_NOISE})")
     p.add_argument("--no-rollout", action="store_true", help="skip the Rollout-mode run (faster)")
     p.add_argument("--min-steps", type=int, default=1)
-    p.add_argument("--max-steps", type=int, default=7, help="largest static k and oracle k (default 7)")
+    p.add_argument("--max-steps", type=int, default=7, help="largest static and oracle step count (default 7)")
     p.add_argument("--initial-steps", type=int, default=3, help="starting numSteps for ours and SGLang (default 3)")
     p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
-    p.add_argument("--candidates", type=_candidates, default=None, metavar="K,K,...|all",
+    p.add_argument("--candidates", type=_candidates, default=None, metavar="STEPS,...|all",
                    help="step counts the runtime has captured for our tuner (default: 0 plus "
                    "config.candidate_steps(min, max, initial), at most 4 values in bounds, as rendered); "
                    "'all' = 0..max-steps")
@@ -59,12 +59,12 @@ def _candidates(text: str) -> list[int] | str:
     if text == "all":
         return "all"
     try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+        candidates = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers or 'all', got {text!r}") from None
-    if not ks or any(k < 0 or k > MAX_STEPS for k in ks):
+    if not candidates or any(steps < 0 or steps > MAX_STEPS for steps in candidates):
         raise argparse.ArgumentTypeError(f"candidates must be integers within 0..{MAX_STEPS}, got {text!r}")
-    return ks
+    return candidates
 
 
 def check_settings(args: argparse.Namespace) -> None:

@@ -55,9 +55,9 @@ def run(args) -> int:
             print(f"specdecode plan: warning: scenario {sc.name!r} does not state its interconnect; assuming it "
                   f"matches spec.placement.interconnect ({sdd.spec.placement.interconnect})", file=sys.stderr)
         at = sdd.spec.speculative.autotune
-        steps = [0, *range(at.minSteps, at.maxSteps + 1)]
+        candidate_steps = [0, *range(at.minSteps, at.maxSteps + 1)]
         try:
-            p = plan(sc, steps, target_tp=sdd.spec.target.tensorParallelSize,
+            p = plan(sc, candidate_steps, target_tp=sdd.spec.target.tensorParallelSize,
                      current_tp=sdd.spec.draft.tensorParallelSize)
         except ValueError as exc:
             raise UsageError(f"{name}: {exc}") from None
@@ -72,7 +72,8 @@ def run(args) -> int:
     inputs = {path: {"kind": p.kind, "how": p.how} for path, p in sc.provenance.items()}
     if args.json:
         out = [{"simulated": True, "scenario": sc.name, "name": sdd.metadata.name, "inputs": inputs,
-                "tokens_per_s": {str(n): {str(k): v for k, v in row.items()} for n, row in p.tokens_per_s.items()},
+                "tokens_per_s": {str(n): {str(steps): v for steps, v in row.items()}
+                                 for n, row in p.tokens_per_s.items()},
                 "recommendation": p.recommendation.model_dump()} for sdd, p in results]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return 0
