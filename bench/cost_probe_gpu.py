@@ -103,7 +103,7 @@ def main(argv=None) -> int:
           f"max {100 * out['max_relative_spread']:.2f} %")
     for r in rows:
         if r["bucket"] in ("1", "8-31"):
-            print(f"  {r['bucket']:>5} b{r['batch']:<3} {r['stage']:<12} k={r['steps']} {r['median_ms']:.4f} ms "
+            print(f"  {r['bucket']:>5} b{r['batch']:<3} {r['stage']:<12} steps={r['steps']} {r['median_ms']:.4f} ms "
                   f"spread {100 * r['spread']:.2f} %")
     return 0
 

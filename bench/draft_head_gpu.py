@@ -17,7 +17,7 @@ Measured, each with CUDA graphs (one graph per batch size, captured once, replay
 
 * ``draft_step``: one autoregressive draft step (1 token per sequence): embed, norms, qkv, rotary, attention over
   the cache, o, MLP, lm_head, argmax, KV write. Median over ``--iters`` replays.
-* ``draft_extend``: the draft extend after a verify, ``k+1`` tokens per sequence (``--extend-tokens``, default 4),
+* ``draft_extend``: the draft extend after a verify, ``steps + 1`` tokens per sequence (``--extend-tokens``, default 4),
   including the fc fusion of 3H target hidden states.
 * ``pack``: packing the proposals ``[bs, steps]`` into the broadcast buffer (``draft_group.ProposalLayout``).
 * ``bcast``: ``ProposalBroadcaster.broadcast`` on a one-rank NCCL group. With one GPU this measures only the

@@ -1,9 +1,9 @@
 """Writes bench/scenarios/unseen/*.yaml: the tuner benchmark's held-out scenarios (simulated).
 
 They stress what the shipped scenarios do not: batch ramps up and down through mixed batch distributions, a PCIe
-box whose best k moves between phases, acceptance that flips faster than the tuning interval, and noisy acceptance
-that jumps between regimes at irregular times. Random draws come from fixed numpy seeds, so the files are
-reproducible; the per-phase optimum of each phase (k = 1..6 across the set) is printed with
+box whose best step count moves between phases, acceptance that flips faster than the tuning interval, and noisy
+acceptance that jumps between regimes at irregular times. Random draws come from fixed numpy seeds, so the files are
+reproducible; the per-phase optimum of each phase (1..6 steps across the set) is printed with
 ``python bench/make_unseen_scenarios.py --check``.
 
     python bench/make_unseen_scenarios.py            # (re)write the files
@@ -54,7 +54,7 @@ def scenarios() -> dict[str, dict]:
         "seed": 101,
     }
     # 2. PCIe box, draft on rank 0: the workload moves between chat, code, summarisation and agentic tool calls;
-    # the best k moves with it.
+    # the best step count moves with it.
     regimes = [("chat", chain(0.62, 0.95)), ("code", chain(0.9, 0.98)), ("summarise", chain(0.42, 0.9)),
                ("agent", chain(0.78, 0.96)), ("chat-b4", chain(0.62, 0.95)), ("code-b2", chain(0.9, 0.98))]
     batches = [{1: 1.0}, {1: 1.0}, {1: 0.7, 2: 0.3}, {1: 0.5, 2: 0.5}, {4: 1.0}, {2: 1.0}]
@@ -152,10 +152,10 @@ def main(argv=None) -> int:
 
         for name, doc in docs.items():
             sc = parse_scenario(doc, name)
-            ks = sorted({k for ph in sc.phases for lo, k in oracle_table(sc, ph, range(8))
-                         if any(lo <= b < (sc.buckets + [10**9])[sc.buckets.index(lo) + 1]
-                                for b in ph.batch_distribution()[0])})
-            print(f"{name}: per-phase optimal k in use {ks}")
+            optimal_steps = sorted({steps for ph in sc.phases for lo, steps in oracle_table(sc, ph, range(8))
+                                    if any(lo <= b < (sc.buckets + [10**9])[sc.buckets.index(lo) + 1]
+                                           for b in ph.batch_distribution()[0])})
+            print(f"{name}: per-phase optimal step counts in use {optimal_steps}")
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
     for name, doc in docs.items():

@@ -13,7 +13,7 @@ What runs (one process per GPU, world size N = GPUs; gloo + CPU with ``--cpu`` f
    the all-gather of the vocab-sharded logits, as SGLang's LogitsProcessor does; also a variant with the
    vocab-parallel embedding's all-reduce, SGLang's ``VocabParallelEmbedding``), vs the draft on S = {0} (and on
    S of size d for every d < N dividing N) plus one ``ProposalBroadcaster.broadcast`` of the packed proposals.
-2. **Full cycle** for k = 1..7: draft extend (k+1 tokens/seq, with EAGLE-3's fc fusion) + k draft steps
+2. **Full cycle** for steps = 1..7: draft extend (steps+1 tokens/seq, with EAGLE-3's fc fusion) + the draft steps
    (+ the broadcast when split) + a target-like verify stand-in: a stack of TP-sharded dense layers with 2
    all-reduces each (no attention compute), its depth calibrated so one decode step (batch 1, 1 token) takes the
    scenario's ``verify.base + verify.perToken`` (read from ``bench/scenarios/h200-nvlink.yaml``).
@@ -79,7 +79,7 @@ PROFILES = {
 }
 PROFILE_RUNTIME_NAME = {"nvlink": "NVLink", "pcie-emulated": "PCIe"}
 AR_SIZES = [4096, 16384, 65536, 262144, 1048576]
-K_ORDER = [1, 3, 5, 7, 2, 4, 6]  # if the deadline cuts part 2, whole k values go, every batch size stays
+STEPS_ORDER = [1, 3, 5, 7, 2, 4, 6]  # if the deadline cuts part 2, whole step counts go, every batch size stays
 
 
 @dataclass(frozen=True)
@@ -438,15 +438,15 @@ def _worker(rank: int, cfg: dict) -> None:
             row[f"split{d}_step"] = stats(ctx.timed(g, reps, samples, active=m is not None))
             del g
             bc = bcasters[d]
-            for k in sorted({1, 3, max(cfg["ks"])}):
-                bc.set_layout(ProposalLayout(steps=k))
-                props = torch.randint(0, s.draft_vocab, (bs, k), device=device)
+            for steps in sorted({1, 3, max(cfg["ks"])}):
+                bc.set_layout(ProposalLayout(steps=steps))
+                props = torch.randint(0, s.draft_vocab, (bs, steps), device=device)
 
                 def bcast(bc=bc, props=props, lead=dg.is_leader):
                     bc.broadcast(bs, props if lead else None)
 
-                row[f"split{d}_bcast_k{k}"] = stats(ctx.timed(bcast, reps, samples))
-                row[f"split{d}_bcast_k{k}"]["bytes"] = ProposalLayout(steps=k).nbytes(bs)
+                row[f"split{d}_bcast_k{steps}"] = stats(ctx.timed(bcast, reps, samples))
+                row[f"split{d}_bcast_k{steps}"]["bytes"] = ProposalLayout(steps=steps).nbytes(bs)
         part1[bs] = row
         res["draft_step"] = part1
         save()
@@ -473,7 +473,7 @@ def _worker(rank: int, cfg: dict) -> None:
     if layers is not None:
         verify = Verify(s, world, rank, tp_group, layers, device, dtype)
         res["verify_layers"] = layers
-        # plain decode (k = 0) per batch size: the verify stand-in alone on bs tokens
+        # plain decode (steps = 0) per batch size: the verify stand-in alone on bs tokens
         decode: dict = {}
         for bs in batches:
             if not ctx.go(10):
@@ -484,17 +484,17 @@ def _worker(rank: int, cfg: dict) -> None:
             del g
         res["decode"] = decode
         save()
-        for k in cfg["ks"]:
+        for steps in cfg["ks"]:
             for bs in batches:
                 if not ctx.go(15):
                     break
-                q = k + 1
+                q = steps + 1
                 xv = torch.randn(bs, q, s.hidden, device=device).to(dtype)
                 tok_e = torch.randint(0, s.draft_vocab, (bs, q), device=device)
                 hid3 = torch.randn(bs, q, 3 * s.hidden, device=device).to(dtype)
                 tok = torch.randint(0, s.draft_vocab, (bs, 1), device=device)
                 hid = torch.randn(bs, 1, s.hidden, device=device).to(dtype)
-                props = torch.zeros(bs, k, device=device, dtype=torch.int64)
+                props = torch.zeros(bs, steps, device=device, dtype=torch.int64)
                 vtok = torch.zeros(bs, q, device=device, dtype=torch.int64)
 
                 def mk_extend(m):
@@ -520,7 +520,7 @@ def _worker(rank: int, cfg: dict) -> None:
                 row = {}
                 # (a) draft sharded over all N ranks: every rank runs every graph.
                 ge = ctx.graph(mk_extend(full))
-                gs = [ctx.graph(mk_step(full, i)) for i in range(k)]
+                gs = [ctx.graph(mk_step(full, i)) for i in range(steps)]
 
                 def cycle_full():
                     ge()
@@ -533,9 +533,9 @@ def _worker(rank: int, cfg: dict) -> None:
                 # (b) draft on S = {0..d-1} + one proposal broadcast per cycle, for every split size d.
                 for d_split in splits:
                     dg, m, bc = draft_groups[d_split], split_models.get(d_split), bcasters[d_split]
-                    bc.set_layout(ProposalLayout(steps=k))
+                    bc.set_layout(ProposalLayout(steps=steps))
                     ge = ctx.graph(mk_extend(m), active=m is not None)
-                    gs = [ctx.graph(mk_step(m, i), active=m is not None) for i in range(k)]
+                    gs = [ctx.graph(mk_step(m, i), active=m is not None) for i in range(steps)]
 
                     def cycle_split(ge=ge, gs=gs, m=m, bc=bc, lead=dg.is_leader):
                         if m is not None:
@@ -562,7 +562,7 @@ def _worker(rank: int, cfg: dict) -> None:
                     row[f"split{d_split}_nobcast"] = stats(ctx.timed(cycle_nobcast, cfg["cycle_reps"], samples))
                     del ge, gs
                 del gv
-                cycles.setdefault(k, {})[bs] = row
+                cycles.setdefault(steps, {})[bs] = row
                 res["cycles"] = cycles
                 save()
     res["parts_done"].append("cycles")
@@ -774,16 +774,16 @@ def to_markdown(report: dict) -> str:
                       "the broadcast; differences of medians, can be noise-negative).", "",
                       "| k | " + " | ".join(f"bs {b} full | bs {b} S=1 | ratio | bc µs" for b in bss) + " |",
                       "|---:|" + "---:|" * (4 * len(bss))]
-                for k in sorted(cyc, key=int):
+                for steps in sorted(cyc, key=int):
                     cells = []
                     for b in bss:
-                        r = cyc[k].get(str(b)) or cyc[k].get(b) or {}
+                        r = cyc[steps].get(str(b)) or cyc[steps].get(b) or {}
                         fu, sp = r.get("full"), r.get("split1")
                         nb = r.get("split1_nobcast")
                         cells += [f(fu, nd=2), f(sp, nd=2),
                                   f"{sp['median_ms'] / fu['median_ms']:.3f}" if fu and sp else "n/a",
                                   f"{(sp['median_ms'] - nb['median_ms']) * 1e3:.0f}" if sp and nb else "n/a"]
-                    L.append(f"| {k} | " + " | ".join(cells) + " |")
+                    L.append(f"| {steps} | " + " | ".join(cells) + " |")
                 L.append("")
     der = report.get("derived") or {}
     if der:
@@ -835,10 +835,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.ctx:
         shape = replace(shape, ctx=args.ctx)
     vbase, vper = _scenario_verify(Path(args.scenario))
-    ks = [int(k) for k in args.ks.split(",")]
+    step_counts = [int(x) for x in args.ks.split(",")]
     cfg = dict(
         world=world, cpu=args.cpu, shape=asdict(shape), batches=[int(b) for b in args.batches.split(",")],
-        ks=[k for k in K_ORDER if k in ks] + [k for k in ks if k not in K_ORDER], reps=args.reps,
+        ks=[n for n in STEPS_ORDER if n in step_counts] + [n for n in step_counts if n not in STEPS_ORDER],
+        reps=args.reps,
         cycle_reps=args.cycle_reps, samples=args.samples, ar_sizes=AR_SIZES if not args.tiny else AR_SIZES[:2],
         verify_target_ms=vbase + vper * 1, verify_layers=args.verify_layers,
     )

@@ -4,7 +4,7 @@ The TP1 draft step on the PCIe GPU is not measured; bench/scenarios/pcie8-seed.y
 measured on one H200 scaled by the two GPUs' published memory bandwidth (docs/scenarios.md, pcie8-seed calibration).
 This sweeps it from the pure-roofline floor to well above the derived value, keeping everything the seed measured
 (verify, overhead, the fitted TP8 draft cost) fixed, and reports the simulated tokens/s with the draft on rank 0 at
-the best k and what the planner recommends. Every tokens/s printed is simulated.
+the best step count and what the planner recommends. Every tokens/s printed is simulated.
 
     .venv/bin/python bench/pcie_draft_sensitivity.py [--seconds 600] [--out bench/results/pcie_draft_sensitivity.md]
 """
@@ -45,13 +45,13 @@ def run(seconds: float) -> list[dict]:
         sc = parse_scenario(with_compute(base, ms), f"pcie8-seed@{ms}")
         alphas = sc.phases[0].acceptance
         cost1 = cost_for_draft_tp(sc, 1)
-        best_k = max(range(0, 8), key=lambda k: goodput(alphas, cost1, k, 1))
+        best_steps = max(range(0, 8), key=lambda steps: goodput(alphas, cost1, steps, 1))
         eng = SimEngine(sc, draft_tp=1, probe_bias=None)
-        eng.set_step_table([(1, best_k)])
+        eng.set_step_table([(1, best_steps)])
         eng.advance(seconds)
         plan = planner.plan(sc, list(range(0, 8)), target_tp=8, current_tp=8, alphas=alphas)
         rec = plan.recommendation
-        rows.append({"draft_step_ms": ms, "best_k": best_k, "analytic": goodput(alphas, cost1, best_k, 1),
+        rows.append({"draft_step_ms": ms, "best_steps": best_steps, "analytic": goodput(alphas, cost1, best_steps, 1),
                      "simulated": eng.throughput(), "allreduce8_us": sc.draft_tp.all_reduce_us[8],
                      "plan": f"draft TP {rec.draftTensorParallelSize}, k={rec.numSteps}, "
                              f"{rec.predictedTokensPerSecond:.1f} tok/s"})
@@ -63,7 +63,7 @@ def table(rows: list[dict], seconds: float) -> str:
            f"{'TP1 draft step ms':>17} {'eff. TP8 collective us':>22} {'best k':>6} {'tok/s (analytic)':>16} "
            f"{'tok/s (simulated)':>17}  planner recommends"]
     for r in rows:
-        out.append(f"{r['draft_step_ms']:17.2f} {r['allreduce8_us']:22.1f} {r['best_k']:6d} {r['analytic']:16.1f} "
+        out.append(f"{r['draft_step_ms']:17.2f} {r['allreduce8_us']:22.1f} {r['best_steps']:6d} {r['analytic']:16.1f} "
                    f"{r['simulated']:17.1f}  {r['plan']}")
     return "\n".join(out)
 

@@ -9,7 +9,7 @@ the measurement:
 - the draft step at each layout (predicted ms vs measured median ms);
 - the full cycle, split over sharded (a ratio above 1: the split cycle is slower). The verify pass is taken from
   the run's own plain decode at that batch size, on both sides, so the ratio tests the draft-layout model only;
-- which layout the planner would pick at that (batch, k) and which one the measurement found faster. Differences
+- which layout the planner would pick at that (batch, steps) and which one the measurement found faster. Differences
   smaller than the run's own spread (its p10-p90 ranges overlap) count as a tie, which either choice matches.
 
 Only the planner's inputs come from the scenario file: the measurement is never fed back into the prediction. Note
@@ -35,7 +35,7 @@ from specdecode_runtime.contract.scenario import Scenario, cost_for_draft_tp, lo
 @dataclass
 class Row:
     batch: int
-    k: int
+    steps: int
     d: int
     predicted_ratio: float
     measured_ratio: float
@@ -63,9 +63,9 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _cycle(cost: CycleCost, k: int, batch: int, verify_ms: float) -> float:
+def _cycle(cost: CycleCost, steps: int, batch: int, verify_ms: float) -> float:
     """Cycle time with the verify pass replaced by a measured plain decode (the same on both layouts)."""
-    return cost.cycle_ms(k, batch) - cost.verify_ms(k, batch) + verify_ms
+    return cost.cycle_ms(steps, batch) - cost.verify_ms(steps, batch) + verify_ms
 
 
 def _spread_overlaps(a: dict, b: dict) -> bool:
@@ -95,20 +95,20 @@ def compare(measured: dict, scenario: Scenario, profile: str) -> tuple[list[str]
     lines.append("")
 
     rows: list[Row] = []
-    for k_key, by_batch in sorted(prof["cycles"].items(), key=lambda kv: int(kv[0])):
-        k = int(k_key)
+    for steps_key, by_batch in sorted(prof["cycles"].items(), key=lambda kv: int(kv[0])):
+        steps = int(steps_key)
         for b_key, layouts in sorted(by_batch.items(), key=lambda kv: int(kv[0])):
             b = int(b_key)
             verify = prof["decode"][b_key]["median_ms"]
-            full_pred = _cycle(costs[world], k, b, verify)
+            full_pred = _cycle(costs[world], steps, b, verify)
             for key, stats in layouts.items():
                 if not key.startswith("split") or key.endswith("_nobcast"):
                     continue
                 d = int(key[len("split"):])
-                pred = _cycle(costs[d], k, b, verify) / full_pred
+                pred = _cycle(costs[d], steps, b, verify) / full_pred
                 meas = stats["median_ms"] / layouts["full"]["median_ms"]
                 rows.append(Row(
-                    batch=b, k=k, d=d, predicted_ratio=pred, measured_ratio=meas,
+                    batch=b, steps=steps, d=d, predicted_ratio=pred, measured_ratio=meas,
                     measured_tie=_spread_overlaps(stats, layouts["full"]),
                     planner_pick=f"on {d}" if pred < 1 else "sharded",
                     measured_pick=f"on {d}" if meas < 1 else "sharded"))
@@ -119,7 +119,7 @@ def compare(measured: dict, scenario: Scenario, profile: str) -> tuple[list[str]
     lines.append("|---:|---:|---:|---:|---:|---|---|---|")
     for r in rows:
         faster = "tie (spreads overlap)" if r.measured_tie else r.measured_pick
-        lines.append(f"| {r.batch} | {r.k} | {r.d} | {r.predicted_ratio:.3f} | {r.measured_ratio:.3f} | "
+        lines.append(f"| {r.batch} | {r.steps} | {r.d} | {r.predicted_ratio:.3f} | {r.measured_ratio:.3f} | "
                      f"{r.planner_pick} | {faster} | {'yes' if r.matches else 'NO'} |")
     lines.append("")
     errors = [abs(r.predicted_ratio - r.measured_ratio) for r in rows]

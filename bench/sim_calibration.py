@@ -1,6 +1,7 @@
 """Checks that the seed PCIe scenario reproduces the seed story (all numbers SIMULATED, from one run each):
-no speculation ~90 tok/s, EAGLE-3 k=5 with the draft on all 8 ranks ~71 tok/s at accept length ~2.1 (ratio 0.79),
-the best k with the draft still on TP8 barely above baseline, and the draft on rank 0 with a tuned k above it.
+no speculation ~90 tok/s, EAGLE-3 at 5 steps with the draft on all 8 ranks ~71 tok/s at accept length ~2.1 (ratio 0.79),
+the best step count with the draft still on TP8 barely above baseline, and the draft on rank 0 with a tuned step
+count above it.
 
     .venv/bin/python bench/sim_calibration.py [--scenario bench/scenarios/pcie8-seed.yaml] [--seconds 600]"""
 
@@ -40,11 +41,12 @@ def main() -> int:
     print(f"no speculation: {base:.1f} tok/s")
     for tp in allowed_draft_tps(s) or [None]:
         label = f"draft TP{tp}" if tp else "draft as in cost block"
-        results = {k: run(s, k, args.seconds, tp) for k in range(1, 8)}
-        best = max(results, key=lambda k: results[k].throughput())
-        k5 = results[5]
-        print(f"{label:<24} k=5: {k5.throughput():6.1f} tok/s (x{k5.throughput() / base:.3f} of baseline, "
-              f"accept length {accept_length(k5):.2f}); best k={best}: {results[best].throughput():6.1f} tok/s "
+        results = {steps: run(s, steps, args.seconds, tp) for steps in range(1, 8)}
+        best = max(results, key=lambda steps: results[steps].throughput())
+        at_seed_steps = results[5]
+        print(f"{label:<24} k=5: {at_seed_steps.throughput():6.1f} tok/s (x{at_seed_steps.throughput() / base:.3f} of "
+              f"baseline, accept length {accept_length(at_seed_steps):.2f}); "
+              f"best k={best}: {results[best].throughput():6.1f} tok/s "
               f"(x{results[best].throughput() / base:.3f})")
     return 0
 

@@ -36,7 +36,7 @@ def test_a_measurement_where_split_wins_is_reported_as_a_mismatch():
         layouts["split1"][key] = layouts["full"][key] * 0.8
     _, rows = pvm.compare(measured, load_scenario(SCENARIO), "nvlink")
     bad = [r for r in rows if not r.matches]
-    assert [(r.batch, r.k, r.measured_pick, r.planner_pick) for r in bad] == [(64, 3, "on 1", "sharded")]
+    assert [(r.batch, r.steps, r.measured_pick, r.planner_pick) for r in bad] == [(64, 3, "on 1", "sharded")]
 
 
 def test_cli_exits_2_on_unknown_profile(tmp_path, capsys):
