@@ -24,8 +24,8 @@ def test_demo_runs_the_whole_loop_and_reports_simulated_results(tmp_path):
     rates = summary["tokens_per_s"]
     tuned = rates["tuned, draft on rank 0 (this run)"]
     assert abs(rates["no speculation"] - 90) < 3  # the seed's calibration
-    assert tuned > rates["draft on all 8 ranks, k=5 (the seed)"] > 0
+    assert tuned > rates["draft on all 8 ranks, steps=5 (the seed)"] > 0
     assert tuned > rates["no speculation"]
-    assert tuned >= 0.97 * rates["draft on rank 0, k=3 fixed (untuned)"]
+    assert tuned >= 0.97 * rates["draft on rank 0, steps=3 fixed (untuned)"]
     assert (out / "tokens_and_steps.png").stat().st_size > 10_000
     assert "SIMULATED" in r.stdout and "ConfigMap" in r.stdout and "Deployment" in r.stdout

@@ -44,8 +44,8 @@ def _data(name: str) -> Path:
 
 REFERENCES = (
     ("no speculation", 8, 0),
-    ("draft on all 8 ranks, k=5 (the seed)", 8, 5),
-    ("draft on rank 0, k=3 fixed (untuned)", 1, 3),
+    ("draft on all 8 ranks, steps=5 (the seed)", 8, 5),
+    ("draft on rank 0, steps=3 fixed (untuned)", 1, 3),
 )
 
 
