@@ -245,8 +245,9 @@ def test_rollout_rerenders_steps_when_the_gain_repays_the_restart(tuned):
     cm = wait_for(lambda: (c := cluster.get("v1", "configmaps", "roll-runtime")) and
                   yaml.safe_load(c["data"]["runtime.yaml"])["speculative"]["numSteps"] == tuned_steps and c)
     assert cm["metadata"]["resourceVersion"] != cm0["metadata"]["resourceVersion"]
-    dep = cluster.get(APPS, "deployments", "roll")
-    assert dep["spec"]["template"]["metadata"]["annotations"] != hash0  # new template: the pods roll
+    # new template: the pods roll (the Deployment is applied after the ConfigMap, in the same pass)
+    wait_for(lambda: cluster.get(APPS, "deployments", "roll")["spec"]["template"]["metadata"]["annotations"] != hash0,
+             timeout=10, what="a new pod template")
     wait_for(lambda: kubelet.state.restarts >= 1 and kubelet.engines()[0].table.lookup(1) == tuned_steps,
              timeout=15, what="the simulated pod restarted with the tuned steps")
     history = cluster.get_sdd("roll")["status"]["history"]
