@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import sys
 from typing import Sequence
 
@@ -130,18 +129,14 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     c.add_argument("--apply", action="store_true", help="also apply and remove the patches once")
     c.add_argument("--verbose", "-v", action="store_true", help="show SGLang's import-time warnings")
     c.set_defaults(func=_cmd_check)
-    for name, (module, help_text) in COMMANDS.items():
-        if command in ("*", name):
-            importlib.import_module(module).add_parser(sub)
-        else:
-            sub.add_parser(name, help=help_text, add_help=False)
+    cli_common.add_lazy_commands(sub, COMMANDS, command, lambda module, _name, _help: module.add_parser(sub))
     cli_common.add_completion_command(sub, "specdecode-runtime")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = build_parser("*" if cli_common.completing() else next((a for a in argv if not a.startswith("-")), None))
+    ap = build_parser("*" if cli_common.completing() else cli_common.command_in(argv))
     cli_common.autocomplete(ap)
     ns = ap.parse_args(argv)
     if getattr(ns, "sglang_args", None) and ns.sglang_args[:1] == ["--"]:

@@ -6,6 +6,7 @@ Kept to the standard library at import time: ``--help`` of either command loads 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Callable
@@ -60,6 +61,22 @@ def _print_completion(prog: str, shell: str) -> int:
 
     sys.stdout.write(argcomplete.shellcode([prog], shell=shell))
     return EXIT_OK
+
+
+def command_in(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def add_lazy_commands(subparsers, commands: dict, wanted: str | None, register) -> None:
+    """Declare every command of ``commands`` (name -> (module path, help)) by name, and import only the module of
+    ``wanted`` (``"*"``: all of them) to ``register(module, name, help)`` its arguments: ``--help`` and a single
+    command never pay for the imports of the others."""
+    for name, (module, help_text) in commands.items():
+        if wanted in ("*", name):
+            register(importlib.import_module(module), name, help_text)
+        else:
+            subparsers.add_parser(name, help=help_text, add_help=False)
 
 
 def completing() -> bool:

@@ -11,7 +11,6 @@ unreadable input file) prints one message naming the file, field or flag and exi
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Callable, Iterable
 
@@ -32,11 +31,6 @@ COMMANDS = {
 }
 
 
-def _command_in(argv: list[str]) -> str | None:
-    """The subcommand named on the command line (the first word that is not an option)."""
-    return next((a for a in argv if not a.startswith("-")), None)
-
-
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """The parser; ``command`` names the one command whose module is loaded and whose arguments are declared
     (``"*"``: all of them, for shell completion and tests). The others appear in ``--help`` by name only."""
@@ -44,18 +38,16 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     cli_common.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, (module, help_text) in COMMANDS.items():
-        if command in ("*", name):
-            importlib.import_module(f"{__name__}.{module}").add_parser(sub, name, help_text)
-        else:
-            sub.add_parser(name, help=help_text, add_help=False)
+    cli_common.add_lazy_commands(sub, {name: (f"{__name__}.{module}", help_text)
+                                       for name, (module, help_text) in COMMANDS.items()},
+                                 command, lambda module, name, help_text: module.add_parser(sub, name, help_text))
     cli_common.add_completion_command(sub, "specdecode")
     return parser
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser("*" if cli_common.completing() else _command_in(argv))
+    parser = build_parser("*" if cli_common.completing() else cli_common.command_in(argv))
     cli_common.autocomplete(parser)
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
