@@ -76,10 +76,33 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
         await context.close()  # kopf has stopped the daemons before cleanup
         while endpoints:
             await endpoints.pop().stop()
+        await _release_abandoned_pause_waiters()
 
     @kopf.on.probe(id="reconciles", registry=registry)
     def probe(**_):
         return sum(s.value for m in metrics.reconciles.collect() for s in m.samples if s.name.endswith("_total"))
+
+
+PAUSE_WAITER_PREFIX = "pause-waiter for "  # kopf's name for a watch stream's pause-signal task
+
+
+async def _release_abandoned_pause_waiters() -> None:
+    """Cancel the pause-signal tasks of kopf watch streams that were abandoned mid-stream.
+
+    Why: each kopf watch stream runs a pause-waiter task that the stream's own ``finally`` cancels. A watcher
+    cancelled while it handled an event (not while it waited for the next one) leaves its stream suspended at a
+    ``yield``, and the cancelled tasks keep that stream reachable until kopf's run returns, so nothing closes it:
+    kopf's shutdown then waits its 5 s timeout for the waiter, on every such stop (a pod's SIGTERM included). The
+    cleanup activity runs after every root task, watchers included, has ended, so a waiter still pending here
+    belongs to no live stream: cancel it, as the stream would have."""
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks()
+                 if task is not current and not task.done() and task.get_name().startswith(PAUSE_WAITER_PREFIX)]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        await asyncio.wait(leftovers, timeout=1.0)
+        log.debug("released %d pause waiter(s) of abandoned watch streams", len(leftovers))
 
 
 def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
