@@ -230,11 +230,13 @@ def format_validation_error(err: ValidationError, aliases: dict[str, str] | None
     return sorted(set(lines), key=lines.index)
 
 
-def validate_model(model: type[M], data: Any, source: str, *, what: str) -> M:
-    """``data`` as ``model``, or an :class:`InputError` with one ``field.path: message`` line per problem."""
+def validate_model(model: type[M], data: Any, source: str, *, what: str,
+                   error: type[InputError] = InputError) -> M:
+    """``data`` as ``model``, or ``error`` (an :class:`InputError`) with one ``field.path: message`` line per
+    problem."""
     if not isinstance(data, dict):
-        raise InputError(source, [f"(top level): expected a mapping ({what}), got {_type_name(data)}"])
+        raise error(source, [f"(top level): expected a mapping ({what}), got {_type_name(data)}"])
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise InputError(source, format_validation_error(err)) from None
+        raise error(source, format_validation_error(err)) from None

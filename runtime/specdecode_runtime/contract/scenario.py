@@ -12,14 +12,13 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .goodput import CycleCost
-from .input_files import InputError, format_validation_error, load_single
+from .input_files import InputError, load_single, validate_model
 from .metric_names import DEFAULT_BUCKETS
 
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "parse_scenario", "cost_for_draft_tp", "allowed_draft_tps",
-           "format_validation_error"]
+__all__ = ["Scenario", "ScenarioError", "load_scenario", "parse_scenario", "cost_for_draft_tp", "allowed_draft_tps"]
 
 # Bounds that keep the arithmetic meaningful: a cost above a minute per forward, a phase longer than a year or a
 # batch above a million sequences describes no real box, and would overflow the simulator's counters.
@@ -290,12 +289,7 @@ def cost_for_draft_tp(scenario: Scenario, n: int) -> CycleCost:
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
-    if not isinstance(data, dict):
-        raise ScenarioError(source, [f"(top level): expected a mapping, got {type(data).__name__}"])
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as err:
-        raise ScenarioError(source, format_validation_error(err)) from None
+    return validate_model(Scenario, data, source, what="scenario", error=ScenarioError)
 
 
 def load_scenario(path: str | Path) -> Scenario:
