@@ -188,6 +188,27 @@ def test_foreign_object_with_our_name_is_left_alone_and_reported(cluster):
     assert cluster.get(APPS, "deployments", "llama") is not None  # the rest is still rendered
 
 
+def test_a_foreign_control_secret_is_left_alone_and_ours_follows_once_it_is_gone(emulator_factory, monkeypatch):
+    """The control-token Secret is not watched, so it is re-read every SECRET_RECHECK_SECONDS: a name collision
+    found there must be looked at again then, not remembered for as long as passes keep coming."""
+    from specdecode_operator.reconcile import reconciler
+
+    monkeypatch.setattr(reconciler, "SECRET_RECHECK_SECONDS", 1.0)  # passes run every 0.3 s (resync)
+    cluster = emulator_factory()
+    cluster.create("v1", "secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llama-control-token"},
+                                     "stringData": {"token": "someone else's"}})
+    cluster.create_sdd(sdd())
+    cond = wait_for(lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") == "NameCollision"
+                    and condition(cluster.get_sdd("llama"), "Degraded"))
+    assert "Secret/llama-control-token" in cond["message"]
+    assert "ownerReferences" not in cluster.get("v1", "secrets", "llama-control-token")["metadata"]
+    cluster.delete("v1", "secrets", "llama-control-token")
+    wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"), timeout=10,
+             what="the operator's own control-token Secret after the foreign one was deleted")
+    wait_for(lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") != "NameCollision",
+             what="the collision cleared")
+
+
 def test_conflict_and_server_error_storms_converge(emulated):
     cluster = emulated
     em = cluster.emulator

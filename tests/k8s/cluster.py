@@ -189,6 +189,9 @@ class Cluster:
     def create(self, api_version: str, plural: str, body: dict) -> dict:
         return self.call("POST", resource_path(api_version, plural, self.namespace), body)
 
+    def delete(self, api_version: str, plural: str, name: str) -> None:
+        self.call("DELETE", resource_path(api_version, plural, self.namespace, name))
+
     def scale(self, name: str, replicas: int) -> dict:
         return self.call("PATCH", self.sdd_path(name, "scale"), {"spec": {"replicas": replicas}},
                          content_type="application/merge-patch+json")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .. import control_token
@@ -178,106 +179,152 @@ class Reconciler:
         return found
 
     async def _sync_children(self, body: dict, sdd, state, live: dict, obs: conditions.Observation) -> None:
-        md = body["metadata"]
-        ns, name, uid = md["namespace"], md["name"], md["uid"]
+        """Stages: the control-token Secret, every desired child (concurrently), the pass's Events, then the owned
+        children the render dropped (after their replacements are applied)."""
         rendered, full = self._desired(body, sdd, state)
-        secret_key = ("v1", "Secret", names.control_secret(name))
-        rendered_secret: list[dict] = []
-        known: dict = {}
-        checked = state.secret_checked
-        if checked is None or time.monotonic() - checked[0] >= SECRET_RECHECK_SECONDS:
-            try:
-                secret_live = await self._resolve(state, secret_key, "secrets", ns, live)
-            except ApiError as e:
-                if e.status != 403:
-                    raise
-                state.secret_checked = (time.monotonic(), "forbidden")
-                events.once(state, body, "ControlTokenUnavailable",
-                            f"Secret {secret_key[2]} cannot be managed in namespace {ns} ({e.message}); Live step "
-                            "control needs the operator's control-token Role here (chart value "
-                            "rbac.controlTokenNamespaces)")
-            else:
-                events.forget(state, "ControlTokenUnavailable")
-                if secret_live is not None and not children.is_ours(secret_live, uid):
-                    obs.collisions.append(f"Secret/{secret_key[2]}")
-                else:
-                    rendered_secret = [children.with_owner(
-                        control_token.control_secret(name, ns, children.expand(secret_live)), body)]
-                    if secret_live is not None:
-                        known[secret_key] = secret_live
-        elif checked[1] == "collision":
-            obs.collisions.append(f"Secret/{secret_key[2]}")
-        desired = [*rendered, *rendered_secret]
-        created: list[str] = []
+        p = _Pass(body, state, live, obs)
+        secret = await self._control_secret(p)
+        desired = [*rendered, *secret]
+        await asyncio.gather(*(self._sync_child(p, child, full) for child in desired))
+        if secret:
+            state.secret_checked = (time.monotonic(), "ok")
+        self._report_pass(p)
+        await self._delete_stale(p, {children.key_of(c) for c in desired})
 
-        async def sync(child: dict):
-            key = children.key_of(child)
-            kind = key[1]
-            plural = children.PLURALS[(key[0], kind)]
-            current = known[key] if key in known else await self._resolve(state, key, plural, ns, live)
-            if current is not None and not children.is_ours(current, uid):
-                obs.collisions.append(f"{kind}/{key[2]}")
-                return
-            if self._unchanged_since_checked(state, key, child, current):
-                if kind in WORKLOAD_KINDS:
-                    obs.workload = current
-                return
+    async def _control_secret(self, p: "_Pass") -> list[dict]:
+        """The control-token Secret to apply this pass: [] unless it was read now and is ours or missing.
+
+        It is not watched (Secret access is per namespace), so it is read at most every SECRET_RECHECK_SECONDS; a
+        refusal (403) becomes one ControlTokenUnavailable Event, a foreign Secret of that name a collision, and both
+        are looked at again at the next read."""
+        key = ("v1", "Secret", names.control_secret(p.name))
+        checked = p.state.secret_checked
+        if checked is not None and time.monotonic() - checked[0] < SECRET_RECHECK_SECONDS:
+            if checked[1] == "collision":
+                p.obs.collisions.append(f"Secret/{key[2]}")
+            return []
+        try:
+            secret_live = await self._resolve(p.state, key, "secrets", p.ns, p.live)
+        except ApiError as e:
+            if e.status != 403:
+                raise
+            p.state.secret_checked = (time.monotonic(), "forbidden")
+            events.once(p.state, p.body, "ControlTokenUnavailable",
+                        f"Secret {key[2]} cannot be managed in namespace {p.ns} ({e.message}); Live step control "
+                        "needs the operator's control-token Role here (chart value rbac.controlTokenNamespaces)")
+            return []
+        events.forget(p.state, "ControlTokenUnavailable")
+        if secret_live is not None and not children.is_ours(secret_live, p.uid):
+            p.state.secret_checked = (time.monotonic(), "collision")
+            p.obs.collisions.append(f"Secret/{key[2]}")
+            return []
+        if secret_live is not None:
+            p.known[key] = secret_live
+        return [children.with_owner(control_token.control_secret(p.name, p.ns, children.expand(secret_live)),
+                                    p.body)]
+
+    async def _sync_child(self, p: "_Pass", child: dict, full: Callable[[], dict]) -> None:
+        """One desired child: skip a foreign name, repair keys another client added, apply when it differs."""
+        key = children.key_of(child)
+        kind = key[1]
+        plural = children.PLURALS[(key[0], kind)]
+        current = p.known[key] if key in p.known else await self._resolve(p.state, key, plural, p.ns, p.live)
+        if current is not None and not children.is_ours(current, p.uid):
+            p.obs.collisions.append(f"{kind}/{key[2]}")
+            return
+        if not self._unchanged_since_checked(p.state, key, child, current):
             if children.STUB in child:
                 child = full()[key]
-            if kind in WORKLOAD_KINDS and (overridden := children.replicas_overridden(child, current)) is not None:
-                events.once(state, body, "ReplicasOverridden",
-                            f"spec.replicas of {kind} {key[2]} was set to {overridden} by another client (an "
-                            "HorizontalPodAutoscaler aimed at it?) and is put back to the SpecDecodeDeployment's "
-                            f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
-                            "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)")
-            added = children.added_keys(child, current) if current is not None else {}
-            if added:
-                current = children.cache_record(await self.client.request(
-                    "PATCH", resource_path(key[0], plural, ns, key[2]), body=children.removal_patch(added),
-                    query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json",
-                    verb="patch"))
-                state.applied[key] = (time.monotonic(), current)
-                self.metrics.child_writes.labels(kind, "repair").inc()
-                events.emit(body, "DriftRepaired", f"removed keys added by another client to {kind} {key[2]}: "
-                            + "; ".join(f"{'.'.join(p)}: {', '.join(k)}" for p, k in sorted(added.items())))
-            if children.needs_apply(child, current):
-                written = children.cache_record(await self.client.apply(child, plural))
-                state.applied[key] = (time.monotonic(), written)
-                self.metrics.child_writes.labels(kind, "create" if current is None else "update").inc()
-                if current is None:
-                    created.append(f"{kind} {key[2]}")
-                elif kind in WORKLOAD_KINDS:
-                    events.emit(body, "RolloutStarted", f"updated {kind} {key[2]}: pods roll to the new template")
-                current = written
-                self._mark_checked(state, key, child, current)
-            else:
-                self._mark_checked(state, key, child, current)
             if kind in WORKLOAD_KINDS:
-                obs.workload = current
+                self._report_replicas_override(p, child, current)
+            if current is not None:
+                current = await self._remove_added_keys(p, key, plural, child, current)
+            if children.needs_apply(child, current):
+                current = await self._apply_child(p, key, plural, child, current)
+            self._mark_checked(p.state, key, child, current)
+        if kind in WORKLOAD_KINDS:
+            p.obs.workload = current
 
-        await asyncio.gather(*(sync(c) for c in desired))
-        if rendered_secret:
-            state.secret_checked = (time.monotonic(), "ok")
-        elif f"Secret/{secret_key[2]}" in obs.collisions:
-            state.secret_checked = (time.monotonic(), "collision")
-        if created:  # one Event per pass, not one per child: 7 POSTs per new object would double its API calls
-            events.emit(body, "Created", "created " + ", ".join(sorted(created)))
-        if obs.collisions:
-            obs.collisions.sort()
-            events.once(state, body, "NameCollision",
-                        "not owned by this SpecDecodeDeployment, left untouched: " + ", ".join(obs.collisions))
+    def _report_replicas_override(self, p: "_Pass", child: dict, current: dict | None) -> None:
+        overridden = children.replicas_overridden(child, current)
+        if overridden is None:
+            return
+        kind, name = child["kind"], child["metadata"]["name"]
+        events.once(p.state, p.body, "ReplicasOverridden",
+                    f"spec.replicas of {kind} {name} was set to {overridden} by another client (an "
+                    "HorizontalPodAutoscaler aimed at it?) and is put back to the SpecDecodeDeployment's "
+                    f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
+                    "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)")
+
+    async def _remove_added_keys(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict) -> dict:
+        """Server-side apply leaves keys another client added to a map we own; remove them (one merge patch)."""
+        added = children.added_keys(child, current)
+        if not added:
+            return current
+        current = children.cache_record(await self.client.request(
+            "PATCH", resource_path(key[0], plural, p.ns, key[2]), body=children.removal_patch(added),
+            query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json", verb="patch"))
+        p.state.applied[key] = (time.monotonic(), current)
+        self.metrics.child_writes.labels(key[1], "repair").inc()
+        events.emit(p.body, "DriftRepaired", f"removed keys added by another client to {key[1]} {key[2]}: "
+                    + "; ".join(f"{'.'.join(path)}: {', '.join(k)}" for path, k in sorted(added.items())))
+        return current
+
+    async def _apply_child(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict | None) -> dict:
+        written = children.cache_record(await self.client.apply(child, plural))
+        p.state.applied[key] = (time.monotonic(), written)
+        kind = key[1]
+        self.metrics.child_writes.labels(kind, "create" if current is None else "update").inc()
+        if current is None:
+            p.created.append(f"{kind} {key[2]}")
+        elif kind in WORKLOAD_KINDS:
+            events.emit(p.body, "RolloutStarted", f"updated {kind} {key[2]}: pods roll to the new template")
+        return written
+
+    def _report_pass(self, p: "_Pass") -> None:
+        if p.created:  # one Event per pass, not one per child: 7 POSTs per new object would double its API calls
+            events.emit(p.body, "Created", "created " + ", ".join(sorted(p.created)))
+        if p.obs.collisions:
+            p.obs.collisions.sort()
+            events.once(p.state, p.body, "NameCollision",
+                        "not owned by this SpecDecodeDeployment, left untouched: " + ", ".join(p.obs.collisions))
         else:
-            events.forget(state, "NameCollision")
-        desired_keys = {children.key_of(c) for c in desired}
-        for old in children.stale(live.values(), desired_keys, uid):
+            events.forget(p.state, "NameCollision")
+
+    async def _delete_stale(self, p: "_Pass", desired_keys: set) -> None:
+        for old in children.stale(p.live.values(), desired_keys, p.uid):
             key = children.key_of(old)
-            await self.client.delete(key[0], children.PLURALS[(key[0], key[1])], ns, key[2], old["metadata"]["uid"])
-            state.applied.pop(key, None)
-            state.checked.pop(key, None)
+            await self.client.delete(key[0], children.PLURALS[(key[0], key[1])], p.ns, key[2], old["metadata"]["uid"])
+            p.state.applied.pop(key, None)
+            p.state.checked.pop(key, None)
             self.metrics.child_writes.labels(key[1], "delete").inc()
-            obs.replaced.append(f"{key[1]}/{key[2]}")
-            events.emit(body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
+            p.obs.replaced.append(f"{key[1]}/{key[2]}")
+            events.emit(p.body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
                         f"deleted {key[1]} {key[2]}: the current spec no longer renders it")
+
+
+@dataclass
+class _Pass:
+    """One pass over an object's children: its inputs, and what the stages collect for the pass's Events."""
+
+    body: dict
+    state: ObjectState
+    live: dict
+    obs: conditions.Observation
+    known: dict = field(default_factory=dict)  # children read this pass outside the watch cache (the Secret)
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def ns(self) -> str:
+        return self.body["metadata"]["namespace"]
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+    @property
+    def uid(self) -> str:
+        return self.body["metadata"]["uid"]
 
 
 def _workload(objs: Iterable[dict]) -> dict | None:
