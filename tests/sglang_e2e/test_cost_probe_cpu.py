@@ -77,13 +77,23 @@ def test_every_stage_is_measured_and_positive_in_every_bucket(probed):
 
 
 def test_verify_and_draft_extend_grow_with_steps_and_batch(probed):
+    """Buckets above the engine's largest launch batch are probed at that same batch: repeated measurements of one
+    configuration. They are pooled (a median): one CPU timing of ~10 ms varies by about 30 % on a shared 2-core
+    machine, as much as the cost of 4x the tokens at this model size, so a single pair of them decides nothing."""
+    import statistics
+
     _, samples, _ = probed
     by = {(st, k, b): (v, n) for (st, k, b, n), v in samples.items()}
-    top = max({b for _, _, b in by}, key=lambda b: by[("verify", 0, b)][1])
     ms = {key: round(1000 * v, 3) for key, (v, _) in by.items()}
-    assert by[("verify", 3, top)][0] > by[("verify", 0, top)][0], ms  # 4x the tokens at the largest probe batch
-    assert by[("verify", 3, top)][0] > by[("verify", 0, "1")][0], ms  # 4 x the largest batch, against 1 token
-    assert by[("draft_extend", 3, top)][0] > by[("draft_extend", 1, "1")][0], ms  # 4 x batch x 2 the rows
+    top_batch = max(n for (st, _, _), (_, n) in by.items() if st == "verify")
+    top = sorted({b for (st, _, b), (_, n) in by.items() if st == "verify" and n == top_batch})
+
+    def at(stage: str, k: int, buckets) -> float:
+        return statistics.median(by[(stage, k, b)][0] for b in buckets)
+
+    assert at("verify", 3, top) > at("verify", 0, top), ms  # 4x the tokens at the largest probe batch
+    assert at("verify", 3, top) > at("verify", 0, ["1"]), ms  # 4 x the largest batch, against 1 token
+    assert at("draft_extend", 3, top) > at("draft_extend", 1, ["1"]), ms  # 4 x batch x 2 the rows
 
 
 def test_the_operator_fits_a_per_bucket_cost_from_it(probed):
