@@ -13,7 +13,9 @@ torch in the tests, and in the simulator with a simulated clock.
 
 Stages (label ``stage`` of ``specdecode_cost_seconds{stage,steps,bucket,batch}``):
 
-* ``draft_step``  one draft forward, one token per sequence (``steps`` = 1);
+* ``draft_step``  one draft forward, one token per sequence (``steps`` = 1) (eager probe);
+* ``draft``       the whole draft phase of tier k (``steps`` = k): the captured multi-step draft graph SGLang
+  replays each cycle (graph probe; a tier that drafts no forward of its own times as near zero);
 * ``verify``      the target's verify forward over ``batch * (steps + 1)`` tokens (``steps`` = 0: plain decode);
 * ``draft_extend`` the draft's KV catch-up over ``batch * (steps + 1)`` tokens;
 * ``overhead``    the fixed host work of one cycle (sampling, scheduling) (``steps`` = 0);
@@ -23,6 +25,7 @@ Stages (label ``stage`` of ``specdecode_cost_seconds{stage,steps,bucket,batch}``
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -33,7 +36,8 @@ from .contract.metric_names import DEFAULT_BUCKETS, bucket_label
 
 log = logging.getLogger("specdecode.cost_probe")
 
-STAGES = ("draft_step", "verify", "draft_extend", "overhead", "broadcast")
+STAGES = ("draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast")
+GRAPH, EAGER = "graph", "eager"  # how a runner launches a stage: replaying captured CUDA graphs, or eager forwards
 RunStep = Callable[[str, int, int], None]  # (stage, steps, batch): launch one replay of that stage
 
 
@@ -48,27 +52,38 @@ class ProbePoint:
     seconds: float
 
 
-def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None) -> int:
+def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None,
+                graph_sizes: Sequence[int] = ()) -> int:
     """The batch size a bucket is probed at: the geometric middle of its bounds (the open top bucket: twice its
     lower bound), capped at the largest captured batch. Why the middle: the tuner evaluates the cost at the
-    bucket's live mean batch, and a per-token cost fitted across tiers at a middle batch errs least over it."""
+    bucket's live mean batch, and a per-token cost fitted across tiers at a middle batch errs least over it.
+
+    With captured graph sizes, the captured size inside the bucket nearest that middle (in ratio) instead: serving
+    pads a batch to the next captured size, so a probe between two sizes would time the larger graph and price the
+    whole bucket at it."""
     lo = bounds[index]
     hi = bounds[index + 1] - 1 if index + 1 < len(bounds) else 2 * lo
     b = max(lo, round((lo * hi) ** 0.5))
-    return max(1, min(b, max_batch)) if max_batch else b
+    b = max(1, min(b, max_batch)) if max_batch else b
+    inside = [int(g) for g in graph_sizes if lo <= int(g) <= hi and (not max_batch or int(g) <= max_batch)]
+    if inside:
+        b = min(inside, key=lambda g: (abs(math.log(g / b)), g))
+    return b
 
 
 def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
                clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002, min_samples: int = 3,
                max_samples: int = 50, warmup: int = 1, agree: Callable[[bool], bool] | None = None,
-               give_up: Callable[[], bool] = lambda: False) -> float:
+               give_up: Callable[[], bool] = lambda: False,
+               timer: Callable[[Callable[[], None]], float] | None = None) -> float:
     """Median seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
     ``budget_s`` is spent, at least ``min_samples`` and at most ``max_samples``. The median, not the mean: one
     stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life.
 
     ``agree(more) -> more`` makes every TP rank take the same number of calls (a stage with collectives deadlocks
     when one rank stops sampling earlier): the engine passes rank 0's decision, broadcast over the TP group.
-    ``give_up()`` true stops sampling early (a stage that failed on this rank); NaN when nothing was timed."""
+    ``give_up()`` true stops sampling early (a stage that failed on this rank); NaN when nothing was timed.
+    ``timer(run) -> seconds`` replaces the host clock around ``run(); sync()`` (CUDA events on a GPU)."""
     for _ in range(warmup):
         run()
     sync()
@@ -78,30 +93,39 @@ def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
         more = len(samples) < max_samples and (len(samples) < min_samples or spent < budget_s) and not give_up()
         if not (agree(more) if agree is not None else more):
             break
-        t0 = clock()
-        run()
-        sync()
-        dt = clock() - t0
+        if timer is not None:
+            dt = timer(run)
+        else:
+            t0 = clock()
+            run()
+            sync()
+            dt = clock() - t0
         samples.append(dt)
         spent += dt
     return statistics.median(samples) if samples else float("nan")
 
 
 def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS, split_draft: bool = False,
-                max_batch: int | None = None) -> list[tuple[str, int, str, int]]:
+                max_batch: int | None = None, mode: str = EAGER,
+                graph_sizes: Sequence[int] = ()) -> list[tuple[str, int, str, int]]:
     """(stage, steps, bucket, batch) for every point the probe times: per bucket, verify at k = 0 and every captured
-    k, draft-extend at every captured k > 0, one draft step, the cycle overhead and (split draft) the broadcast."""
+    k, draft-extend at every captured k > 0, the draft (eager: one draft step; graph: each tier's whole draft
+    phase, since SGLang captures a tier's draft steps as one graph), the cycle overhead and (split draft) the
+    broadcast."""
     bounds = sorted(buckets)
     ks = sorted({int(k) for k in captured if int(k) > 0})
     points = []
     for i, lo in enumerate(bounds):
-        label, b = bucket_label(lo, bounds), probe_batch(bounds, i, max_batch)
+        label, b = bucket_label(lo, bounds), probe_batch(bounds, i, max_batch, graph_sizes)
         points.append(("overhead", 0, label, b))
         points.append(("verify", 0, label, b))
         if not ks:
             continue
-        points.append(("draft_step", 1, label, b))
+        if mode != GRAPH:
+            points.append(("draft_step", 1, label, b))
         for k in ks:
+            if mode == GRAPH:
+                points.append(("draft", k, label, b))
             points.append(("verify", k, label, b))
             points.append(("draft_extend", k, label, b))
             if split_draft:
@@ -112,18 +136,24 @@ def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKET
 def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS,
               split_draft: bool = False, sync: Callable[[], None] = lambda: None,
               clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002,
-              max_batch: int | None = None, agree: Callable[[bool], bool] | None = None) -> list[ProbePoint]:
+              max_batch: int | None = None, agree: Callable[[bool], bool] | None = None,
+              timer: Callable[[Callable[[], None]], float] | None = None, warmup: int = 1,
+              min_samples: int = 3) -> list[ProbePoint]:
     """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
     profile is still served (the tuner falls back per stage).
 
     A failing stage does not leave the sampling protocol: its remaining calls are skipped, ``agree`` still runs once
     per sample, and with ``agree`` rank 0's outcome decides on every rank whether the point is kept, so a stage
     that raises on some ranks only (the draft runs on S alone) cannot shift the ranks' collectives against each
-    other. ``max_batch`` defaults to the runner's own ``max_batch`` attribute (the largest batch it can launch)."""
+    other. ``max_batch`` defaults to the runner's own ``max_batch`` attribute (the largest batch it can launch), the
+    plan's mode to its ``mode`` attribute (``graph`` or ``eager``)."""
     if max_batch is None:
         max_batch = getattr(run_step, "max_batch", None)
+    mode = getattr(run_step, "mode", EAGER)
+    sizes = getattr(run_step, "graph_sizes", ()) if mode == GRAPH else ()
     out = []
-    for stage, steps, label, batch in plan_points(captured, buckets, split_draft, max_batch):
+    for stage, steps, label, batch in plan_points(captured, buckets, split_draft, max_batch, mode=mode,
+                                                  graph_sizes=sizes):
         failure: list[BaseException] = []
 
         def run(stage=stage, steps=steps, batch=batch) -> None:
@@ -134,7 +164,8 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
             except Exception as exc:  # a missing tier or stage must not stop the pod from serving
                 failure.append(exc)
 
-        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda: bool(failure))
+        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda: bool(failure),
+                         timer=timer, warmup=warmup, min_samples=min_samples)
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count
         if failed or local:
@@ -145,17 +176,19 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
     return out
 
 
-def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope) with both clamped at >= 0; one distinct x gives slope 0."""
+def _line(xs: Sequence[float], ys: Sequence[float], clamp: bool = True) -> tuple[float, float]:
+    """Least-squares (intercept, slope), both clamped at >= 0 unless ``clamp`` is false (then only the slope);
+    one distinct x gives slope 0."""
     n = len(xs)
     if n == 0:
         return 0.0, 0.0
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx <= 0:
-        return max(my, 0.0), 0.0
+        return (max(my, 0.0) if clamp else my), 0.0
     slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx, 0.0)
-    return max(my - slope * mx, 0.0), slope
+    base = my - slope * mx
+    return (max(base, 0.0) if clamp else base), slope
 
 
 def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
@@ -168,7 +201,7 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
     by = {st: [p for p in pts if p.stage == st] for st in STAGES}
     if not by["verify"]:
         return None
-    if not by["draft_step"] and any(p.steps > 0 for p in by["verify"]):
+    if not by["draft_step"] and not by["draft"] and any(p.steps > 0 for p in by["verify"]):
         return None  # verify alone would price drafting at zero and push the tuner to its largest k
 
     def ms(p: ProbePoint) -> float:
@@ -177,6 +210,12 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
     vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
     eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
     draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
+    if by["draft"]:
+        # A tier's whole draft phase D(k) = a + b*k: b is the cost of one draft step; a (negative when the first
+        # proposal comes from the draft-extend, as in SGLang's EAGLE, whose tier 1 runs no draft forward) is paid
+        # once per speculative cycle, as the extend is, so it joins the extend's base cost.
+        da, draft = _line([p.steps for p in by["draft"]], [ms(p) for p in by["draft"]], clamp=False)
+        eb = max(eb + da, 0.0)
     overhead = statistics.median(ms(p) for p in by["overhead"]) if by["overhead"] else 0.0
     bcast = statistics.median(ms(p) for p in by["broadcast"]) if by["broadcast"] else 0.0
     return CycleCost(verify_base=vb, verify_per_token=vpt, draft_base=draft, draft_per_seq=0.0, extend_base=eb,
@@ -221,12 +260,18 @@ def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence
                    split_draft: bool = False, sync: Callable[[], None] | None = None,
                    budget_s: float = 0.002, agree: Callable[[bool], bool] | None = None) -> list[ProbePoint]:
     """The runtime's start-up hook: probe every captured tier on every TP rank in the same order (stage replays may
-    hold collectives), export on the rank that owns the metrics, and log one summary line."""
+    hold collectives), export on the rank that owns the metrics, and log one summary line.
+
+    A runner that replays captured graphs (``mode == "graph"``) is timed with its own ``timer`` (CUDA events),
+    three warm-up replays and at least five samples per point: a replay costs milliseconds, so this stays within a
+    few seconds for every tier, and the median of five is steady to a few per cent on a GPU."""
     if sync is None:
         sync = _device_sync()
+    graph = getattr(run_step, "mode", EAGER) == GRAPH
     try:
         points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s,
-                           agree=agree)
+                           agree=agree, timer=getattr(run_step, "timer", None), warmup=3 if graph else 1,
+                           min_samples=5 if graph else 3)
     finally:
         close = getattr(run_step, "close", None)
         if callable(close):
@@ -235,6 +280,19 @@ def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence
         export(points, metrics)
         log.info("specdecode: cost probe (ms): %s", summary(points))
     return points
+
+
+def cuda_event_timer(run: Callable[[], None]) -> float:
+    """Seconds of ``run()``'s device work between two CUDA events on the current stream (host launch time
+    included while the device waits for it, as it does when serving)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0
 
 
 def _device_sync() -> Callable[[], None]:

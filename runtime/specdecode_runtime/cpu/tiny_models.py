@@ -52,17 +52,24 @@ class ShapeError(ValueError):
     """A model shape the tiny models cannot be built with (names the key and what is allowed)."""
 
 
-def validate_shape(shape: Mapping[str, Any] | None) -> dict[str, int]:
+MAX_TINY_VALUE = 65536  # weights are written to disk: a tiny model stays tiny
+MAX_DUMMY_VALUE = 1 << 20  # no weights written (SGLang's --load-format dummy): production shapes allowed
+
+
+def validate_shape(shape: Mapping[str, Any] | None, dummy: bool = False) -> dict[str, int]:
     """``shape`` over :data:`DEFAULT_SHAPE`; every value a positive int, heads dividing the hidden size, KV heads
-    dividing the heads, the vocabulary large enough for the special tokens plus a few words."""
+    dividing the heads, the vocabulary large enough for the special tokens plus a few words. ``dummy``: only
+    configs are written (SGLang makes the weights), so production shapes (a 128k vocabulary) are allowed."""
+    limit = MAX_DUMMY_VALUE if dummy else MAX_TINY_VALUE
     out = dict(DEFAULT_SHAPE)
     for key, value in dict(shape or {}).items():
         if key not in SHAPE_KEYS:
             raise ShapeError(f"unknown model-config key {key!r}; allowed: {', '.join(SHAPE_KEYS)}")
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ShapeError(f"{key} must be a positive integer, got {value!r}")
-        if value > 65536:
-            raise ShapeError(f"{key} must be at most 65536 for a tiny model, got {value}")
+        if value > limit:
+            raise ShapeError(f"{key} must be at most {limit} for a {'dummy-weight' if dummy else 'tiny'} model, "
+                             f"got {value}")
         out[key] = value
     if out["hidden_size"] % out["num_attention_heads"]:
         raise ShapeError(f"hidden_size {out['hidden_size']} must be divisible by num_attention_heads "
@@ -175,12 +182,13 @@ def target_weights(shape: dict[str, int], seed: int) -> dict[str, Any]:
     return w
 
 
-def _save(path: Path, config, weights: dict[str, Any], vocab_size: int) -> str:
-    from safetensors.torch import save_file
-
+def _save(path: Path, config, weights: dict[str, Any] | None, vocab_size: int) -> str:
     path.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(str(path))
-    save_file({k: t.contiguous() for k, t in weights.items()}, str(path / "model.safetensors"))
+    if weights is not None:  # None: a config-only model for SGLang's --load-format dummy
+        from safetensors.torch import save_file
+
+        save_file({k: t.contiguous() for k, t in weights.items()}, str(path / "model.safetensors"))
     write_tokenizer(path, vocab_size)
     return str(path)
 
@@ -259,24 +267,31 @@ def aux_layer_ids(layers: int) -> list[int]:
     return sorted({-1, (layers - 2) // 2, max(layers - 2, -1)})
 
 
-def make_tiny_models(root: str | Path, shape: Mapping[str, Any] | None = None, seed: int = 0) -> TinyModels:
+def make_tiny_models(root: str | Path, shape: Mapping[str, Any] | None = None, seed: int = 0,
+                     weights: bool = True) -> TinyModels:
     """Write a target and four drafts (EAGLE / EAGLE-3, random / agreeing) under ``root``; deterministic in
-    ``seed`` and ``shape``."""
+    ``seed`` and ``shape``. ``weights=False`` writes configs and tokenizers only, for SGLang's ``--load-format
+    dummy`` at production shapes (every draft is then a one-layer head of random weights)."""
     import torch
 
-    shape_ = validate_shape(shape)
+    shape_ = validate_shape(shape, dummy=not weights)
     root = Path(root)
     v = shape_["vocab_size"]
+
+    def config_only(_shape, _target, _seed, _agree):
+        return 1, None
+
     with torch.no_grad():
-        tw = target_weights(shape_, seed)
+        tw = target_weights(shape_, seed) if weights else None
         target = _save(root / "target", _llama_config(shape_, architectures=["LlamaForCausalLM"]), tw, v)
         out: dict[str, str] = {}
+        make_eagle, make_eagle3 = (eagle_weights, eagle3_weights) if weights else (config_only, config_only)
         for name, agree in (("eagle", False), ("eagle_agree", True)):
-            layers, w = eagle_weights(shape_, tw, seed + 101, agree)
+            layers, w = make_eagle(shape_, tw, seed + 101, agree)
             cfg = _llama_config({**shape_, "num_hidden_layers": layers}, architectures=["LlamaForCausalLMEagle"])
             out[name] = _save(root / name, cfg, w, v)
         for name, agree in (("eagle3", False), ("eagle3_agree", True)):
-            layers, w = eagle3_weights(shape_, tw, seed + 202, agree)
+            layers, w = make_eagle3(shape_, tw, seed + 202, agree)
             cfg = _llama_config(
                 {**shape_, "num_hidden_layers": layers},
                 architectures=["LlamaForCausalLMEagle3"],

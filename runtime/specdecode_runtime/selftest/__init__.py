@@ -43,11 +43,33 @@ def _models(opts, root: Path):
         from transformers import AutoConfig
 
         vocab = int(AutoConfig.from_pretrained(opts.model_path).vocab_size)
-        return Models(target=opts.model_path, draft=opts.draft_model_path, vocab=vocab)
+        pool = prompt_pool(opts) if opts.prompt_file else []
+        return Models(target=opts.model_path, draft=opts.draft_model_path, vocab=vocab, prompt_pool=pool)
     from ..cpu.tiny_models import make_tiny_models
 
-    tiny = make_tiny_models(root / "models", opts.model_config or default_shape(opts.tp), seed=0)
+    tiny = make_tiny_models(root / "models", opts.model_config or default_shape(opts.tp), seed=0,
+                            weights=opts.load_format != "dummy")
     return Models(target=tiny.target, draft=tiny.draft(opts.algorithm, opts.agree), vocab=tiny.shape["vocab_size"])
+
+
+MAX_PROMPTS = 256
+
+
+def prompt_pool(opts) -> list[list[int]]:
+    """Prompts from real text: the first ``opts.prompt_tokens`` tokens of each document of ``opts.prompt_file``
+    (documents split at ``<|endoftext|>``) long enough to give them, in file order, at most 256."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(opts.model_path)
+    text = Path(opts.prompt_file).read_text(encoding="utf-8", errors="replace")
+    pool: list[list[int]] = []
+    for doc in text.split("<|endoftext|>"):
+        ids = tok(doc, add_special_tokens=False)["input_ids"]
+        if len(ids) >= opts.prompt_tokens:
+            pool.append([int(i) for i in ids[:opts.prompt_tokens]])
+        if len(pool) >= MAX_PROMPTS:
+            break
+    return pool
 
 
 def default_shape(tp: int) -> dict[str, int]:

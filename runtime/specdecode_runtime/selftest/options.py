@@ -4,6 +4,7 @@ and what is allowed, before anything is started."""
 from __future__ import annotations
 
 import argparse
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,13 @@ class Options:
     agree: bool = True
     layouts: tuple[str, ...] = ("nospec", "sharded", "split")
     keep: str | None = None
+    sglang_args: tuple[str, ...] = ()  # extra SGLang argv, passed to every engine the self-test starts
+    load_format: str | None = None  # "dummy": realistic shapes without weights (SGLang fills them at random)
+    warmup: int = 1  # untimed generations before the timed one (graph warm-up, first-call kernel compilation)
+    measure_batches: tuple[int, ...] = ()  # served cycle measured per batch size and tier (--measure-cycles)
+    measure_tokens: int = 64  # decode tokens per request between the two generations a served cycle is timed from
+    prompt_file: str | None = None  # text whose documents (split at <|endoftext|>) become the prompts (--model-path)
+    prompt_tokens: int = 64  # tokens per prompt taken from each document
 
     @property
     def candidate_steps(self) -> list[int]:
@@ -52,6 +60,63 @@ class Options:
 
         chain = draft_tokens_per_cycle(self.steps, self.topk)
         return chain if chain is not None else min(self.topk * self.steps, 2 * self.steps + 2)
+
+
+MAX_SGLANG_ARGS = 64
+MAX_PROMPT_FILE_BYTES = 16 * 1024 * 1024
+LOAD_FORMATS = ("auto", "dummy")
+LAYOUTS = ("nospec", "stock", "sharded", "split")
+# Flags the self-test sets itself for every layout (the runtime's managed flags plus what the self-test needs).
+SELFTEST_FLAGS = ("--load-format", "--device", "--random-seed")
+
+
+def _sglang_flags() -> tuple[dict[str, Any], list[str]]:
+    """SGLang's own option strings and their actions (its argparse parser), or ({}, []) where SGLang is absent."""
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except Exception:  # noqa: BLE001 - no SGLang here: the engine's own parser reports a bad flag later
+        return {}, []
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    actions = dict(parser._option_string_actions)
+    return actions, sorted(a for a in actions if a.startswith("--"))
+
+
+def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
+    """``KEY[=VALUE]`` items (KEY with or without its leading ``--``) as SGLang argv. Each KEY must be one of
+    SGLang's own options spelled out in full: SGLang's parser accepts unambiguous abbreviations, and 0.5.23 split
+    ``--cuda-graph-max-bs`` into ``-decode`` / ``-prefill``, so an abbreviation silently means something else in
+    the next release. Flags the runtime or the self-test set from typed options are refused."""
+    from ..contract.server_args import MANAGED_FLAGS
+
+    items = list(items or [])
+    if len(items) > MAX_SGLANG_ARGS:
+        raise OptionError(f"--sglang-arg given {len(items)} times; at most {MAX_SGLANG_ARGS} allowed")
+    actions, known = _sglang_flags()
+    argv: list[str] = []
+    for item in items:
+        key, eq, value = str(item).partition("=")
+        key = key.strip()
+        flag = key if key.startswith("--") else f"--{key}"
+        if not key or not flag[2:] or " " in flag:
+            raise OptionError(f"--sglang-arg {item!r}: expected KEY[=VALUE], e.g. attention-backend=triton")
+        if flag in MANAGED_FLAGS or flag in SELFTEST_FLAGS:
+            raise OptionError(f"--sglang-arg {flag}: set by the self-test from its own options (--tp, --steps, "
+                              "--topk, --algorithm, --model-path, --load-format, --device); not allowed here")
+        if known and flag not in actions:
+            near = [k for k in known if k.startswith(flag)] or difflib.get_close_matches(flag, known, n=3)
+            hint = f"; did you mean {', '.join(near[:4])}?" if near else ""
+            raise OptionError(f"--sglang-arg {flag}: not an option of the installed SGLang{hint}")
+        takes_value = actions[flag].nargs != 0 if flag in actions else bool(eq)
+        if takes_value and not eq:
+            raise OptionError(f"--sglang-arg {flag} takes a value: write {flag[2:]}=VALUE")
+        if not takes_value and eq:
+            raise OptionError(f"--sglang-arg {flag} is a switch and takes no value; write {flag[2:]}")
+        argv.append(flag)
+        if eq:
+            many = flag in actions and actions[flag].nargs in ("+", "*")
+            argv.extend(value.replace(",", " ").split() if many else [value])
+    return tuple(argv)
 
 
 def _int_list(flag: str, text: str) -> tuple[int, ...]:
@@ -85,13 +150,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens per prompt")
     p.add_argument("--random-draft", action="store_true", help="a random draft instead of one that agrees with "
                    "the target (exercises rejections; acceptance lengths stay near 1)")
-    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split)")
+    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split; stock: "
+                   "the sharded layout's SGLang arguments on SGLang with no runtime patch, for a patched-vs-stock "
+                   "speed comparison)")
+    p.add_argument("--sglang-arg", action="append", default=None, metavar="KEY[=VALUE]",
+                   help="an SGLang argument for every engine started, e.g. attention-backend=triton (repeatable; "
+                   "full option names only)")
+    p.add_argument("--load-format", default=None, choices=LOAD_FORMATS, help="dummy: realistic shapes from "
+                   "--model-config without weights (SGLang fills them at random; acceptance is then ~0)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed generations before the timed one (default 1)")
+    p.add_argument("--measure-cycles", default=None, metavar="BATCHES", help="after the timed generation, the "
+                   "served decode cycle per batch size (e.g. 1,8,32) and tier, next to the start-up cost probe's "
+                   "prediction")
+    p.add_argument("--prompt-file", default=None, help="with --model-path: UTF-8 text (at most 16 MiB) whose "
+                   "documents, split at <|endoftext|>, give the prompts (held-out text for a trained model); "
+                   "default: synthetic token ids")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt from --prompt-file (default 64)")
+    p.add_argument("--measure-tokens", type=int, default=64, help="decode tokens per request a served cycle is "
+                   "timed over (default 64)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before ranks are reported hung")
     p.add_argument("--keep", default=None, help="directory to keep models, configs and rank records in")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def _read_model_config(path: str) -> dict[str, int]:
+def _read_model_config(path: str, dummy: bool = False) -> dict[str, int]:
     import yaml
 
     from ..cpu.tiny_models import ShapeError, validate_shape
@@ -110,7 +192,7 @@ def _read_model_config(path: str) -> dict[str, int]:
     if not isinstance(data, dict):
         raise OptionError(f"--model-config {path} must be a mapping of transformers config keys")
     try:
-        validate_shape(data)
+        validate_shape(data, dummy=dummy)
     except ShapeError as e:
         raise OptionError(f"--model-config {path}: {e}") from None
     return {str(k): int(v) for k, v in data.items()}
@@ -139,9 +221,11 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if live and ns.topk != 1:
         raise OptionError("--live-steps needs --topk 1: SGLang's step tiers support chains only")
     layouts = tuple(x.strip() for x in str(ns.layouts).split(",") if x.strip())
-    unknown = [x for x in layouts if x not in ("nospec", "sharded", "split")]
+    unknown = [x for x in layouts if x not in LAYOUTS]
     if unknown or not layouts:
-        raise OptionError(f"--layouts must list nospec, sharded and/or split, got {ns.layouts!r}")
+        raise OptionError(f"--layouts must list {', '.join(LAYOUTS)}, got {ns.layouts!r}")
+    if "stock" in layouts and live:
+        raise OptionError("--layouts stock cannot take --live-steps: stock SGLang has no step-control API")
     if "split" in layouts:
         from ..contract.derived import draft_tp_problems, is_split_draft
 
@@ -173,17 +257,44 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         raise OptionError("--model-path and --draft-model-path go together")
     if ns.model_path is not None and ns.model_config is not None:
         raise OptionError("--model-config describes the tiny model; it cannot be combined with --model-path")
-    shape = _read_model_config(ns.model_config) if ns.model_config is not None else {}
+    load_format = getattr(ns, "load_format", None)
+    shape = _read_model_config(ns.model_config, dummy=load_format == "dummy") if ns.model_config is not None else {}
     if shape:
         from ..cpu.tiny_models import validate_shape
 
-        full = validate_shape(shape)
+        full = validate_shape(shape, dummy=load_format == "dummy")
         for key in ("num_attention_heads", "num_key_value_heads"):
             if full[key] % ns.tp:
                 raise OptionError(f"--model-config: {key} {full[key]} must be divisible by --tp {ns.tp} (every "
                                   "rank holds whole heads)")
+    warmup = int(getattr(ns, "warmup", 1))
+    if not 0 <= warmup <= 8:
+        raise OptionError(f"--warmup must be within 0..8, got {warmup}")
+    measure = getattr(ns, "measure_cycles", None)
+    batches = _int_list("--measure-cycles", measure) if measure is not None else ()
+    if any(not 1 <= b <= 256 for b in batches):
+        raise OptionError(f"--measure-cycles batch sizes must be within 1..256, got {list(batches)}")
+    measure_tokens = int(getattr(ns, "measure_tokens", 64))
+    if not 8 <= measure_tokens <= 4096:
+        raise OptionError(f"--measure-tokens must be within 8..4096, got {measure_tokens}")
+    if load_format == "dummy" and ns.model_path is not None:
+        raise OptionError("--load-format dummy describes a --model-config shape; a --model-path has its weights")
+    sglang_args = parse_sglang_args(getattr(ns, "sglang_arg", None))
+    prompt_file = getattr(ns, "prompt_file", None)
+    prompt_tokens = int(getattr(ns, "prompt_tokens", 64))
+    if prompt_file is not None:
+        if ns.model_path is None:
+            raise OptionError("--prompt-file needs --model-path: its text is tokenized with that model's tokenizer")
+        if not Path(prompt_file).is_file():
+            raise OptionError(f"--prompt-file {prompt_file}: no such file")
+        if Path(prompt_file).stat().st_size > MAX_PROMPT_FILE_BYTES:
+            raise OptionError(f"--prompt-file {prompt_file} is larger than {MAX_PROMPT_FILE_BYTES} bytes")
+    if not 4 <= prompt_tokens <= 2048:
+        raise OptionError(f"--prompt-tokens must be within 4..2048, got {prompt_tokens}")
     return Options(device=device, tp=ns.tp, draft_tp=draft_tp, draft_ranks=ranks, algorithm=algorithm,
                    steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
                    model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
                    max_new_tokens=ns.max_new_tokens, timeout=float(ns.timeout), json=bool(ns.json),
-                   agree=not ns.random_draft, layouts=layouts, keep=ns.keep)
+                   agree=not ns.random_draft, layouts=layouts, keep=ns.keep, sglang_args=sglang_args,
+                   load_format=load_format, warmup=warmup, measure_batches=tuple(sorted(set(batches))),
+                   measure_tokens=measure_tokens, prompt_file=prompt_file, prompt_tokens=prompt_tokens)

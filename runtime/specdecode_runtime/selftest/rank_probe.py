@@ -15,6 +15,12 @@ serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
   Every rank must write the same slots.
 * ``switch``: every step-tier swap, with the decode round it happened at.
 * ``error``: the last line of every error SGLang logs in this process (a scheduler's fatal exception).
+* ``graph_capture``: per CUDA graph runner built (target verify, draft, draft extend) its tier, seconds and the device
+  memory it took, so the report can say what each Live tier costs at start-up.
+
+``rank<r>.log`` keeps every SGLang log line of the rank, so a scheduler that dies is reported with its last lines.
+While a file ``quiet`` exists in the directory, ``verify`` records are not taken: they read device tensors back to
+the host every cycle, which a timed measurement must not pay.
 
 Hangs: ``SIGUSR1`` dumps every thread's stack to ``rank<r>.stack`` (:mod:`faulthandler`), so the supervising
 process can name the rank and the collective it is waiting in without any external tool.
@@ -38,6 +44,11 @@ _lock = threading.Lock()
 _rank: int | None = None
 _decode_round = 0
 _stack_file: Any = None
+_quiet_file: Path | None = None
+
+
+def quiet() -> bool:
+    return _quiet_file is not None and _quiet_file.exists()
 
 
 def record(event: str, **fields: Any) -> None:
@@ -61,6 +72,12 @@ def install_from_env(tp_rank: int | None) -> bool:
     register_stack_dump(path, _rank)
     record("start", pid=os.getpid())
     logging.getLogger("sglang").addHandler(_ErrorRecorder())  # survives SGLang re-configuring the root logger
+    log_handler = logging.FileHandler(path / f"rank{_rank}.log")
+    log_handler.setLevel(logging.INFO)
+    log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("sglang").addHandler(log_handler)
+    global _quiet_file
+    _quiet_file = path / "quiet"
     _wrap_sglang()
     return True
 
@@ -146,7 +163,7 @@ def _wrap_sglang() -> None:
 
     def forward(orig):
         def forward_(self, forward_batch, *a, **k):
-            if not self.is_draft_worker and forward_batch.forward_mode.is_target_verify():
+            if not self.is_draft_worker and forward_batch.forward_mode.is_target_verify() and not quiet():
                 loc = forward_batch.out_cache_loc
                 record("verify", round=_decode_round, bs=int(forward_batch.batch_size),
                        out_cache_loc=loc.tolist() if loc is not None else None,
@@ -170,7 +187,10 @@ def _wrap_sglang() -> None:
             before = self.speculative_num_steps
             out = orig(self, state)
             if before != self.speculative_num_steps:
-                record("switch", round=_decode_round, frm=before, to=self.speculative_num_steps)
+                import time
+
+                record("switch", round=_decode_round, frm=before, to=self.speculative_num_steps, t=time.time(),
+                       measuring=quiet())
             return out
 
         return apply_runtime_state
@@ -182,6 +202,48 @@ def _wrap_sglang() -> None:
                 record("kv_cell", cell_size=int(getattr(self, "_cell_size", 0) or 0))
 
         return __init__
+
+    def capture(kind: str):
+        def wrapper(orig):
+            def __init__(self, *a, **k):
+                import time
+
+                import torch
+
+                if kind == "target_verify" and (type(self) is not DecodeCudaGraphRunner
+                                                or getattr(a[0] if a else None, "is_draft_worker", False)):
+                    return orig(self, *a, **k)  # a draft runner's base-class init: recorded by its own wrapper
+
+                steps = k.get("speculative_num_steps")
+                if steps is None:
+                    holder = a[0] if a else None
+                    steps = getattr(holder, "speculative_num_steps", None)
+                if steps is None:
+                    from sglang.srt.runtime_context import get_spec
+
+                    steps = getattr(get_spec(), "speculative_num_steps", None)
+                cuda = torch.cuda.is_available()
+                free0 = torch.cuda.mem_get_info()[0] if cuda else 0
+                t0 = time.perf_counter()
+                orig(self, *a, **k)
+                free1 = torch.cuda.mem_get_info()[0] if cuda else 0
+                record("graph_capture", kind=kind, steps=steps, seconds=round(time.perf_counter() - t0, 3),
+                       bytes=int(free0 - free1))
+
+            return __init__
+
+        return wrapper
+
+    try:
+        from sglang.srt.model_executor.runner import DecodeCudaGraphRunner
+        from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+        from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+    except ImportError:  # an SGLang without these runners: nothing to time
+        pass
+    else:
+        _wrap(DecodeCudaGraphRunner, "__init__", capture("target_verify"))
+        _wrap(EAGLEDraftCudaGraphRunner, "__init__", capture("draft"))
+        _wrap(EAGLEDraftExtendCudaGraphRunner, "__init__", capture("draft_extend"))
 
     from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
 
@@ -206,4 +268,19 @@ def read_records(directory: str | os.PathLike[str]) -> dict[int, list[dict]]:
             except json.JSONDecodeError:
                 continue  # a line cut by a killed process
         out[rank] = events
+    return out
+
+
+def events(rank_dir: Path, rank: int, event: str) -> list[dict]:
+    """One rank's records of one event kind, read while the run goes on (a cut last line is skipped)."""
+    f = rank_dir / f"rank{rank}.jsonl"
+    if not f.exists():
+        return []
+    out = []
+    for line in f.read_text().splitlines():
+        if f'"event": "{event}"' in line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
     return out

@@ -45,6 +45,11 @@ def _by_rank(r: RunResult, event: str) -> dict[int, list[dict]]:
     return {rank: [e for e in evs if e.get("event") == event] for rank, evs in r.ranks.items()}
 
 
+def overlap_scheduled(opts: Options) -> bool:
+    """Whether SGLang runs its overlap scheduler: on GPUs unless disabled (the CPU runs always disable it)."""
+    return opts.device != "cpu" and "--disable-overlap-schedule" not in opts.sglang_args
+
+
 def rank_checks(opts: Options, r: RunResult) -> list[Check]:
     out: list[Check] = []
     ranks = sorted(r.ranks)
@@ -85,7 +90,9 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
                      f"{len(ranks)} ranks"))
     # Live: the same switches at the same decode round on every rank, and every requested tier reached.
     if opts.live_steps:
-        sw = {rk: [(e["round"], e["frm"], e["to"]) for e in evs] for rk, evs in _by_rank(r, "switch").items()}
+        # switches made by --measure-cycles (after the checked generation) are the measurement's, not the table's
+        sw = {rk: [(e["round"], e["frm"], e["to"]) for e in evs if not e.get("measuring")]
+              for rk, evs in _by_rank(r, "switch").items()}
         same = len({json.dumps(v) for v in sw.values()}) == 1
         reached = [e[2] for e in sw.get(ranks[0], [])]
         expected = [steps for i, steps in enumerate(opts.live_steps) if steps != ([opts.steps, *opts.live_steps][i])]
@@ -116,13 +123,31 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
         out.append(Check("KV pool sized with the draft's gathered vocabulary resident", not bad,
                          "; ".join(bad) or f"bytes held at KV sizing per rank {held}; KV bytes per token "
                          f"{next(iter(cells.values()), None)} on every rank"))
+    # An agreeing draft must have drafts accepted: verify keeps the tokens right whatever the draft proposes, so
+    # identical tokens alone cannot tell a working draft from a broken one.
+    eng_acc = r.acceptance.get("engine") if r.acceptance else None
+    if opts.agree and opts.load_format != "dummy" and eng_acc and r.layout in ("sharded", "split"):
+        out.append(Check("the agreeing draft's proposals are accepted", eng_acc["correct_drafts"] > 0,
+                         f"{eng_acc['correct_drafts']} drafts accepted over {eng_acc['verify_ct']} request "
+                         f"verifies (accept length {eng_acc['accept_length']})"))
     # Metrics: the exported specdecode_* counters equal the engine's own per-request counts.
     eng, exp = r.acceptance.get("engine"), r.acceptance.get("exported")
     if eng and exp:
-        ok = int(exp["accepted_drafts"]) == eng["correct_drafts"] and int(exp["requests_verified"]) == eng["verify_ct"]
-        out.append(Check("exported acceptance counters equal the engine's counts", ok,
-                         f"accepted drafts {int(exp['accepted_drafts'])} vs {eng['correct_drafts']}, requests "
-                         f"verified {int(exp['requests_verified'])} vs {eng['verify_ct']}"))
+        detail = (f"accepted drafts {int(exp['accepted_drafts'])} vs {eng['correct_drafts']}, requests verified "
+                  f"{int(exp['requests_verified'])} vs {eng['verify_ct']}")
+        extra_req = int(exp["requests_verified"]) - eng["verify_ct"]
+        extra_acc = int(exp["accepted_drafts"]) - eng["correct_drafts"]
+        if overlap_scheduled(opts):
+            # SGLang's overlap scheduler launches the next cycle before the last one's results are back, so a
+            # request that finishes has one more cycle run (and exported) than its own counts deliver: at most one
+            # per request, with at most max-steps accepted drafts each.
+            requests = int(eng.get("requests") or 0)
+            ok = 0 <= extra_req <= requests and 0 <= extra_acc <= extra_req * max(opts.candidate_steps)
+            out.append(Check("exported acceptance counters match the engine's counts (overlap scheduler)", ok,
+                             detail + f"; at most one in-flight cycle per finished request ({requests})"))
+        else:
+            out.append(Check("exported acceptance counters equal the engine's counts", extra_req == extra_acc == 0,
+                             detail))
     return out
 
 
@@ -140,7 +165,7 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             "tokens_equal_reference": r.tokens is not None and div is None,
             "first_divergence": div, "error": r.error, "timings": r.timings, "acceptance": r.acceptance,
             "draft_ranks": r.draft_ranks, "puts": r.puts, "checks": [asdict(c) for c in checks],
-            "cost_profile": r.cost_profile,
+            "cost_profile": r.cost_profile, "cost_mode": r.cost_mode, "served": r.served, "graphs": r.graphs,
         }
         if r.hang is not None:
             from .hang import describe
@@ -188,6 +213,17 @@ def to_text(rep: Report) -> str:
                          f"draft step {c['draft_base']:.3f}, extend {c['extend_base']:.3f} + "
                          f"{c['extend_per_token']:.4f}/token, overhead {c['overhead']:.3f}, "
                          f"broadcast {c['broadcast']:.3f} ms{note}")
+        if e.get("cost_mode"):
+            lines.append(f"       cost probe launched its stages as {e['cost_mode']} "
+                         + ("(CUDA graph replays, CUDA events)" if e["cost_mode"] == "graph" else "(eager forwards)"))
+        for tier, g in sorted((e.get("graphs") or {}).items()):
+            lines.append(f"       tier {tier} graphs: captured in {g['capture_s']} s, {g['mem_gb']} GiB")
+        for row in e.get("served") or []:
+            pred = row.get("predicted_cycle_ms")
+            lines.append(f"       served steps={row['steps']} batch={row['batch']}: cycle {row['served_cycle_ms']} ms, "
+                         f"{row['tokens_per_s']} tok/s, accept length {row['accept_length']}"
+                         + (f"; probe predicted {pred} ms ({row.get('probe_over_served')}x)" if pred else "")
+                         + (f"; switch {row['switch_latency_ms']} ms" if row.get("switch_latency_ms") else ""))
         for p in e.get("puts") or []:
             lines.append(f"       PUT steps={p['steps']}: {p.get('status')} {p.get('error') or p.get('note') or ''}")
         for c in e["checks"]:

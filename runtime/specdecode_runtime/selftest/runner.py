@@ -22,10 +22,11 @@ from typing import Any
 import yaml
 
 from .options import Options
-from .rank_probe import DIR_ENV, read_records
+from .rank_probe import DIR_ENV, events, read_records
 
 LAYOUT_TITLES = {
     "nospec": "no speculation",
+    "stock": "stock SGLang, no runtime patch (the sharded layout's arguments)",
     "sharded": "stock EAGLE (draft sharded over all ranks)",
     "split": "split draft (draft on its own ranks, proposals broadcast)",
 }
@@ -43,6 +44,9 @@ class RunResult:
     puts: list[dict] = field(default_factory=list)
     draft_ranks: list[int] | None = None
     cost_profile: dict[str, dict[str, float]] = field(default_factory=dict)  # bucket -> fitted CycleCost (ms)
+    cost_mode: str | None = None  # how the probe launched its stages: graph (CUDA graph replays) or eager
+    served: list[dict] = field(default_factory=list)  # served cycle vs the probe's prediction (--measure-cycles)
+    graphs: dict[str, dict[str, float]] = field(default_factory=dict)  # per tier: capture seconds and GiB
 
 
 @dataclass
@@ -50,6 +54,7 @@ class Models:
     target: str
     draft: str
     vocab: int
+    prompt_pool: list[list[int]] = field(default_factory=list)  # token ids of real text (--prompt-file)
 
 
 def free_port() -> int:
@@ -58,8 +63,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prompts(opts: Options, vocab: int) -> list[list[int]]:
-    """Deterministic prompts of word tokens (ids from 3: the tiny tokenizer's specials come first)."""
+def prompts(opts: Options, vocab: int, pool: list[list[int]] | None = None) -> list[list[int]]:
+    """Deterministic prompts of word tokens (ids from 3: the tiny tokenizer's specials come first), or the first
+    ``opts.prompts`` of a pool of real text."""
+    if pool:
+        return [pool[i % len(pool)] for i in range(opts.prompts)]
     span = max(vocab - 3, 1)
     return [[3 + (11 * i + 7 * j * (i + 1)) % span for j in range(6 + 2 * i)] for i in range(opts.prompts)]
 
@@ -75,11 +83,16 @@ def device_args(opts: Options) -> list[str]:
     """SGLang arguments for the device. CPU: the torch paths (torch_native attention, pytorch sampling, no CUDA
     graphs, no overlap scheduler) that the runtime's CPU stand-ins complete, float32 weights (float16 rounding would
     make greedy argmax depend on the TP reduction order), and a small fixed KV pool."""
+    load = ["--load-format", opts.load_format] if opts.load_format else []
     if opts.device == "cuda":
-        return ["--mem-fraction-static", "0.6"]
+        # The tiny models' logits must not tie: float32, as on CPU (verify and decode run different attention
+        # kernels, and bfloat16 rounding can flip a greedy argmax between them). Real and dummy models keep theirs.
+        dtype = ["--dtype", "float32"] if not (opts.model_path or opts.load_format == "dummy") else []
+        return ["--mem-fraction-static", "0.6", "--random-seed", "0", *dtype, *load, *opts.sglang_args]
     return ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
             "--disable-cuda-graph", "--disable-overlap-schedule", "--dtype", "float32", "--max-total-tokens", "4096",
-            "--max-running-requests", "8", "--chunked-prefill-size", "-1", "--random-seed", "0"]
+            "--max-running-requests", "8", "--chunked-prefill-size", "-1", "--random-seed", "0", *load,
+            *opts.sglang_args]
 
 
 def device_env(opts: Options) -> dict[str, str]:
@@ -91,7 +104,7 @@ def device_env(opts: Options) -> dict[str, str]:
 
 
 def runtime_yaml(opts: Options, layout: str, models: Models, control_port: int, token_file: str) -> str:
-    draft_tp = opts.tp if layout == "sharded" else opts.draft_tp
+    draft_tp = opts.tp if layout in ("sharded", "stock") else opts.draft_tp
     draft: dict[str, Any] = {"model": models.draft, "algorithm": opts.algorithm, "tensorParallelSize": draft_tp}
     if layout == "split" and opts.draft_ranks:
         draft["ranks"] = list(opts.draft_ranks)
@@ -156,6 +169,9 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
     write_launch_files(plan)
     os.environ.update(env)
     os.environ.update(plan.env)
+    if layout == "stock":  # the same SGLang arguments, none of the runtime: no config, so no patch is installed
+        os.environ.pop("SPECDECODE_RUNTIME_CONFIG", None)
+        control.clear()
     # SGLang's --enable-metrics registers its tokenizer-side series in this process's global registry, once per
     # Engine, and the self-test starts several engines in one process; the specdecode_* series it checks are
     # written by the scheduler processes into the multiprocess directory either way.
@@ -174,18 +190,7 @@ def _put_steps(control: dict[str, Any], steps: int) -> dict:
         return {"steps": steps, "status": r.status, "body": json.loads(r.read(65536) or b"{}")}
 
 
-def _events(rank_dir: Path, rank: int, event: str) -> list[dict]:
-    f = rank_dir / f"rank{rank}.jsonl"
-    if not f.exists():
-        return []
-    out = []
-    for line in f.read_text().splitlines():
-        if f'"event": "{event}"' in line:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return out
+_events = events  # rank records of one event kind, as the live-step driver reads them
 
 
 def _drive_live_steps(opts: Options, rank_dir: Path, control: dict[str, Any], done: threading.Event,
@@ -229,7 +234,7 @@ def _read_metrics(metrics_dir: Path) -> dict[str, float]:
     return out
 
 
-def _cost_profile(metrics_dir: Path) -> dict[str, dict[str, float]]:
+def _cost_profile(metrics_dir: Path) -> tuple[dict[str, dict[str, float]], str | None]:
     """The start-up cost probe as the operator's tuner fits it (``cost_probe.fit_profile``), per bucket in ms; empty
     when the probe measured too little for a cycle profile (the tuner then uses per-cycle phase averages)."""
     from dataclasses import asdict
@@ -245,11 +250,28 @@ def _cost_profile(metrics_dir: Path) -> dict[str, dict[str, float]]:
     samples = {(s.labels["stage"], int(s.labels["steps"]), s.labels["bucket"], int(s.labels["batch"])): s.value
                for m in reg.collect() for s in m.samples if s.name == COST_SECONDS}
     fitted = cost_probe.fit_profile(cost_probe.points_from_samples(samples))
-    return {label: {k: round(v, 4) for k, v in asdict(c).items()} for label, c in fitted.items()}
+    mode = None
+    if samples:  # the graph probe times each tier's whole draft phase ("draft"), the eager one a single step
+        mode = cost_probe.GRAPH if any(k[0] == "draft" for k in samples) else cost_probe.EAGER
+    return {label: {k: round(v, 4) for k, v in asdict(c).items()} for label, c in fitted.items()}, mode
+
+
+def graph_costs(ranks: dict[int, list[dict]]) -> dict[str, dict[str, float]]:
+    """Per tier, on TP rank 0: seconds and GiB of device memory its CUDA graphs took at start-up (target verify,
+    draft, draft extend), from the ``graph_capture`` records."""
+    out: dict[str, dict[str, float]] = {}
+    for e in ranks.get(0, []):
+        if e.get("event") != "graph_capture":
+            continue
+        tier = out.setdefault(str(e.get("steps")), {"capture_s": 0.0, "mem_gb": 0.0})
+        tier["capture_s"] = round(tier["capture_s"] + float(e.get("seconds") or 0.0), 3)
+        tier["mem_gb"] = round(tier["mem_gb"] + float(e.get("bytes") or 0) / 2**30, 3)
+        tier[f"{e.get('kind')}_s"] = round(tier.get(f"{e.get('kind')}_s", 0.0) + float(e.get("seconds") or 0.0), 3)
+    return out
 
 
 def _acceptance(outputs: list[dict], metrics: dict[str, float]) -> dict[str, Any]:
-    engine = {"verify_ct": 0, "correct_drafts": 0, "completion_tokens": 0}
+    engine = {"verify_ct": 0, "correct_drafts": 0, "completion_tokens": 0, "requests": len(outputs)}
     for o in outputs:
         mi = o.get("meta_info", {})
         engine["verify_ct"] += int(mi.get("spec_verify_ct", 0) or 0)
@@ -301,6 +323,17 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         on_hang(result)
 
     threading.Thread(target=watchdog, name="selftest-watchdog", daemon=True).start()
+
+    def child_died(description: str) -> None:
+        if finished.is_set():
+            return
+        result.error = description
+        result.ranks = read_records(rank_dir)
+        on_hang(result)
+
+    from .children import ChildWatch
+
+    children = ChildWatch(rank_dir, child_died).start()
     engine = None
     t0 = time.perf_counter()
     try:
@@ -317,13 +350,25 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         t1 = time.perf_counter()
         result.timings["start_s"] = round(t1 - t0, 2)
         params = {"temperature": 0.0, "max_new_tokens": max_new_tokens(opts), "ignore_eos": True}
+
+        def generate_n(ids: list[list[int]], n: int) -> list[dict]:
+            return list(engine.generate(input_ids=ids, sampling_params={**params, "max_new_tokens": n}))
+
+        warm_outputs: list[dict] = []
+        if opts.warmup:
+            tw = time.perf_counter()
+            for _ in range(opts.warmup):  # graphs warmed, kernels compiled: the timed run measures serving
+                warm_outputs += generate_n(prompts(opts, models.vocab, models.prompt_pool), min(8, params["max_new_tokens"]))
+            result.timings["warmup_s"] = round(time.perf_counter() - tw, 2)
+            t1 = time.perf_counter()
         outputs: list[dict] = []
         done = threading.Event()
         errors: list[BaseException] = []
 
         def generate() -> None:
             try:
-                outputs.extend(engine.generate(input_ids=prompts(opts, models.vocab), sampling_params=params))
+                outputs.extend(engine.generate(input_ids=prompts(opts, models.vocab, models.prompt_pool),
+                                               sampling_params=params))
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
             finally:
@@ -341,14 +386,25 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         n = sum(len(t) for t in result.tokens)
         result.timings.update(generate_s=round(t2 - t1, 2), tokens=n,
                               tokens_per_s=round(n / (t2 - t1), 2) if t2 > t1 else None)
-        if layout != "nospec":
+        if layout not in ("nospec", "stock"):
             metrics = _read_metrics(work / "metrics")
-            result.acceptance = _acceptance(outputs, metrics)
+            # the exporter counted the warm-up's cycles too: compare it with the engine's counts of every request
+            result.acceptance = _acceptance(warm_outputs + outputs, metrics)
             result.timings["phases_s"] = {
                 p: round(metrics.get(f"specdecode_cycle_seconds_sum|phase={p}", 0.0), 4)
                 for p in ("draft", "verify", "draft_extend", "other")
             }
-            result.cost_profile = _cost_profile(work / "metrics")
+            result.cost_profile, result.cost_mode = _cost_profile(work / "metrics")
+        result.graphs = graph_costs(read_records(rank_dir))
+        if opts.measure_batches:
+            from .served import measure
+
+            speculative = layout != "nospec"
+            tiers = (opts.candidate_steps if opts.live_steps else [opts.steps]) if speculative else [0]
+            result.served = measure(generate_n, tiers=tiers, batches=opts.measure_batches,
+                                    measure_tokens=opts.measure_tokens, vocab=models.vocab, speculative=speculative,
+                                    initial_steps=opts.steps, control=control if opts.live_steps else None,
+                                    rank_dir=rank_dir, profile=result.cost_profile, pool=models.prompt_pool)
     except Exception as e:  # noqa: BLE001 - every failure is reported, never a traceback
         import traceback
 
@@ -356,6 +412,8 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         where = f" (at {tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name})" if tb else ""
         result.error = f"{type(e).__name__}: {e}{where}"
     finally:
+        children.stop()
+        finished.set()
         if engine is not None:
             try:
                 engine.shutdown()

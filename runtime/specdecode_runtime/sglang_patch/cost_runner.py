@@ -54,6 +54,17 @@ Every rank runs the same points in the same order and, on TP > 1, the same numbe
 decides, :func:`specdecode_runtime.engine._rank0_decides`), so the forwards' collectives line up.
 
 The worker's running tier is never swapped out, so the first served batch runs the configured numSteps.
+
+**Graph mode (CUDA graphs captured).** When the target runs on CUDA with captured decode graphs, what a cycle costs is
+what its graphs cost, and the eager forwards above measure something else (kernel launches the graph avoids, first-call
+Triton compilation, no fused replay): on an H200 an eager probe priced a cycle 4.4x the one served. So on such an
+engine every stage replays the very graphs serving replays: tier k's target verify graph, tier k's multi-step draft
+graph (the ``draft`` stage: a tier's draft steps are one graph in SGLang) and tier k's draft-extend graph, at the
+smallest captured size that holds the probed batch (the size serving pads that batch to), timed with CUDA events.
+The replays run before the scheduler serves, on the static inputs the capture left: every row points at request
+slot 0 and KV slot 0 (the padding slot), as at capture, so no live cache is touched. A stage with no graph at that
+tier (verify at k = 0 unless tier 0 is captured, a backend without replayable graphs) is left out with a log line;
+the fit extrapolates k = 0 from the tiers. The cycle overhead (sampling) and the broadcast run as in eager mode.
 """
 
 from __future__ import annotations
@@ -66,7 +77,7 @@ from . import process_state as state
 
 log = logging.getLogger("specdecode.cost_runner")
 
-SUPPORTED_STAGES = ("verify", "draft_step", "draft_extend", "overhead", "broadcast")
+SUPPORTED_STAGES = ("verify", "draft_step", "draft", "draft_extend", "overhead", "broadcast")
 
 
 class StageUnavailable(RuntimeError):
@@ -80,7 +91,21 @@ class SGLangStageRunner:
         self.worker = worker
         self.target_runner = worker._target_worker.model_runner
         self._buffers: dict[tuple, Any] = {}
+        self.mode = "graph" if self._graphs_captured() else "eager"
+        self.timer = None
+        if self.mode == "graph":
+            from ..cost_probe import cuda_event_timer
+
+            self.timer = cuda_event_timer
         self.max_batch = self._largest_batch()
+        # the target verify graph sizes serving pads a batch to: the probe times a bucket at one of them
+        self.graph_sizes = _graph_sizes(self.target_runner.decode_cuda_graph_runner) if self.mode == "graph" else []
+
+    def _graphs_captured(self) -> bool:
+        """CUDA decode graphs are what serving replays: the target's verify graph runner exists with graphs."""
+        device = str(getattr(self.target_runner, "device", "cpu"))
+        runner = getattr(self.target_runner, "decode_cuda_graph_runner", None)
+        return device.startswith("cuda") and bool(_graph_sizes(runner))
 
     def _largest_batch(self) -> int | None:
         """The largest batch every stage can launch here: the eager runners' static input buffers (target and
@@ -92,6 +117,9 @@ class SGLangStageRunner:
                              None))
         if state.split is not None:
             sizes.append(getattr(state.split.broadcaster, "max_bs", None))
+        if getattr(self, "mode", "eager") == "graph":  # above the largest graph SGLang serves eagerly: not probed
+            graphs = _graph_sizes(self.target_runner.decode_cuda_graph_runner)
+            sizes.append(max(graphs) if graphs else None)
         sizes = [int(x) for x in sizes if isinstance(x, int) and x > 0]
         return min(sizes) if sizes else None
 
@@ -303,6 +331,65 @@ class SGLangStageRunner:
                 runner.attn_backend = running
             torch.topk(logits[select], int(dw.topk), dim=-1)
 
+    # ---- graph mode: replay what serving replays --------------------------------------------------------------------
+    def _tier_runners(self, steps: int) -> Any:
+        """Tier ``steps``'s graph runners: its ``AdaptiveController`` state (every Live tier), else the running
+        tier's own (a pod with one tier)."""
+        ctl = getattr(self.worker, "adaptive_controller", None)
+        tier = ctl._states.get(int(steps)) if ctl is not None else None
+        if tier is not None:
+            return tier
+        if int(steps) != int(self.worker.speculative_num_steps):
+            raise StageUnavailable(f"tier {steps} is not captured")
+        dw = self.draft_worker
+        from types import SimpleNamespace
+
+        return SimpleNamespace(target_graph_runner=getattr(self.target_runner, "decode_cuda_graph_runner", None),
+                               cuda_graph_runner=getattr(dw, "cuda_graph_runner", None),
+                               cuda_graph_runner_for_draft_extend=getattr(dw, "cuda_graph_runner_for_draft_extend",
+                                                                          None))
+
+    def _replay(self, runner: Any, what: str, batch: int, tokens_per_req: int = 1) -> None:
+        """One replay of ``runner``'s graph at the smallest captured size that holds ``batch`` (what serving pads
+        the batch to)."""
+        size = batch * tokens_per_req if getattr(runner, "ragged_verify_mode", False) else batch
+        keys = _graph_keys(runner)
+        fits = [k for k in keys if k.size >= size]
+        if not fits:
+            raise StageUnavailable(f"no {what} graph holds batch {batch} (captured sizes "
+                                   f"{sorted({k.size for k in keys})})")
+        key = min(fits, key=lambda k: k.size)
+        runner.backend.replay(key, None)
+
+    def _graph_verify(self, steps: int, batch: int) -> None:
+        tier = self._tier_runners(steps)
+        runner = tier.target_graph_runner
+        if runner is None or not _graph_keys(runner):
+            raise StageUnavailable(f"tier {steps} has no captured target verify graph")
+        self._replay(runner, f"tier {steps} target verify", batch, int(steps) + 1)
+
+    def _graph_draft(self, steps: int, batch: int) -> None:
+        tier = self._tier_runners(steps)
+        if not self._draft_runs_here():
+            return
+        runner = tier.cuda_graph_runner
+        if runner is None:
+            if int(steps) <= 1:
+                return  # SGLang's tier 1 launches no draft forward: its one proposal comes from the draft extend
+            raise StageUnavailable(f"tier {steps} has no captured draft graph")
+        with self._draft_context():
+            self._replay(runner, f"tier {steps} draft", batch)
+
+    def _graph_draft_extend(self, steps: int, batch: int) -> None:
+        tier = self._tier_runners(steps)
+        if not self._draft_runs_here():
+            return
+        runner = tier.cuda_graph_runner_for_draft_extend
+        if runner is None or not _graph_keys(runner):
+            raise StageUnavailable(f"tier {steps} has no captured draft-extend graph")
+        with self._draft_context():
+            self._replay(runner, f"tier {steps} draft extend", batch, int(steps) + 1)
+
     # ---- cycle overhead and broadcast -----------------------------------------------------------------------------
     def _overhead(self, batch: int) -> None:
         key = ("overhead", batch)
@@ -355,9 +442,14 @@ class SGLangStageRunner:
     # ---- dispatch ------------------------------------------------------------------------------------------------
     def __call__(self, stage: str, steps: int, batch: int) -> None:
         steps, batch = int(steps), int(batch)
-        run = {"verify": lambda: self._verify(steps, batch), "draft_step": lambda: self._draft_step(batch),
-               "draft_extend": lambda: self._draft_extend(steps, batch), "overhead": lambda: self._overhead(batch),
-               "broadcast": lambda: self._broadcast(steps, batch)}.get(stage)
+        if self.mode == "graph":
+            run = {"verify": lambda: self._graph_verify(steps, batch), "draft": lambda: self._graph_draft(steps, batch),
+                   "draft_extend": lambda: self._graph_draft_extend(steps, batch),
+                   "overhead": lambda: self._overhead(batch), "broadcast": lambda: self._broadcast(steps, batch)}.get(stage)
+        else:
+            run = {"verify": lambda: self._verify(steps, batch), "draft_step": lambda: self._draft_step(batch),
+                   "draft_extend": lambda: self._draft_extend(steps, batch), "overhead": lambda: self._overhead(batch),
+                   "broadcast": lambda: self._broadcast(steps, batch)}.get(stage)
         if run is None:
             raise StageUnavailable(f"unknown stage {stage!r}; the SGLang runner measures {', '.join(SUPPORTED_STAGES)}")
         try:
@@ -370,6 +462,20 @@ class SGLangStageRunner:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             raise RuntimeError(f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} "
                                f"in {where.name})") from exc
+
+
+def _graph_keys(runner: Any) -> list:
+    """The shape keys of a graph runner's replayable graphs (SGLang's full-graph backend keeps them in
+    ``backend._graphs``); only default variants (no stream, LoRA or attention variant), as a plain decode uses."""
+    graphs = getattr(getattr(runner, "backend", None), "_graphs", None)
+    if not isinstance(graphs, dict):
+        return []
+    return [k for k in graphs if getattr(k, "size", None) is not None and getattr(k, "stream_idx", None) is None
+            and getattr(k, "variant_label", None) is None and getattr(k, "attention_variant", None) is None]
+
+
+def _graph_sizes(runner: Any) -> list[int]:
+    return sorted({int(k.size) for k in _graph_keys(runner)})
 
 
 def sync_for(worker: Any):

@@ -161,4 +161,12 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                "use", "the draft step's attention plan is made once per batch, outside the forward"),
     PatchPoint("sglang.srt.model_executor.model_runner.ModelRunner.sample", ("self", "logits_output", "forward_batch"),
                "use", "the probe's overhead stage: the target's sampling of one cycle"),
+    # start-up cost probe on CUDA (cost_runner.py graph mode): replays of the graphs serving replays
+    PatchPoint("sglang.srt.model_executor.runner_backend.full_cuda_graph_backend.FullCudaGraphBackend.replay",
+               ("self", "shape_key", "static_forward_batch"), "use",
+               "one replay of a captured graph by its shape key (the probe's graph stages)"),
+    PatchPoint("sglang.srt.model_executor.runner.shape_key.ShapeKey", (), "use",
+               "graphs are keyed by size (requests, or tokens in ragged verify) and variants"),
+    PatchPoint("sglang.srt.speculative.adaptive_runtime_state.SpecRuntimeState", (), "use",
+               "each Live tier's target verify, draft and draft-extend graph runners"),
 )

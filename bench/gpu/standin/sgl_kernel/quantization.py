@@ -1,0 +1,7 @@
+"""``sgl_kernel.quantization`` stand-in: every op importable, none implemented (see ``_missing``)."""
+
+from ._missing import missing_op
+
+
+def __getattr__(name: str):
+    return missing_op(__name__, name)
