@@ -29,7 +29,7 @@ def _reason(err: BaseException) -> str:
     """The library's message without its advice to change code; the first line carries the cause."""
     text = " ".join(str(err).split())
     cause = err.__cause__ or err.__context__
-    if cause is not None and type(cause).__name__ not in text:
+    if cause is not None and " ".join(str(cause).split()) not in text:
         text = f"{text} ({type(cause).__name__}: {' '.join(str(cause).split())[:300]})"
     return text[:1000]
 

@@ -22,10 +22,10 @@ def hub_snapshot(source: ms.HubSource, field: str) -> str:
 
     try:
         return snapshot_download(source.repo_id, revision=source.revision, local_files_only=True)
-    except LocalEntryNotFoundError as e:
+    except LocalEntryNotFoundError:
         raise ModelNotCached(
             f"{field}: {source.uri} is not (completely) in the hub cache {constants.HF_HUB_CACHE}; the "
-            f"fetch-models init container fills it (its log says why it could not): {e}") from None
+            "fetch-models init container fills it (its log says why it could not)") from None
 
 
 def local_path(model: str, field: str) -> str:
