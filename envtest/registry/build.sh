@@ -2,8 +2,8 @@
 # Builds the CNCF distribution registry (the reference OCI registry) at the version pinned in go.mod into a cache
 # outside the repository and prints the directory that holds it. The chart release (`make release`) is pushed to it
 # on loopback and installed from it with `helm install oci://...` in the tests, as a user installs from any registry.
-# The cache key is a hash of go.mod, go.sum and this script, as for kube-apiserver (envtest/build.sh): a machine that
-# built it before reuses the binary; a version bump builds once into a new directory.
+# The cache key is a hash of go.mod, go.sum, the main and this script, as for kube-apiserver (envtest/build.sh): a
+# machine that built it before reuses the binary; a version bump builds once into a new directory.
 #
 #   envtest/registry/build.sh                 -> prints e.g. ~/.cache/specdecode/registry/3f2a…/bin
 #   SPECDECODE_CACHE=/x build.sh              -> cache under /x/registry
@@ -12,7 +12,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${SPECDECODE_CACHE:-$HOME/.cache/specdecode}/registry"
-key="$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-16)"
+key="$(cat "$here/go.mod" "$here/go.sum" "$here/cmd/registry/main.go" "$here/build.sh" | sha256sum | cut -c1-16)"
 bin="$cache_root/$key/bin"
 
 if [ -x "$bin/registry" ]; then
@@ -49,7 +49,7 @@ echo "registry: building the distribution registry into $bin (the first build ta
     # the version it reports (`registry --version`) is the module's, as its release builds stamp it
     v="$(go list -m -f '{{.Version}}' github.com/distribution/distribution/v3)"
     go build -ldflags="-s -w -X github.com/distribution/distribution/v3/version.version=$v" \
-        -o "$tmp/registry" github.com/distribution/distribution/v3/cmd/registry
+        -o "$tmp/registry" ./cmd/registry
 )
 mkdir -p "$(dirname "$bin")"
 rm -rf "$bin"
