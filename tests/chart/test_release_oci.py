@@ -94,6 +94,20 @@ def spec_fields(api) -> set[str]:
     return set(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
 
 
+def test_one_version_names_the_package_the_chart_and_the_images():
+    """pyproject.toml's version is the release's: the committed Chart.yaml, the default images and the chart's
+    default runtime image say the same, so a chart installed from the working tree matches the released one."""
+    from specdecode_operator import images
+
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    tags = {name: ref.rsplit(":", 1)[1] for name, ref in [("RUNTIME_IMAGE", images.RUNTIME_IMAGE),
+                                                           ("OPERATOR_IMAGE", images.OPERATOR_IMAGE),
+                                                           ("values runtime.image", values["runtime"]["image"])]}
+    assert {"version": chart["version"], "appVersion": chart["appVersion"], **tags} == \
+        dict.fromkeys(["version", "appVersion", *tags], VERSION)
+
+
 def test_release_refuses_a_version_helm_cannot_tag(tmp_path):
     done = release(CHART, "oci://127.0.0.1:1/charts", tmp_path, version="1.0", check=False)
     assert done.returncode == 2 and "'1.0' is not MAJOR.MINOR.PATCH" in done.stderr
