@@ -70,7 +70,8 @@ def test_model_strings_parse_to_their_sources():
     assert ms.parse("hf://org/name") == ms.HubSource("org/name", "main")
     assert ms.parse("hf://org/name@refs/pr/3") == ms.HubSource("org/name", "refs/pr/3")
     for bad, says in [("s3://b/k", "scheme that is not supported"), ("pvc://m/../etc", "pvc://CLAIM/PATH"),
-                      ("hf://name", "hf://ORG/NAME[@REVISION]"), ("pvc://UPPER/x", "pvc://CLAIM/PATH")]:
+                      ("hf://name", "hf://ORG/NAME[@REVISION]"), ("pvc://UPPER/x", "pvc://CLAIM/PATH"),
+                      ("hf://org/name@v1/../../x", "hf://ORG/NAME[@REVISION]")]:
         with pytest.raises(ms.ModelSourceError) as err:
             ms.parse(bad, "draft.model")
         assert str(err.value).startswith(f"draft.model: {bad!r} ") and says in str(err.value)

@@ -32,9 +32,10 @@ DEFAULT_REVISION = "main"
 CLAIM = "[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 SEGMENT = r"[A-Za-z0-9_][-A-Za-z0-9_.]*"
 PVC_PATTERN = rf"^pvc://{CLAIM}(/{SEGMENT})*/?$"
-# Hub repository ids are ORG/NAME; a revision is a branch, a tag or a commit (refs/pr/N included).
+# Hub repository ids are ORG/NAME; a revision is a branch, a tag or a commit (refs/pr/N included), in segments that
+# cannot be '.' or '..' (the offline lookup joins it into a path under the cache).
 REPO_PART = r"[A-Za-z0-9][-A-Za-z0-9_.]*"
-REVISION = r"[A-Za-z0-9][-A-Za-z0-9_./]*"
+REVISION = rf"{SEGMENT}(/{SEGMENT})*"
 HF_PATTERN = rf"^hf://{REPO_PART}/{REPO_PART}(@{REVISION})?$"
 SCHEME_PATTERN = r"^[A-Za-z][-A-Za-z0-9+.]*://"
 
