@@ -227,7 +227,7 @@ class ModelCache(_Model):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.MODEL_CACHE_RULES))
 
     claimName: str | None = Field(
-        default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        default=None, min_length=1, max_length=253, pattern=f"^{rules.ms.CLAIM}$",
         description="PersistentVolumeClaim holding the cache (an HF_HOME: the snapshots live under hub/). "
         "ReadWriteMany when replicas or nodes share it.")
     sizeLimit: str | None = Field(
