@@ -139,8 +139,9 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
 
     # install the previous release from the registry: its CRD comes along
     helm("install", RELEASE, oci, "--version", PREVIOUS, "--plain-http", "-n", NAMESPACE, "--create-namespace")
-    status = json.loads(helm("status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
-    assert status["chart"]["metadata"]["version"] == PREVIOUS and status["info"]["status"] == "deployed"
+    (listed,) = json.loads(helm("list", "-n", NAMESPACE, "-o", "json").stdout)
+    assert (listed["chart"], listed["app_version"], listed["status"]) == \
+        (f"{CHART.name}-{PREVIOUS}", PREVIOUS, "deployed")
     deployment = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-{CHART.name}"
     image = api.call("GET", deployment)["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith(f":{PREVIOUS}")  # appVersion is the image tag the chart deploys
