@@ -7,6 +7,7 @@ need it skip, or fail under SPECDECODE_REQUIRE_ENVTEST=1, as the API server's do
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -78,8 +79,6 @@ class Registry:
 
     def tags(self, repository: str) -> list[str]:
         """The tags the registry holds for ``repository`` (the distribution API, not helm)."""
-        import json
-
         with urllib.request.urlopen(f"http://{self.host}/v2/{repository}/tags/list", timeout=10) as answer:
             return sorted(json.loads(answer.read(1 << 20))["tags"])
 
