@@ -95,6 +95,10 @@ def test_fetch_fills_the_cache_once_and_the_launcher_resolves_offline(config, tm
         again = runtime(["fetch-models", "--config", str(path)], cache, HF_ENDPOINT=hub.endpoint)
         assert again.returncode == 0, again.stderr
         assert len(hub.downloads()) == len(TARGET.files)
+        # a cache filled beforehand, checked with the fetch set offline (spec.runtime.env HF_HUB_OFFLINE=1)
+        checked = runtime(["fetch-models", "--config", str(path)], cache, HF_HUB_OFFLINE="1",
+                          HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
+        assert checked.returncode == 0 and checked.stdout == done.stdout, checked.stderr
 
         # the runtime container: offline, the hub unreachable; SGLang gets the snapshot and the claim's path
         asked = len(hub.requests)
