@@ -18,7 +18,8 @@ PROG = "specdecode-runtime fetch-models"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("fetch-models", help="fetch runtime.yaml's hf:// models into the hub cache (init container)",
+    p = subparsers.add_parser("fetch-models",
+                              help="fetch runtime.yaml's hf:// models into the hub cache (init container)",
                               description=__doc__.splitlines()[0].replace("``", ""))
     p.add_argument("--config", required=True, help="runtime.yaml written by the operator's renderer")
     p.set_defaults(func=run)

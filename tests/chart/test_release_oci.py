@@ -128,7 +128,8 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
     out = tmp_path / "dist"
     pushed_previous = release(previous_chart(tmp_path), registry.url, out, PREVIOUS).stdout.strip()
     pushed = release(CHART, registry.url, out).stdout.strip()
-    assert (pushed_previous, pushed) == (f"{registry.url}/{CHART.name}:{PREVIOUS}", f"{registry.url}/{CHART.name}:{VERSION}")
+    assert (pushed_previous, pushed) == (f"{registry.url}/{CHART.name}:{PREVIOUS}",
+                                         f"{registry.url}/{CHART.name}:{VERSION}")
     assert registry.tags(f"charts/{CHART.name}") == sorted([PREVIOUS, VERSION])
     with tarfile.open(out / f"{CHART.name}-{VERSION}.tgz") as package:
         meta = yaml.safe_load(package.extractfile(f"{CHART.name}/Chart.yaml"))
@@ -163,7 +164,7 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
     kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
 
     crd = api.get_crd(CRD_NAME)
-    assert crd["metadata"]["uid"] == crd_uid, "the CRD was recreated: every SpecDecodeDeployment would have gone with it"
+    assert crd["metadata"]["uid"] == crd_uid, "the CRD was recreated: its SpecDecodeDeployments went with it"
     assert NEW_FIELD in spec_fields(api)
     after = api.call("POST", SDDS, sdd("after", target={"model": "hf://acme/target@v1", "tensorParallelSize": 8},
                                        modelCache={"claimName": "hf-cache", "tokenSecretRef": {"name": "hf-token"}}),
@@ -172,7 +173,8 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
     # the object from before the upgrade is the same object and still takes changes
     still = api.call("GET", f"{SDDS}/before")
     assert still["metadata"]["uid"] == before["metadata"]["uid"] and still["spec"] == before["spec"]
-    patched = api.call("PATCH", f"{SDDS}/before", {"spec": {"replicas": 2}}, content_type="application/merge-patch+json")
+    patched = api.call("PATCH", f"{SDDS}/before", {"spec": {"replicas": 2}},
+                       content_type="application/merge-patch+json")
     assert patched["metadata"]["generation"] == 2 and patched["spec"]["replicas"] == 2
     names = {o["metadata"]["name"] for o in api.call("GET", SDDS)["items"]}
     assert names == {"before", "after"}

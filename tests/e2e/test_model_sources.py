@@ -19,7 +19,8 @@ def pod_specs(workload: dict) -> list[dict]:
 
 
 def test_pvc_models_mount_the_claim_read_only_in_every_pod_of_a_multi_node_group(cluster):
-    body = sdd("pvc", tp=16, draft_tp=2, target={"model": "pvc://model-store/ds/DeepSeek-V3.1", "tensorParallelSize": 16},
+    body = sdd("pvc", tp=16, draft_tp=2,
+               target={"model": "pvc://model-store/ds/DeepSeek-V3.1", "tensorParallelSize": 16},
                draft={"model": "pvc://drafts/dsv3-eagle3", "tensorParallelSize": 2})
     cluster.create_sdd(body)
     lws = wait_for(lambda: cluster.get(LWS, "leaderworkersets", "pvc"), what="LeaderWorkerSet pvc")

@@ -74,7 +74,8 @@ class Registry:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 tail = (self.workdir / "registry.log").read_text(errors="replace")[-2000:]
-                raise RegistryUnavailable(f"registry on {self.host} did not answer /v2/ within {READY_SECONDS} s: {tail}")
+                raise RegistryUnavailable(
+                    f"registry on {self.host} did not answer /v2/ within {READY_SECONDS} s: {tail}")
             time.sleep(0.1)
 
     def tags(self, repository: str) -> list[str]:

@@ -85,8 +85,9 @@ class HubStandIn:
                 return self.reply(handler, 200, {"id": repo.repo_id, "sha": commit, "private": False,
                                                  "siblings": [{"rfilename": f} for f in sorted(repo.files)]}, head=head)
             if parts[4] == "tree":
-                return self.reply(handler, 200, [{"type": "file", "path": f, "size": len(data), "oid": git_blob_id(data)}
-                                                 for f, data in sorted(repo.files.items())], head=head)
+                tree = [{"type": "file", "path": f, "size": len(data), "oid": git_blob_id(data)}
+                        for f, data in sorted(repo.files.items())]
+                return self.reply(handler, 200, tree, head=head)
         if len(parts) >= 5 and parts[2] == "resolve":
             repo = self.repos.get(f"{parts[0]}/{parts[1]}")
             name = "/".join(parts[4:])

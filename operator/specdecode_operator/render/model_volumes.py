@@ -43,7 +43,8 @@ def for_spec(spec: SpecDecodeDeploymentSpec) -> ModelVolumes:
     models = (spec.target.model, spec.draft.model)
     for index, claim in enumerate(ms.pvc_claims(*models)):
         source = ms.PvcSource(claim, "")
-        out.volumes.append({"name": _pvc_volume(index), "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        claim_source = {"claimName": claim, "readOnly": True}
+        out.volumes.append({"name": _pvc_volume(index), "persistentVolumeClaim": claim_source})
         out.mounts.append({"name": _pvc_volume(index), "mountPath": source.mount_path(), "readOnly": True})
     if not ms.hub_sources(*models):
         return out
