@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test venv deps-demo deps-test tools envtest envtest-up envtest-down crd golden bench clean
+.PHONY: demo test venv deps-demo deps-test tools envtest envtest-up envtest-down registry release crd golden bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,7 +33,7 @@ demo: deps-demo
 tools:
 	envtest/fetch-tools.sh
 
-test: deps-test tools envtest
+test: deps-test tools envtest registry
 	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 $(BIN)/python -m pytest -q
 
 # A real kube-apiserver + etcd (envtest/): built from Go modules once into ~/.cache/specdecode/envtest/<hash>/bin
@@ -48,6 +48,19 @@ envtest-up: envtest venv
 envtest-down: venv
 	$(BIN)/python -m tests.k8s.envtest down --dir .envtest
 
+# The CNCF distribution registry the chart release tests push to and install from (loopback): built from Go modules
+# once into ~/.cache/specdecode/registry/<hash>/bin, like kube-apiserver
+registry:
+	envtest/registry/build.sh
+
+# Package the chart (its CRDs included; version and appVersion = pyproject.toml's version) and push it:
+#   make release REGISTRY=oci://ghcr.io/specdecode/charts
+#   make release REGISTRY=oci://127.0.0.1:5000/charts HELM_PUSH_FLAGS=--plain-http
+REGISTRY ?= oci://ghcr.io/specdecode/charts
+HELM_PUSH_FLAGS ?=
+release: tools
+	charts/release.sh $(REGISTRY) $(HELM_PUSH_FLAGS)
+
 crd: venv
 	$(BIN)/specdecode crd > crds/specdecode.io_specdecodedeployments.yaml
 
@@ -58,4 +71,4 @@ bench: venv
 	$(BIN)/python bench/render.py
 
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache
+	rm -rf $(VENV) demo-out .pytest_cache dist

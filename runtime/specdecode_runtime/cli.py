@@ -19,6 +19,8 @@ COMMANDS = {
     "simulate": ("specdecode_runtime.simulate.cli", "simulated runtime (all numbers simulated)"),
     "selftest": ("specdecode_runtime.selftest",
                  "run real SGLang with a layout and compare greedy tokens across layouts"),
+    "fetch-models": ("specdecode_runtime.hub_fetch",
+                     "fetch runtime.yaml's hf:// models into the hub cache (init container)"),
 }
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import SGLANG_VERSION
+from . import SGLANG_VERSION, model_paths
 from .contract.config import RuntimeConfig, load_runtime_config
 from .contract.derived import captured_steps, draft_is_split, draft_tp_problems, live, nccl_environment
 from .contract.input_files import InputError
@@ -187,7 +187,7 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
     from .draft_group import DraftGroupError, choose_draft_ranks
     from .sglang_patch import installed_sglang_version
 
-    cfg = load_runtime_config(str(config_path))
+    cfg = model_paths.resolve(load_runtime_config(str(config_path)))  # pvc:// and hf:// -> local directories
     environ = dict(os.environ if environ is None else environ)
     env = nccl_environment(cfg)
     env["SPECDECODE_RUNTIME_CONFIG"] = str(Path(config_path).resolve())

@@ -73,6 +73,8 @@ def rule_cases() -> list[tuple[str, dict]]:
     out.append(("rule-bad:launcher sglang with Live", with_("spec.speculative", {"autotune": {"mode": "Live"}}, full)))
     out.append(("rule-ok:launcher sglang with Rollout",
                 with_("spec.speculative", {"autotune": {"mode": "Rollout"}}, full)))
+    out.append(("rule-bad:launcher sglang with an hf:// model", with_("spec.target.model", "hf://org/t", full)))
+    out.append(("rule-ok:launcher sglang with a pvc:// model", with_("spec.target.model", "pvc://models/t", full)))
     out.append(("rule-bad:draft tp 0 (division)", with_("spec.draft.tensorParallelSize", 0)))
     out.append(("rule-bad:nccl key lowercase", with_("spec.nccl.env", {"NCCL_algo": "Ring"})))
     out.append(("rule-bad:tp 24 over 16 gpus per node",
@@ -113,6 +115,9 @@ def schema_cases() -> list[tuple[str, dict]]:
         ("schema:unknown field at spec", with_("spec.replica", 2)),
         ("schema:preserved tolerations", with_("spec.placement.tolerations", [{"key": "k", "operator": "Exists"}])),
         ("schema:preserved resources", with_("spec.runtime.resources", {"limits": {"memory": "1Gi"}})),
+        ("schema:pattern modelCache claimName", with_("spec.modelCache.claimName", "Bad_Name")),
+        ("schema:pattern modelCache sizeLimit", with_("spec.modelCache.sizeLimit", "lots")),
+        ("schema:modelCache token without a Secret name", with_("spec.modelCache.tokenSecretRef", {"key": "t"})),
         ("name:uppercase", with_("metadata.name", "Parity")),
         ("name:48 characters", with_("metadata.name", "p" * 48)),
         ("name:47 characters", with_("metadata.name", "p" * 47)),

@@ -51,6 +51,15 @@ CASES = [
     ("spec.runtime.extraArgs", ["--chunked-prefill-size=4096"], ["--tp-size", "4"], "spec.runtime.extraArgs", "typed fields"),
     ("spec.runtime", {"port": 8000, "controlPort": 8001}, {"port": 8000, "controlPort": 8000},
      "spec.runtime.controlPort", "must differ"),
+    ("spec.target.model", "pvc://models/llama/8b", "s3://bucket/llama", "spec.target.model", "or hf://ORG/NAME"),
+    ("spec.target.model", "pvc://model-store.team/a_b/v-1.0/", "pvc://Models/x", "spec.target.model",
+     "pvc:// takes pvc://CLAIM/PATH"),
+    ("spec.target.model", "pvc://models", "pvc://models/../etc", "spec.target.model", "none starting with '.'"),
+    ("spec.draft.model", "hf://org/name@refs/pr/1", "hf://just-a-name", "spec.draft.model",
+     "hf:// takes hf://ORG/NAME[@REVISION]"),
+    ("spec.draft.model", "hf://Org-1/name.v2", "gs://b/x", "spec.draft.model", "other schemes"),
+    ("spec.modelCache", {"claimName": "hf-cache"}, {"claimName": "hf-cache", "sizeLimit": "100Gi"},
+     "spec.modelCache.sizeLimit", "not both"),
     ("metadata.name", "glm5-pcie", "GLM5", "metadata.name", "DNS-1035"),
     ("metadata.name", "a" * 47, "a" * 48, "metadata.name", "at most 47"),
 ]
@@ -61,6 +70,18 @@ def test_rule_accepts_and_rejects(field, good, bad, path, fragment):
     assert validate_object(with_(field, good)) == []
     problems = validate_object(with_(field, bad))
     assert any(p.path == path and fragment in p.message for p in problems), problems
+
+
+def test_hub_models_need_the_specdecode_launcher():
+    stock = with_("spec.runtime", {"launcher": "sglang"})
+    stock["spec"]["draft"]["tensorParallelSize"] = 8
+    assert validate_object(stock) == []
+    stock["spec"]["draft"]["model"] = "hf://org/draft"
+    problems = validate_object(stock)
+    assert [(p.path, "hf:// models need runtime.launcher specdecode" in p.message) for p in problems] == \
+        [("spec.runtime.launcher", True)], problems
+    stock["spec"]["draft"]["model"] = "pvc://models/draft"  # a claim is mounted for the stock launcher too
+    assert validate_object(stock) == []
 
 
 def test_draft_ranks_must_be_unique():

@@ -44,6 +44,7 @@ def test_every_rule_in_rules_module_is_in_the_crd():
     all_rules = [
         *rules.NAME_RULES, *rules.SPEC_RULES, *rules.DRAFT_RULES, *rules.SPECULATIVE_RULES,
         *rules.AUTOTUNE_RULES, *rules.NCCL_RULES, *rules.RUNTIME_RULES,
+        *rules.TARGET_RULES, *rules.DRAFT_MODEL_RULES, *rules.MODEL_CACHE_RULES, *rules.HUB_SPEC_RULES,
     ]
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     found = [v["rule"] for _, node in _walk(schema) for v in node.get("x-kubernetes-validations", [])]

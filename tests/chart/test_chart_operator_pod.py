@@ -114,5 +114,5 @@ def test_metrics_service_targets_the_metrics_port():
 
 def test_notes_give_next_steps_and_the_crd_upgrade_command():
     notes = render_notes()
-    assert "kubectl apply --server-side -f" in notes and "rollout status" in notes
+    assert "kubectl apply --server-side --force-conflicts -f" in notes and "rollout status" in notes
     assert "team-a" in render_notes(COMBOS["namespaced"])

@@ -44,6 +44,13 @@ AFFINITY = {**PRESERVE, "properties": {"nodeAffinity": {
             **PRESERVE, "description": "core/v1 NodeSelector.", "properties": {"nodeSelectorTerms": _TERMS}}}}}}
 
 
+MODEL_DESCRIPTION = (
+    "Where the {what} weights come from: a path inside the image or under /models (runtime.modelVolume), "
+    "pvc://CLAIM/PATH (the claim mounted read-only in every runtime pod) or hf://ORG/NAME[@REVISION] (fetched once "
+    "into modelCache by an init container; the runtime then runs offline)."
+)
+
+
 def _cel(*group: rules.Rule) -> dict:
     return {"x-kubernetes-validations": [r.to_crd() for r in group]}
 
@@ -55,7 +62,9 @@ class _Model(BaseModel):
 class Target(_Model):
     """The model being served: its weights, tensor parallelism and optional quantization."""
 
-    model: str = Field(min_length=1, max_length=1024, description="Path (under /models) or name of the target model.")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.TARGET_RULES))
+
+    model: str = Field(min_length=1, max_length=1024, description=MODEL_DESCRIPTION.format(what="target"))
     tensorParallelSize: int = Field(
         ge=1, le=64, description="Tensor-parallel ranks of the target; beyond placement.gpusPerNode it spans nodes."
     )
@@ -68,9 +77,9 @@ class Target(_Model):
 class Draft(_Model):
     """The speculative draft model and where it runs inside the target's TP ranks."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.DRAFT_RULES))
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.DRAFT_RULES, *rules.DRAFT_MODEL_RULES))
 
-    model: str = Field(min_length=1, max_length=1024, description="Path (under /models) or name of the draft model.")
+    model: str = Field(min_length=1, max_length=1024, description=MODEL_DESCRIPTION.format(what="draft"))
     algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = Field(
         default="EAGLE3", description="Speculative algorithm (SGLang --speculative-algorithm)."
     )
@@ -204,6 +213,31 @@ class Runtime(_Model):
     )
 
 
+class SecretKeyRef(_Model):
+    """A key of a Secret in the object's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Secret.")
+    key: str = Field(default="token", min_length=1, max_length=253, description="Key inside the Secret.")
+
+
+class ModelCache(_Model):
+    """The volume hf:// models are fetched into: a PersistentVolumeClaim (kept across restarts, shared by the pods
+    that mount it) or an emptyDir of at most sizeLimit (fetched again whenever a pod starts on a new node)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.MODEL_CACHE_RULES))
+
+    claimName: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=f"^{rules.ms.CLAIM}$",
+        description="PersistentVolumeClaim holding the cache (an HF_HOME: the snapshots live under hub/). "
+        "ReadWriteMany when replicas or nodes share it.")
+    sizeLimit: str | None = Field(
+        default=None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="Size limit of the emptyDir cache when no claimName is set; unset: the node's ephemeral storage.")
+    tokenSecretRef: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private "
+        "repositories; only the fetching init container sees it.")
+
+
 class Monitoring(_Model):
     """Prometheus integration."""
 
@@ -213,7 +247,7 @@ class Monitoring(_Model):
 class SpecDecodeDeploymentSpec(_Model):
     """Desired state of a speculative-decoding deployment."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.SPEC_RULES))
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.SPEC_RULES, *rules.HUB_SPEC_RULES))
 
     replicas: int = Field(default=1, ge=0, le=1024, description="Serving replicas (each one TP group).")
     target: Target
@@ -223,6 +257,8 @@ class SpecDecodeDeploymentSpec(_Model):
     placement: Placement = Field(default_factory=Placement, description="GPU placement.")
     runtime: Runtime = Field(default_factory=Runtime, description="Serving container.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Prometheus integration.")
+    modelCache: ModelCache | None = Field(
+        default=None, description="Cache volume for hf:// models; unset: an emptyDir per pod.")
 
 
 class Condition(_Model):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specdecode_runtime.contract import model_source as ms
+
 # Flags the operator derives from typed fields; passing them through extraArgs would silently fight the spec.
 MANAGED_FLAGS = (
     "model-path",
@@ -161,4 +163,52 @@ RUNTIME_RULES = (
         ".extraArgs",
     ),
     Rule("self.port != self.controlPort", "runtime.port and runtime.controlPort must differ", ".controlPort"),
+)
+
+
+def model_rules(owner: str) -> tuple[Rule, ...]:
+    """``<owner>.model`` is a path, ``pvc://CLAIM/PATH`` or ``hf://ORG/NAME[@REVISION]`` (the patterns are the
+    runtime contract's, so admission and the pod accept the same strings)."""
+    field = f"{owner}.model"
+    return (
+        Rule(
+            f"!self.model.matches('{ms.SCHEME_PATTERN}') || self.model.startsWith('{ms.PVC_SCHEME}') || "
+            f"self.model.startsWith('{ms.HF_SCHEME}')",
+            f"{field} must be {ms.FORMS}; other schemes (s3://, gs://, ...) are not supported",
+            ".model",
+        ),
+        Rule(
+            f"!self.model.startsWith('{ms.PVC_SCHEME}') || self.model.matches('{ms.PVC_PATTERN}')",
+            f"{field}: pvc:// takes pvc://CLAIM/PATH: CLAIM a PersistentVolumeClaim name in the object's namespace "
+            "(lowercase DNS subdomain), PATH segments of letters, digits, '-', '_' and '.', none starting with '.'",
+            ".model",
+        ),
+        Rule(
+            f"!self.model.startsWith('{ms.HF_SCHEME}') || self.model.matches('{ms.HF_PATTERN}')",
+            f"{field}: hf:// takes hf://ORG/NAME[@REVISION]: a Hugging Face Hub repository id, optionally a branch, "
+            "tag or commit after '@'",
+            ".model",
+        ),
+    )
+
+
+TARGET_RULES = model_rules("target")
+DRAFT_MODEL_RULES = model_rules("draft")
+
+MODEL_CACHE_RULES = (
+    Rule(
+        "!(has(self.claimName) && has(self.sizeLimit))",
+        "modelCache takes claimName (a PersistentVolumeClaim) or sizeLimit (an emptyDir), not both",
+        ".sizeLimit",
+    ),
+)
+
+HUB_SPEC_RULES = (
+    Rule(
+        "self.runtime.launcher != 'sglang' || "
+        f"(!self.target.model.startsWith('{ms.HF_SCHEME}') && !self.draft.model.startsWith('{ms.HF_SCHEME}'))",
+        "hf:// models need runtime.launcher specdecode (its launcher resolves the fetched snapshot offline); with "
+        "launcher sglang use a path or pvc://CLAIM/PATH",
+        ".runtime.launcher",
+    ),
 )

@@ -8,7 +8,7 @@ from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DI
 from specdecode_runtime.contract.nccl import profile_env
 
 from ..api.models import SpecDecodeDeployment
-from . import names
+from . import model_volumes, names
 
 TERMINATION_GRACE_SECONDS = 180  # long generations in flight get to finish after the drain
 # The runtime runs as this non-root user (the runtime image's USER; for the upstream SGLang image, which runs as root,
@@ -62,7 +62,7 @@ def _multi_node_env(sdd: SpecDecodeDeployment) -> list[dict[str, Any]]:
 def command_and_args(sdd: SpecDecodeDeployment, cfg: RuntimeConfig) -> tuple[list[str], list[str]]:
     """A list, never a shell string: no quoting bugs, no injection through model paths or extra args."""
     if sdd.spec.runtime.launcher == "sglang":
-        return ["python3", "-m", "sglang.launch_server"], _sglang_cli_args(cfg)
+        return ["python3", "-m", "sglang.launch_server"], _sglang_cli_args(model_volumes.with_local_paths(cfg))
     command = ["specdecode-runtime", "launch", "--config", f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"]
     return command, []  # extraArgs travel in runtime.yaml, translated by the launcher with the typed fields
 
@@ -83,6 +83,8 @@ def environment(sdd: SpecDecodeDeployment, cfg: RuntimeConfig) -> list[dict[str,
     for var in sdd.spec.runtime.env:
         if isinstance(var, dict) and "name" in var:
             env[str(var["name"])] = dict(var)
+    for key, value in model_volumes.for_spec(sdd.spec).env.items():  # the hub cache, read offline
+        env[key] = {"name": key, "value": value}
     for key in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
         env[key] = {"name": key, "value": nccl[key]}  # multicast stays off whatever runtime.env says
     return list(env.values())
@@ -162,6 +164,9 @@ def pod_template(
     if spec.runtime.modelVolume:
         mounts.append({"name": "models", "mountPath": "/models", "readOnly": True})
         volumes.append({"name": "models", **spec.runtime.modelVolume})
+    sources = model_volumes.for_spec(spec)
+    mounts += sources.mounts
+    volumes += sources.volumes
     container: dict[str, Any] = {
         "name": "runtime",
         "image": image,
@@ -200,6 +205,12 @@ def pod_template(
         "containers": [container],
         "volumes": volumes,
     }
+    if sources.fetches:
+        base_env = [{"name": k, "value": v} for k, v in CACHE_ENV.items()]
+        base_env += [dict(v) for v in spec.runtime.env if isinstance(v, dict) and "name" in v]
+        base_mounts = [m for m in mounts if m["name"] in ("scratch", "runtime-config")]
+        pod_spec["initContainers"] = [model_volumes.fetch_container(image, base_env, base_mounts, sources,
+                                                                    container["securityContext"])]
     if spec.placement.nodeSelector:
         pod_spec["nodeSelector"] = dict(sorted(spec.placement.nodeSelector.items()))
     if spec.placement.tolerations:
