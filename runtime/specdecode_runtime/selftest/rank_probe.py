@@ -113,6 +113,21 @@ def _wrap(owner: Any, name: str, make) -> None:
     setattr(owner, name, make(orig))
 
 
+def _record_memory() -> None:
+    """Device memory this rank holds once it serves (weights, KV pools, every tier's graphs): S against the other
+    ranks shows what the split draft costs where it runs."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        free, total = torch.cuda.mem_get_info()
+        record("memory", used_bytes=int(total - free), allocated_bytes=int(torch.cuda.memory_allocated()),
+               reserved_bytes=int(torch.cuda.memory_reserved()))
+    except Exception:  # noqa: BLE001 - observation only
+        return
+
+
 def _tp_sizes() -> dict[str, int]:
     from sglang.srt.distributed import parallel_state
     from sglang.srt.runtime_context import get_parallel
@@ -178,6 +193,8 @@ def _wrap_sglang() -> None:
             global _decode_round
             if not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) and not batch.forward_mode.is_idle():
                 _decode_round += 1
+                if _decode_round == 1:
+                    _record_memory()
             return orig(self, batch, *a, **k)
 
         return forward_batch_generation

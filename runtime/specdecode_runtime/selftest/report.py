@@ -166,6 +166,7 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             "first_divergence": div, "error": r.error, "timings": r.timings, "acceptance": r.acceptance,
             "draft_ranks": r.draft_ranks, "puts": r.puts, "checks": [asdict(c) for c in checks],
             "cost_profile": r.cost_profile, "cost_mode": r.cost_mode, "served": r.served, "graphs": r.graphs,
+            "memory_gb": {str(k): v for k, v in r.memory_gb.items()},
         }
         if r.hang is not None:
             from .hang import describe

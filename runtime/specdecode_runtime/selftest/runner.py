@@ -47,6 +47,7 @@ class RunResult:
     cost_mode: str | None = None  # how the probe launched its stages: graph (CUDA graph replays) or eager
     served: list[dict] = field(default_factory=list)  # served cycle vs the probe's prediction (--measure-cycles)
     graphs: dict[str, dict[str, float]] = field(default_factory=dict)  # per tier: capture seconds and GiB
+    memory_gb: dict[int, float] = field(default_factory=dict)  # per TP rank: device memory in use once serving
 
 
 @dataclass
@@ -395,7 +396,10 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
                 for p in ("draft", "verify", "draft_extend", "other")
             }
             result.cost_profile, result.cost_mode = _cost_profile(work / "metrics")
-        result.graphs = graph_costs(read_records(rank_dir))
+        records = read_records(rank_dir)
+        result.graphs = graph_costs(records)
+        result.memory_gb = {rk: round(e["used_bytes"] / 2**30, 3) for rk, evs in records.items() for e in evs
+                            if e.get("event") == "memory"}
         if opts.measure_batches:
             from .served import measure
 
