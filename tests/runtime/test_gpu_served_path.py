@@ -223,26 +223,28 @@ def test_a_stopped_watch_stays_quiet(tmp_path):
 
 # ---- served-cycle bookkeeping ---------------------------------------------------------------------------------------
 def test_served_cycle_is_the_difference_of_two_generations_over_their_verify_cycles(tmp_path):
-    """A fake engine: each generation pays a fixed 30 ms (prefill, scheduling), then 2 ms per verify cycle that
-    emits 2 tokens per request. The measurement must find 2 ms per cycle, whatever the fixed part."""
+    """A fake engine on a fake clock: each generation pays a fixed 30 ms (prefill, scheduling), then 2 ms per verify
+    cycle that emits 2 tokens per request. The measurement must find 2 ms per cycle, whatever the fixed part."""
     from specdecode_runtime.selftest import served
+
+    now = [100.0]
 
     def generate(ids, n):
         cycles = (n + 1) // 2
-        time.sleep(0.030 + 0.002 * cycles)
+        now[0] += 0.030 + 0.002 * cycles
         return [{"output_ids": [0] * n, "meta_info": {"spec_verify_ct": cycles}} for _ in ids]
 
     profile = {"1": {"verify_base": 1.0, "verify_per_token": 0.0, "draft_base": 0.25, "draft_per_seq": 0.0,
                      "extend_base": 0.2, "extend_per_token": 0.0, "overhead": 0.05, "broadcast": 0.0}}
     rows = served.measure(generate, tiers=[3], batches=(1,), measure_tokens=200, vocab=64, speculative=True,
-                          initial_steps=3, control=None, rank_dir=tmp_path, profile=profile)
+                          initial_steps=3, control=None, rank_dir=tmp_path, profile=profile, clock=lambda: now[0])
     (row,) = rows
     assert row["cycles"] == 100 and row["accept_length"] == 2.0
-    # sleep() overshoots by up to a few ms per call on a busy machine: 30 % slack on a 2 ms cycle over 100 cycles
-    assert 1.9 <= row["served_cycle_ms"] <= 2.6
+    assert row["served_cycle_ms"] == pytest.approx(2.0, rel=1e-6)
+    assert row["tokens_per_s"] == pytest.approx(200 / 0.2, rel=1e-6)
     expected = CycleCost(**profile["1"]).cycle_ms(3, 1)
     assert row["predicted_cycle_ms"] == pytest.approx(expected, rel=1e-3)
-    assert row["probe_over_served"] == pytest.approx(expected / row["served_cycle_ms"], rel=1e-3)
+    assert row["probe_over_served"] == pytest.approx(expected / 2.0, rel=1e-3)
     assert not (tmp_path / "quiet").exists()  # per-cycle records resume after the measurement
 
 

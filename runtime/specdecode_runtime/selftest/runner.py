@@ -23,6 +23,7 @@ import yaml
 
 from .options import Options
 from .rank_probe import DIR_ENV, events, read_records
+from .served import put_steps as _put_steps
 
 LAYOUT_TITLES = {
     "nospec": "no speculation",
@@ -178,17 +179,6 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
     # written by the scheduler processes into the multiprocess directory either way.
     args = [a for a in plan.args if a != "--enable-metrics"]
     return prepare_server_args(args)
-
-
-def _put_steps(control: dict[str, Any], steps: int) -> dict:
-    from ..contract.step_table import STEPS_PATH, StepTable
-
-    body = json.dumps(StepTable.single(steps).to_json()).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{control['port']}{STEPS_PATH}", data=body, method="PUT",
-                                 headers={"Authorization": f"Bearer {control['token']}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback control port
-        return {"steps": steps, "status": r.status, "body": json.loads(r.read(65536) or b"{}")}
 
 
 _events = events  # rank records of one event kind, as the live-step driver reads them

@@ -40,7 +40,8 @@ def _tokens(outputs: list[dict]) -> int:
     return sum(len(o.get("output_ids") or []) for o in outputs)
 
 
-def put_steps(control: dict[str, Any], steps: int) -> int:
+def put_steps(control: dict[str, Any], steps: int) -> dict:
+    """PUT a one-tier step table to the pod's control API: the status and the answer's body."""
     from ..contract.step_table import STEPS_PATH, StepTable
 
     body = json.dumps(StepTable.single(steps).to_json()).encode()
@@ -48,7 +49,7 @@ def put_steps(control: dict[str, Any], steps: int) -> int:
                                  headers={"Authorization": f"Bearer {control['token']}",
                                           "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback control port
-        return int(r.status)
+        return {"steps": steps, "status": r.status, "body": json.loads(r.read(65536) or b"{}")}
 
 
 def _running_tier(rank_dir: Path) -> int | None:
@@ -68,7 +69,7 @@ def predicted_cycle_ms(profile: dict[str, dict[str, float]], steps: int, batch: 
 def measure(generate: Callable[[list[list[int]], int], list[dict]], *, tiers: list[int], batches: tuple[int, ...],
             measure_tokens: int, vocab: int, speculative: bool, initial_steps: int | None,
             control: dict[str, Any] | None, rank_dir: Path, profile: dict[str, dict[str, float]],
-            pool: list[list[int]] | None = None) -> list[dict]:
+            pool: list[list[int]] | None = None, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
     """One row per (steps, batch): served cycle and tok/s, the probe's prediction and their ratio. Tiers are
     switched through the control API (Live pods); a static pod measures its one tier."""
     quiet = Path(rank_dir) / "quiet"
@@ -91,11 +92,11 @@ def measure(generate: Callable[[list[list[int]], int], list[dict]], *, tiers: li
                 prompts = prompt_batch(b, vocab, pool=pool)
                 generate(prompts, WARM_TOKENS)
                 short, long_ = WARM_TOKENS, WARM_TOKENS + measure_tokens
-                t0 = time.perf_counter()
+                t0 = clock()
                 o1 = generate(prompts, short)
-                t1 = time.perf_counter()
+                t1 = clock()
                 o2 = generate(prompts, long_)
-                t2 = time.perf_counter()
+                t2 = clock()
                 cycles = _cycles(o2, speculative) - _cycles(o1, speculative)
                 tokens = _tokens(o2) - _tokens(o1)
                 dt = (t2 - t1) - (t1 - t0)
