@@ -30,6 +30,9 @@ from specdecode_runtime.selftest.runner import RunResult  # noqa: E402
     (["--topk", "2", "--live-steps", "1,5"], "--live-steps needs --topk 1"),
     (["--live-steps", "1,99"], "--live-steps values must be within 0..16"),
     (["--layouts", "nospec,bogus"], "--layouts must list"),
+    (["--layouts", "split"], "--layouts must list at least two"),
+    (["--layouts", "nospec,split"], "--layouts with split must include sharded"),
+    (["--layouts", "nospec,sharded", "--corrupt-draft"], "--corrupt-draft corrupts the split run's draft"),
     (["--timeout", "1"], "--timeout must be within"),
     (["--model-config", "/nonexistent/shape.yaml"], "--model-config /nonexistent/shape.yaml"),
 ])
@@ -143,11 +146,11 @@ def test_first_divergence_and_overall_verdict():
     assert report.first_divergence([[1, 2, 3]], [[1, 2, 3]]) is None
     assert report.first_divergence([[1, 2, 3], [4]], [[1, 2, 3], [5]]) == {"prompt": 1, "position": 0,
                                                                            "reference": 4, "got": 5}
-    opts = Options(tp=2, layouts=("nospec", "split"))
+    opts = Options(tp=2, layouts=("nospec", "sharded"))
     ref = RunResult(layout="nospec", tokens=[[1, 2]])
-    same = RunResult(layout="split", tokens=[[1, 2]])
+    same = RunResult(layout="sharded", tokens=[[1, 2]])
     assert report.build(opts, [ref, same]).ok
-    rep = report.build(opts, [ref, RunResult(layout="split", tokens=[[1, 3]])])
+    rep = report.build(opts, [ref, RunResult(layout="sharded", tokens=[[1, 3]])])
     assert not rep.ok and rep.runs[1]["first_divergence"]["position"] == 1
     assert "tokens differ" in report.to_text(rep)
     assert not report.build(opts, [ref]).ok  # a layout that never ran is a failure

@@ -1,13 +1,14 @@
 """The split draft inside real SGLang 0.5.23 on a CPU: scheduler processes over gloo, the runtime's launch path
 (runtime.yaml -> launcher plan -> SGLang's parser -> patched scheduler entry point), greedy tokens compared with the
 tiny target's own greedy continuation (transformers, float32), and what every rank recorded checked by the same
-code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`).
+code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`), including the split draft's
+proposals and acceptance against the sharded draft's in the same states (:mod:`.draft_checks`).
 
-Each test starts one engine (start-up dominates on 2 cores): TP 2 with the draft on rank 0 in Live mode with two
-step changes mid-generation; TP 4 with an EAGLE-3 draft at TP 2 on ranks 1 and 2 as a single-step tree.
-Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing rank 0 or not. A
-third placement (draft TP 1 on rank 1, a 3-step tree) runs with ``SPECDECODE_E2E_FULL=1``; the CI budget covers
-it through the selftest (``bench/results/selftest_cpu_tp4.md``).
+Each test runs the sharded layout and the split layout (start-up dominates on 2 cores): TP 2 with the draft on
+rank 0 in Live mode with two step changes mid-generation; TP 4 with an EAGLE-3 draft at TP 2 on ranks 1 and 2 as a
+single-step tree; and the negative control, a split draft on rank 1 that proposes a constant token, which must fail
+the draft checks. Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing
+rank 0 or not. A further placement (draft TP 1 on rank 1, a 3-step tree) runs with ``SPECDECODE_E2E_FULL=1``.
 """
 
 from __future__ import annotations
@@ -87,16 +88,13 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
 
     _require_sglang()
     keep = tmp_path / "keep"
-    argv = ["--device", "cpu", "--layouts", "split", "--json", "--timeout", "600", "--keep", str(keep), *argv]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
-                          text=True, env=env, timeout=840)
-    start = proc.stdout.find('{\n  "options"')
-    assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
-    report = json.loads(proc.stdout[start:])
-    run = report["runs"][0]
-    assert "hang" not in run, run["hang"]["summary"]
-    assert run["error"] is None, run["error"]
+    argv = ["--device", "cpu", "--layouts", "sharded,split", "--json", "--timeout", "600", "--keep", str(keep),
+            *argv]
+    proc, report = run_selftest(argv)
+    for run in report["runs"]:
+        assert "hang" not in run, run["hang"]["summary"]
+        assert run["error"] is None, run["error"]
+    run = next(r for r in report["runs"] if r["layout"] == "split")
     ap = argparse.ArgumentParser()
     add_arguments(ap)
     opts = from_namespace(ap.parse_args(argv))
@@ -106,6 +104,16 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
                         eagle_agree=str(root / "eagle_agree"), eagle3_agree=str(root / "eagle3_agree"), shape=shape)
     ref = _reference(models.target, tuple(tuple(p) for p in prompts(opts, shape["vocab_size"])), max_new_tokens(opts))
     return SplitRun(opts, report, run, read_records(keep / "split" / "ranks"), models, ref)
+
+
+def run_selftest(argv: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """``specdecode-runtime selftest ARGV`` in its own process; its exit and its JSON report."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
+                          text=True, env=env, timeout=840)
+    start = proc.stdout.find('{\n  "options"')
+    assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
+    return proc, json.loads(proc.stdout[start:])
 
 
 def _kv_cell_bytes(tiny, draft_dir: str, tp: int, draft_tp: int) -> int:
@@ -136,7 +144,9 @@ def _assert_checks(r: SplitRun, *names):
 
 SPLIT_CHECKS = ("target state built with the target TP group", "verify KV slots identical on every rank",
                 "KV pool sized with the draft's gathered vocabulary resident",
-                "exported acceptance counters equal the engine's counts")
+                "exported acceptance counters equal the engine's counts",
+                "drafted tokens equal the sharded draft's in the same state",
+                "accepted drafts equal the sharded draft's in the same state")
 
 
 def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
@@ -148,6 +158,7 @@ def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
                         "--live-steps", "1,5"])
     assert r.run["draft_ranks"] == [0]
     assert r.run["tokens"] == r.reference
+    assert r.report["ok"], r.report["summary"]
     _assert_checks(r, *SPLIT_CHECKS, "step tier switched on every rank")
     tiers = {(e["rank"], e["steps"]) for evs in r.ranks.values() for e in evs
              if e["event"] == "target_backend" and e["tier"]}
@@ -188,6 +199,7 @@ def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
                         "--num-draft-tokens", "3"])
     assert r.run["draft_ranks"] == [1, 2]
     assert r.run["tokens"] == r.reference
+    assert r.report["ok"], r.report["summary"]
     _assert_checks(r, *SPLIT_CHECKS)
     prof = _kv_profile(r.ranks)
     assert all(p["head_gathered"] is False for p in prof.values())
@@ -196,6 +208,26 @@ def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
     assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 0, 1: half, 2: half, 3: 0}
     cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE3", True), tp=4, draft_tp=2)
     assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {rk: {cell} for rk in range(4)}
+
+
+def test_corrupt_draft_is_caught_by_the_draft_checks():
+    """The negative control: S's leader proposes one constant token. The target's verify still produces the
+    reference's tokens, so only the draft checks can see it; the self-test must exit 1 naming them. Kept cheap: one
+    prompt, eight tokens, TP 2."""
+    from specdecode_runtime.selftest.draft_checks import ACCEPT_CHECK, DRAFTS_CHECK
+
+    _require_sglang()
+    proc, rep = run_selftest(["--device", "cpu", "--tp", "2", "--draft-ranks", "1", "--layouts", "sharded,split",
+                              "--prompts", "1", "--max-new-tokens", "8", "--corrupt-draft", "--json",
+                              "--timeout", "600"])
+    runs = {r["layout"]: r for r in rep["runs"]}
+    assert runs["sharded"]["ok"], runs["sharded"]
+    split = runs["split"]
+    assert split["error"] is None and split["tokens_equal_reference"], split
+    failed = {c["name"]: c["detail"] for c in split["checks"] if not c["ok"]}
+    assert DRAFTS_CHECK in failed and "split drafted [3, 3, 3]" in failed[DRAFTS_CHECK], failed
+    assert ACCEPT_CHECK in failed, failed
+    assert proc.returncode == 1 and not rep["ok"] and DRAFTS_CHECK in rep["summary"]
 
 
 @pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="a fourth engine start; the CI budget runs "

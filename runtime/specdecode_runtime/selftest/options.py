@@ -39,6 +39,7 @@ class Options:
     agree: bool = True
     layouts: tuple[str, ...] = ("nospec", "sharded", "split")
     keep: str | None = None
+    corrupt_draft: bool = False
 
     @property
     def candidate_steps(self) -> list[int]:
@@ -85,7 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens per prompt")
     p.add_argument("--random-draft", action="store_true", help="a random draft instead of one that agrees with "
                    "the target (exercises rejections; acceptance lengths stay near 1)")
-    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split)")
+    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split; "
+                   "at least two, and split needs sharded: its proposals are checked against the sharded draft's)")
+    p.add_argument("--corrupt-draft", action="store_true", help="negative control: S's leader proposes one constant "
+                   "token in the split run; the draft checks must fail (exit 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before ranks are reported hung")
     p.add_argument("--keep", default=None, help="directory to keep models, configs and rank records in")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -142,6 +146,14 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     unknown = [x for x in layouts if x not in ("nospec", "sharded", "split")]
     if unknown or not layouts:
         raise OptionError(f"--layouts must list nospec, sharded and/or split, got {ns.layouts!r}")
+    if len(set(layouts)) < 2:
+        raise OptionError(f"--layouts must list at least two of nospec, sharded, split (a run is judged against "
+                          f"another), got {ns.layouts!r}")
+    if "split" in layouts and "sharded" not in layouts:
+        raise OptionError(f"--layouts with split must include sharded: the split draft's proposals and acceptance "
+                          f"are compared with the sharded draft's in the same states, got {ns.layouts!r}")
+    if getattr(ns, "corrupt_draft", False) and "split" not in layouts:
+        raise OptionError("--corrupt-draft corrupts the split run's draft: --layouts must include split")
     if "split" in layouts:
         from ..contract.derived import draft_tp_problems, is_split_draft
 
@@ -186,4 +198,5 @@ def from_namespace(ns: argparse.Namespace) -> Options:
                    steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
                    model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
                    max_new_tokens=ns.max_new_tokens, timeout=float(ns.timeout), json=bool(ns.json),
-                   agree=not ns.random_draft, layouts=layouts, keep=ns.keep)
+                   agree=not ns.random_draft, layouts=tuple(dict.fromkeys(layouts)), keep=ns.keep,
+                   corrupt_draft=bool(getattr(ns, "corrupt_draft", False)))
