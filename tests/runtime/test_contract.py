@@ -40,8 +40,18 @@ def test_autotune_steps_off_keeps_the_step_count_as_the_only_candidate():
 @pytest.mark.parametrize("mode", ["Live", "Rollout"])
 def test_autotune_steps_clamps_into_the_range_and_spreads_candidates(mode):
     steps, tiers = autotune_steps(mode, 2, 6, 9)
-    assert steps == 6 and tiers == candidate_steps(2, 6, 6) and {2, 6} <= set(tiers)
+    # Live also captures the target-only tier (steps 0); a Rollout restart can only render steps >= 1
+    zero = [0] if mode == "Live" else []
+    assert steps == 6 and tiers == zero + candidate_steps(2, 6, 6) and {2, 6} <= set(tiers)
     assert autotune_steps(mode, 2, 6, 1)[0] == 2
+
+
+def test_the_tuner_chooses_only_steps_a_rendered_pod_serves():
+    from specdecode_runtime.contract.derived import tuner_steps
+
+    assert tuner_steps("Live", 1, 7, 3) == autotune_steps("Live", 1, 7, 3)[1] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert tuner_steps("Rollout", 1, 7, 3) == autotune_steps("Rollout", 1, 7, 3)[1] == [1, 2, 3, 4, 5, 6, 7]
+    assert tuner_steps("Off", 1, 7, 3) == tuner_steps("Live", 1, 7, 3)  # recommends what Live would serve
 
 
 def test_draft_tokens_per_cycle_is_steps_plus_one_for_a_chain_only():

@@ -154,3 +154,32 @@ def test_first_divergence_and_overall_verdict():
     assert not rep.ok and rep.runs[1]["first_divergence"]["position"] == 1
     assert "tokens differ" in report.to_text(rep)
     assert not report.build(opts, [ref]).ok  # a layout that never ran is a failure
+
+
+@pytest.mark.parametrize("heads,kv,tp,ok", [
+    (4, 2, 4, True),   # fewer KV heads than ranks: each replicated on 2 ranks, as SGLang's LlamaAttention does
+    (8, 1, 8, True),
+    (4, 4, 2, True),
+    (4, 2, 2, True),
+    (6, 3, 2, False),  # 3 KV heads cannot be split over 2 ranks
+    (12, 3, 4, False),  # nor replicated evenly over 4
+    (6, 2, 4, False),  # attention heads must split evenly
+])
+def test_model_config_head_rule_is_sglangs(heads, kv, tp, ok, tmp_path, capsys):
+    from specdecode_runtime.selftest.options import head_split_problem
+
+    assert (head_split_problem(heads, kv, tp) is None) == ok
+    f = tmp_path / "shape.yaml"
+    f.write_text(f"hidden_size: {16 * heads}\nnum_attention_heads: {heads}\nnum_key_value_heads: {kv}\n")
+    import argparse
+
+    from specdecode_runtime.selftest.options import OptionError, add_arguments, from_namespace
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    ns = ap.parse_args(["--tp", str(tp), "--model-config", str(f), "--layouts", "nospec,sharded"])
+    if ok:
+        assert from_namespace(ns).model_config["num_key_value_heads"] == kv
+    else:
+        with pytest.raises(OptionError, match="num_"):
+            from_namespace(ns)

@@ -55,6 +55,21 @@ class Options:
         return chain if chain is not None else min(self.topk * self.steps, 2 * self.steps + 2)
 
 
+def head_split_problem(heads: int, kv_heads: int, tp: int) -> str | None:
+    """SGLang's own rule for a Llama at TP ``tp`` (``LlamaAttention``): attention heads split evenly; KV heads
+    split evenly when there are at least ``tp`` of them, else each is replicated on ``tp / kv_heads`` ranks, so
+    ``kv_heads`` must divide ``tp``."""
+    if heads % tp:
+        return f"num_attention_heads {heads} must be divisible by --tp {tp} (every rank holds whole heads)"
+    if kv_heads >= tp and kv_heads % tp:
+        return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} (at least as many KV heads as "
+                "ranks are split evenly)")
+    if kv_heads < tp and tp % kv_heads:
+        return (f"num_key_value_heads {kv_heads} must divide --tp {tp} (fewer KV heads than ranks are replicated, "
+                "each on the same number of ranks)")
+    return None
+
+
 def _int_list(flag: str, text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip() != "")
@@ -190,10 +205,9 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         from ..cpu.tiny_models import validate_shape
 
         full = validate_shape(shape)
-        for key in ("num_attention_heads", "num_key_value_heads"):
-            if full[key] % ns.tp:
-                raise OptionError(f"--model-config: {key} {full[key]} must be divisible by --tp {ns.tp} (every "
-                                  "rank holds whole heads)")
+        problem = head_split_problem(full["num_attention_heads"], full["num_key_value_heads"], ns.tp)
+        if problem:
+            raise OptionError(f"--model-config: {problem}")
     return Options(device=device, tp=ns.tp, draft_tp=draft_tp, draft_ranks=ranks, algorithm=algorithm,
                    steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
                    model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
