@@ -5,10 +5,11 @@ code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.repor
 proposals and acceptance against the sharded draft's in the same states (:mod:`.draft_checks`).
 
 Each test runs the sharded layout and the split layout (start-up dominates on 2 cores): TP 2 with the draft on
-rank 0 in Live mode with two step changes mid-generation; TP 4 with an EAGLE-3 draft at TP 2 on ranks 1 and 2 as a
-single-step tree; and the negative control, a split draft on rank 1 that proposes a constant token, which must fail
-the draft checks. Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing
-rank 0 or not. A further placement (draft TP 1 on rank 1, a 3-step tree) runs with ``SPECDECODE_E2E_FULL=1``.
+rank 0 in Live mode switching 3 -> 0 (the target-only tier) -> 5 mid-generation; TP 4 with an EAGLE-3 draft at TP 2
+on ranks 1 and 2 as a 2-step tree; and the negative control, a split draft on rank 1 that proposes a constant token,
+which must fail the draft checks. Together: numSteps 0, 2, 3 and 5, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and
+2, S containing rank 0 or not. A further placement (draft TP 1 on rank 1, a 3-step tree) runs with
+``SPECDECODE_E2E_FULL=1``.
 """
 
 from __future__ import annotations
@@ -200,11 +201,13 @@ def _assert_split_cost_profile(metrics_dir: Path, tiers: tuple[int, ...]) -> Non
         assert source == MEASURED and cost.base.broadcast > 0 and cost.base.draft_base > 0, (label, source, cost)
 
 
-def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
+def test_split_tp4_eagle3_draft_tp2_multi_step_tree(tmp_path):
     """EAGLE-3 with its own head, draft TP 2 on ranks 1 and 2 (S without rank 0, its own all-reduces inside S),
-    topk 2 with numSteps 1: the tree's parent_list is empty, and the target head is never gathered."""
-    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1,2", "--algorithm", "EAGLE3", "--steps", "1", "--topk", "2",
-                        "--num-draft-tokens", "3"])
+    topk 2 over 2 steps (the tree shape GPUs run by default: parents and score indices travel in the broadcast;
+    the single-step tree's empty parent list is checked against SGLang's own tree code in test_split_defects); the
+    target head is never gathered."""
+    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1,2", "--algorithm", "EAGLE3", "--steps", "2", "--topk", "2",
+                        "--num-draft-tokens", "4"])
     assert r.run["draft_ranks"] == [1, 2]
     assert r.run["tokens"] == r.reference
     assert r.report["ok"], r.report["summary"]
