@@ -241,7 +241,7 @@ def test_corrupt_draft_is_caught_by_the_draft_checks():
     assert proc.returncode == 1 and not rep["ok"] and DRAFTS_CHECK in rep["summary"]
 
 
-@pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="a fourth engine start; the CI budget runs "
+@pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="another two engine starts; the CI budget runs "
                     "this placement through `specdecode-runtime selftest` (bench/results/selftest_cpu_tp4.md); set "
                     "SPECDECODE_E2E_FULL=1 to run it here")
 def test_split_tp4_draft_tp1_on_rank1_tree(tmp_path):

@@ -161,8 +161,7 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             from .hang import describe
 
             entry["hang"] = {"ranks": {str(k): v for k, v in r.hang.items()}, "summary": describe(r.hang)}
-        if r is ref:
-            entry["tokens"] = r.tokens
+        entry["tokens"] = r.tokens  # every run's, so a caller can compare them with a reference of its own
         rep.runs.append(entry)
     rep.ok = all_ok
     bad = [e["layout"] + "".join(f" [{c['name']}]" for c in e["checks"] if not c["ok"])
