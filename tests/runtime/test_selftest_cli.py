@@ -156,28 +156,27 @@ def test_first_divergence_and_overall_verdict():
     assert not report.build(opts, [ref]).ok  # a layout that never ran is a failure
 
 
-@pytest.mark.parametrize("heads,kv,tp,ok", [
-    (4, 2, 4, True),   # fewer KV heads than ranks: each replicated on 2 ranks, as SGLang's LlamaAttention does
-    (8, 1, 8, True),
-    (4, 4, 2, True),
-    (4, 2, 2, True),
-    (6, 3, 2, False),  # 3 KV heads cannot be split over 2 ranks
-    (12, 3, 4, False),  # nor replicated evenly over 4
-    (6, 2, 4, False),  # attention heads must split evenly
+@pytest.mark.parametrize("heads,kv,tp,device,ok", [
+    (4, 2, 4, "cuda", True),   # fewer KV heads than ranks: each replicated on 2 ranks (SGLang's LlamaAttention)
+    (8, 1, 8, "cuda", True),
+    (4, 2, 4, "cpu", False),   # on a CPU SGLang pads instead, and the padded heads do not load
+    (4, 4, 2, "cpu", True),
+    (8, 4, 4, "cpu", True),
+    (6, 3, 2, "cuda", False),  # 3 KV heads cannot be split over 2 ranks
+    (12, 3, 4, "cuda", False),  # nor replicated evenly over 4
+    (6, 2, 4, "cuda", False),  # attention heads must split evenly
 ])
-def test_model_config_head_rule_is_sglangs(heads, kv, tp, ok, tmp_path, capsys):
-    from specdecode_runtime.selftest.options import head_split_problem
-
-    assert (head_split_problem(heads, kv, tp) is None) == ok
-    f = tmp_path / "shape.yaml"
-    f.write_text(f"hidden_size: {16 * heads}\nnum_attention_heads: {heads}\nnum_key_value_heads: {kv}\n")
+def test_model_config_head_rule_is_sglangs(heads, kv, tp, device, ok, tmp_path):
     import argparse
 
-    from specdecode_runtime.selftest.options import OptionError, add_arguments, from_namespace
+    from specdecode_runtime.selftest.options import OptionError, add_arguments, from_namespace, head_split_problem
 
+    assert (head_split_problem(heads, kv, tp, device) is None) == ok
+    f = tmp_path / "shape.yaml"
+    f.write_text(f"hidden_size: {16 * heads}\nnum_attention_heads: {heads}\nnum_key_value_heads: {kv}\n")
     ap = argparse.ArgumentParser()
     add_arguments(ap)
-    ns = ap.parse_args(["--tp", str(tp), "--model-config", str(f), "--layouts", "nospec,sharded"])
+    ns = ap.parse_args(["--device", device, "--tp", str(tp), "--model-config", str(f), "--layouts", "nospec,sharded"])
     if ok:
         assert from_namespace(ns).model_config["num_key_value_heads"] == kv
     else:

@@ -55,15 +55,22 @@ class Options:
         return chain if chain is not None else min(self.topk * self.steps, 2 * self.steps + 2)
 
 
-def head_split_problem(heads: int, kv_heads: int, tp: int) -> str | None:
-    """SGLang's own rule for a Llama at TP ``tp`` (``LlamaAttention``): attention heads split evenly; KV heads
-    split evenly when there are at least ``tp`` of them, else each is replicated on ``tp / kv_heads`` ranks, so
-    ``kv_heads`` must divide ``tp``."""
+def head_split_problem(heads: int, kv_heads: int, tp: int, device: str = "cuda") -> str | None:
+    """Whether SGLang 0.5.23 can load a Llama with these heads at TP ``tp`` on ``device``.
+
+    CUDA: SGLang's own rule (``LlamaAttention``, ``QKVParallelLinear``): attention heads split evenly; KV heads split
+    evenly when there are at least ``tp`` of them, else each is replicated on ``tp / kv_heads`` ranks, so
+    ``kv_heads`` must divide ``tp``. CPU: SGLang pads the heads to a multiple of ``tp`` instead of replicating them
+    (``configs/update_config.adjust_config_with_unaligned_cpu_tp``) and loading the padded KV heads then fails (KV
+    heads 2 at TP 4: "start (24) + length (12) exceeds dimension size (24)"), so both counts must divide evenly."""
     if heads % tp:
         return f"num_attention_heads {heads} must be divisible by --tp {tp} (every rank holds whole heads)"
     if kv_heads >= tp and kv_heads % tp:
         return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} (at least as many KV heads as "
                 "ranks are split evenly)")
+    if kv_heads < tp and device == "cpu":
+        return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} on --device cpu (SGLang pads KV "
+                "heads on a CPU instead of replicating them, and the padded heads do not load)")
     if kv_heads < tp and tp % kv_heads:
         return (f"num_key_value_heads {kv_heads} must divide --tp {tp} (fewer KV heads than ranks are replicated, "
                 "each on the same number of ranks)")
@@ -205,7 +212,7 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         from ..cpu.tiny_models import validate_shape
 
         full = validate_shape(shape)
-        problem = head_split_problem(full["num_attention_heads"], full["num_key_value_heads"], ns.tp)
+        problem = head_split_problem(full["num_attention_heads"], full["num_key_value_heads"], ns.tp, device)
         if problem:
             raise OptionError(f"--model-config: {problem}")
     return Options(device=device, tp=ns.tp, draft_tp=draft_tp, draft_ranks=ranks, algorithm=algorithm,
