@@ -40,8 +40,18 @@ def test_autotune_steps_off_keeps_the_step_count_as_the_only_candidate():
 @pytest.mark.parametrize("mode", ["Live", "Rollout"])
 def test_autotune_steps_clamps_into_the_range_and_spreads_candidates(mode):
     steps, tiers = autotune_steps(mode, 2, 6, 9)
-    assert steps == 6 and tiers == candidate_steps(2, 6, 6) and {2, 6} <= set(tiers)
+    # Live also captures the target-only tier (steps 0); a Rollout restart can only render steps >= 1
+    zero = [0] if mode == "Live" else []
+    assert steps == 6 and tiers == zero + candidate_steps(2, 6, 6) and {2, 6} <= set(tiers)
     assert autotune_steps(mode, 2, 6, 1)[0] == 2
+
+
+def test_the_tuner_chooses_only_steps_a_rendered_pod_serves():
+    from specdecode_runtime.contract.derived import tuner_steps
+
+    assert tuner_steps("Live", 1, 7, 3) == autotune_steps("Live", 1, 7, 3)[1] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert tuner_steps("Rollout", 1, 7, 3) == autotune_steps("Rollout", 1, 7, 3)[1] == [1, 2, 3, 4, 5, 6, 7]
+    assert tuner_steps("Off", 1, 7, 3) == tuner_steps("Live", 1, 7, 3)  # recommends what Live would serve
 
 
 def test_draft_tokens_per_cycle_is_steps_plus_one_for_a_chain_only():
@@ -106,3 +116,22 @@ def test_step_table_serialises_in_the_wire_format_and_parses_back():
     with pytest.raises(StepTableError) as err:
         parse_step_table(body, candidates=[2, 3])
     assert "table[2].steps: 0 is not a captured candidate" in err.value.errors
+
+
+def test_a_live_pod_serves_the_target_only_tier_and_a_rollout_pod_refuses_it():
+    """The seed example's rendered runtime.yaml (Live) captures steps 0, so the pod's step channel takes a table
+    with 0; the same config in Rollout captures numSteps only and refuses 0 naming what it serves."""
+    from pathlib import Path
+
+    from specdecode_runtime.contract.derived import captured_steps
+    from specdecode_runtime.contract.step_table import StepTable, StepTableError
+    from specdecode_runtime.control import StepControlChannel
+
+    text = (Path(__file__).resolve().parents[2] / "examples/runtime/pcie8-glm5-eagle3.runtime.yaml").read_text()
+    live = RuntimeConfig.from_yaml(text)
+    assert captured_steps(live)[0] == 0
+    StepControlChannel(candidates=captured_steps(live)).submit(StepTable.from_pairs([(1, 3), (64, 0)]))
+    rollout = RuntimeConfig.from_yaml(text.replace("mode: Live", "mode: Rollout"))
+    with pytest.raises(StepTableError) as err:
+        StepControlChannel(candidates=captured_steps(rollout)).submit(StepTable.single(0))
+    assert err.value.allowed == [live.speculative.num_steps]

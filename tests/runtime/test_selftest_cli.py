@@ -30,6 +30,9 @@ from specdecode_runtime.selftest.runner import RunResult  # noqa: E402
     (["--topk", "2", "--live-steps", "1,5"], "--live-steps needs --topk 1"),
     (["--live-steps", "1,99"], "--live-steps values must be within 0..16"),
     (["--layouts", "nospec,bogus"], "--layouts must list"),
+    (["--layouts", "split"], "--layouts must list at least two"),
+    (["--layouts", "nospec,split"], "--layouts with split must include sharded"),
+    (["--layouts", "nospec,sharded", "--corrupt-draft"], "--corrupt-draft corrupts the split run's draft"),
     (["--timeout", "1"], "--timeout must be within"),
     (["--model-config", "/nonexistent/shape.yaml"], "--model-config /nonexistent/shape.yaml"),
 ])
@@ -143,11 +146,39 @@ def test_first_divergence_and_overall_verdict():
     assert report.first_divergence([[1, 2, 3]], [[1, 2, 3]]) is None
     assert report.first_divergence([[1, 2, 3], [4]], [[1, 2, 3], [5]]) == {"prompt": 1, "position": 0,
                                                                            "reference": 4, "got": 5}
-    opts = Options(tp=2, layouts=("nospec", "split"))
+    opts = Options(tp=2, layouts=("nospec", "sharded"))
     ref = RunResult(layout="nospec", tokens=[[1, 2]])
-    same = RunResult(layout="split", tokens=[[1, 2]])
+    same = RunResult(layout="sharded", tokens=[[1, 2]])
     assert report.build(opts, [ref, same]).ok
-    rep = report.build(opts, [ref, RunResult(layout="split", tokens=[[1, 3]])])
+    rep = report.build(opts, [ref, RunResult(layout="sharded", tokens=[[1, 3]])])
     assert not rep.ok and rep.runs[1]["first_divergence"]["position"] == 1
     assert "tokens differ" in report.to_text(rep)
     assert not report.build(opts, [ref]).ok  # a layout that never ran is a failure
+
+
+@pytest.mark.parametrize("heads,kv,tp,device,ok", [
+    (4, 2, 4, "cuda", True),   # fewer KV heads than ranks: each replicated on 2 ranks (SGLang's LlamaAttention)
+    (8, 1, 8, "cuda", True),
+    (4, 2, 4, "cpu", False),   # on a CPU SGLang pads instead, and the padded heads do not load
+    (4, 4, 2, "cpu", True),
+    (8, 4, 4, "cpu", True),
+    (6, 3, 2, "cuda", False),  # 3 KV heads cannot be split over 2 ranks
+    (12, 3, 4, "cuda", False),  # nor replicated evenly over 4
+    (6, 2, 4, "cuda", False),  # attention heads must split evenly
+])
+def test_model_config_head_rule_is_sglangs(heads, kv, tp, device, ok, tmp_path):
+    import argparse
+
+    from specdecode_runtime.selftest.options import OptionError, add_arguments, from_namespace, head_split_problem
+
+    assert (head_split_problem(heads, kv, tp, device) is None) == ok
+    f = tmp_path / "shape.yaml"
+    f.write_text(f"hidden_size: {16 * heads}\nnum_attention_heads: {heads}\nnum_key_value_heads: {kv}\n")
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    ns = ap.parse_args(["--device", device, "--tp", str(tp), "--model-config", str(f), "--layouts", "nospec,sharded"])
+    if ok:
+        assert from_namespace(ns).model_config["num_key_value_heads"] == kv
+    else:
+        with pytest.raises(OptionError, match="num_"):
+            from_namespace(ns)

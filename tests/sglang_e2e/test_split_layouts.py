@@ -1,13 +1,15 @@
 """The split draft inside real SGLang 0.5.23 on a CPU: scheduler processes over gloo, the runtime's launch path
 (runtime.yaml -> launcher plan -> SGLang's parser -> patched scheduler entry point), greedy tokens compared with the
 tiny target's own greedy continuation (transformers, float32), and what every rank recorded checked by the same
-code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`).
+code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`), including the split draft's
+proposals and acceptance against the sharded draft's in the same states (:mod:`.draft_checks`).
 
-Each test starts one engine (start-up dominates on 2 cores): TP 2 with the draft on rank 0 in Live mode with two
-step changes mid-generation; TP 4 with an EAGLE-3 draft at TP 2 on ranks 1 and 2 as a single-step tree.
-Together: numSteps 1 and 3, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and 2, S containing rank 0 or not. A
-third placement (draft TP 1 on rank 1, a 3-step tree) runs with ``SPECDECODE_E2E_FULL=1``; the CI budget covers
-it through the selftest (``bench/results/selftest_cpu_tp4.md``).
+Each test runs the sharded layout and the split layout (start-up dominates on 2 cores): TP 2 with the draft on
+rank 0 in Live mode switching 3 -> 0 (the target-only tier) -> 5 mid-generation; TP 4 with an EAGLE-3 draft at TP 2
+on ranks 1 and 2 as a 2-step tree; and the negative control, a split draft on rank 1 that proposes a constant token,
+which must fail the draft checks. Together: numSteps 0, 2, 3 and 5, topk 1 and 2, EAGLE and EAGLE-3, draft TP 1 and
+2, S containing rank 0 or not. A further placement (draft TP 1 on rank 1, a 3-step tree) runs with
+``SPECDECODE_E2E_FULL=1``.
 """
 
 from __future__ import annotations
@@ -87,16 +89,13 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
 
     _require_sglang()
     keep = tmp_path / "keep"
-    argv = ["--device", "cpu", "--layouts", "split", "--json", "--timeout", "600", "--keep", str(keep), *argv]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
-                          text=True, env=env, timeout=840)
-    start = proc.stdout.find('{\n  "options"')
-    assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
-    report = json.loads(proc.stdout[start:])
-    run = report["runs"][0]
-    assert "hang" not in run, run["hang"]["summary"]
-    assert run["error"] is None, run["error"]
+    argv = ["--device", "cpu", "--layouts", "sharded,split", "--json", "--timeout", "600", "--keep", str(keep),
+            *argv]
+    proc, report = run_selftest(argv)
+    for run in report["runs"]:
+        assert "hang" not in run, run["hang"]["summary"]
+        assert run["error"] is None, run["error"]
+    run = next(r for r in report["runs"] if r["layout"] == "split")
     ap = argparse.ArgumentParser()
     add_arguments(ap)
     opts = from_namespace(ap.parse_args(argv))
@@ -106,6 +105,16 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
                         eagle_agree=str(root / "eagle_agree"), eagle3_agree=str(root / "eagle3_agree"), shape=shape)
     ref = _reference(models.target, tuple(tuple(p) for p in prompts(opts, shape["vocab_size"])), max_new_tokens(opts))
     return SplitRun(opts, report, run, read_records(keep / "split" / "ranks"), models, ref)
+
+
+def run_selftest(argv: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """``specdecode-runtime selftest ARGV`` in its own process; its exit and its JSON report."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
+                          text=True, env=env, timeout=840)
+    start = proc.stdout.find('{\n  "options"')
+    assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
+    return proc, json.loads(proc.stdout[start:])
 
 
 def _kv_cell_bytes(tiny, draft_dir: str, tp: int, draft_tp: int) -> int:
@@ -136,22 +145,32 @@ def _assert_checks(r: SplitRun, *names):
 
 SPLIT_CHECKS = ("target state built with the target TP group", "verify KV slots identical on every rank",
                 "KV pool sized with the draft's gathered vocabulary resident",
-                "exported acceptance counters equal the engine's counts")
+                "exported acceptance counters equal the engine's counts",
+                "drafted tokens equal the sharded draft's in the same state",
+                "accepted drafts equal the sharded draft's in the same state")
 
 
 def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
-    """Live mode: tiers 1, 3, 5 captured; numSteps 3, then PUT 1 and PUT 5 while the prompts decode. Every rank
-    builds the target half of every tier with the target's TP group (before the fix S built it inside its
-    one-rank draft group: the tiers' target backends at TP 1 on rank 0), switches at the same decode round, writes
-    the same KV slots, and the exported counters equal SGLang's own."""
+    """Live mode: tiers 0, 3, 5 captured; numSteps 3, then PUT 0 (the target-only tier: speculation off, no
+    draft forward, no proposal broadcast) and PUT 5 while the prompts decode: 3 -> 0 -> 5 with the greedy tokens of
+    the target alone. Every rank builds the target half of every tier with the target's TP group (before the fix S
+    built it inside its one-rank draft group: the tiers' target backends at TP 1 on rank 0), switches at the same
+    decode round, writes the same KV slots; the exported counters equal SGLang's own and the recount from the
+    target's logits; the split draft proposes what the sharded one does in the same states."""
     r = _run(tmp_path, ["--tp", "2", "--draft-ranks", "0", "--algorithm", "EAGLE", "--steps", "3",
-                        "--live-steps", "1,5"])
+                        "--live-steps", "0,5"])
     assert r.run["draft_ranks"] == [0]
     assert r.run["tokens"] == r.reference
+    assert r.report["ok"], r.report["summary"]
     _assert_checks(r, *SPLIT_CHECKS, "step tier switched on every rank")
     tiers = {(e["rank"], e["steps"]) for evs in r.ranks.values() for e in evs
              if e["event"] == "target_backend" and e["tier"]}
-    assert tiers == {(rk, k) for rk in (0, 1) for k in (1, 5)}  # the two extra tiers, built on both ranks
+    assert tiers == {(rk, k) for rk in (0, 1) for k in (0, 5)}  # the two extra tiers, built on both ranks
+    switches = [(e["frm"], e["to"]) for e in r.ranks[0] if e["event"] == "switch"]
+    assert switches == [(3, 0), (0, 5)]
+    at_zero = [e for e in r.ranks[0]
+               if e["event"] == "verify" and e["round"] >= 1 and len(e["input_ids"]) == e["bs"]]
+    assert at_zero and all(a == 0 for e in at_zero for a in e["accepted"])  # one-token verifies, nothing drafted
     assert [p["status"] for p in r.run["puts"]] == [200, 200]
     assert r.run["acceptance"]["engine"]["accept_length"] > 1.2  # the agreeing draft is accepted
     v, h = r.models.shape["vocab_size"], r.models.shape["hidden_size"]
@@ -159,13 +178,14 @@ def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
     assert {rk: p["gathered_bytes"] for rk, p in prof.items()} == {0: 2 * v * h * 4, 1: 0}  # embedding + head, S
     cell = _kv_cell_bytes(r.models, r.models.draft("EAGLE", True), tp=2, draft_tp=1)
     assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {0: {cell}, 1: {cell}}
-    _assert_split_cost_profile(tmp_path / "keep" / "split" / "metrics", tiers=(1, 3, 5))
+    _assert_split_cost_profile(tmp_path / "keep" / "split" / "metrics", tiers=(0, 3, 5))
 
 
 def _assert_split_cost_profile(metrics_dir: Path, tiers: tuple[int, ...]) -> None:
     """The start-up cost profile of a split draft (test_cost_probe_cpu covers the rest of the probe): every stage
-    measured in every bucket, the proposal broadcast at every tier, and the operator's tuner prices each bucket
-    from it, broadcast included (no per-cycle phase averages)."""
+    measured in every bucket, the proposal broadcast at every drafting tier (the target-only tier broadcasts
+    nothing), and the operator's tuner prices each bucket from it, broadcast included (no per-cycle phase
+    averages)."""
     from cost_profile import STAGES_EVERY_POD, by_bucket, scraped, tuner_costs
     from specdecode_operator.tuner.tuner import MEASURED
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS
@@ -175,19 +195,22 @@ def _assert_split_cost_profile(metrics_dir: Path, tiers: tuple[int, ...]) -> Non
     assert len(got) == len(DEFAULT_BUCKETS)
     for bucket, stages in got.items():
         assert set(stages) == {*STAGES_EVERY_POD, "broadcast"}, (bucket, sorted(stages))
-        assert sorted(k for k, _ in stages["broadcast"]) == list(tiers)
+        assert sorted(k for k, _ in stages["broadcast"]) == [k for k in tiers if k > 0]
         assert all(sec > 0 for pts in stages.values() for _, sec in pts), (bucket, stages)
     for label, (cost, source) in tuner_costs(snap, DEFAULT_BUCKETS).items():
         assert source == MEASURED and cost.base.broadcast > 0 and cost.base.draft_base > 0, (label, source, cost)
 
 
-def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
+def test_split_tp4_eagle3_draft_tp2_multi_step_tree(tmp_path):
     """EAGLE-3 with its own head, draft TP 2 on ranks 1 and 2 (S without rank 0, its own all-reduces inside S),
-    topk 2 with numSteps 1: the tree's parent_list is empty, and the target head is never gathered."""
-    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1,2", "--algorithm", "EAGLE3", "--steps", "1", "--topk", "2",
-                        "--num-draft-tokens", "3"])
+    topk 2 over 2 steps (the tree shape GPUs run by default: parents and score indices travel in the broadcast;
+    the single-step tree's empty parent list is checked against SGLang's own tree code in test_split_defects); the
+    target head is never gathered."""
+    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1,2", "--algorithm", "EAGLE3", "--steps", "2", "--topk", "2",
+                        "--num-draft-tokens", "4"])
     assert r.run["draft_ranks"] == [1, 2]
     assert r.run["tokens"] == r.reference
+    assert r.report["ok"], r.report["summary"]
     _assert_checks(r, *SPLIT_CHECKS)
     prof = _kv_profile(r.ranks)
     assert all(p["head_gathered"] is False for p in prof.values())
@@ -198,7 +221,27 @@ def test_split_tp4_eagle3_draft_tp2_single_step_tree(tmp_path):
     assert {rk: set(c) for rk, c in _kv_cells(r.ranks).items()} == {rk: {cell} for rk in range(4)}
 
 
-@pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="a fourth engine start; the CI budget runs "
+def test_corrupt_draft_is_caught_by_the_draft_checks():
+    """The negative control: S's leader proposes one constant token. The target's verify still produces the
+    reference's tokens, so only the draft checks can see it; the self-test must exit 1 naming them. Kept cheap: one
+    prompt, eight tokens, TP 2."""
+    from specdecode_runtime.selftest.draft_checks import ACCEPT_CHECK, DRAFTS_CHECK
+
+    _require_sglang()
+    proc, rep = run_selftest(["--device", "cpu", "--tp", "2", "--draft-ranks", "1", "--layouts", "sharded,split",
+                              "--prompts", "1", "--max-new-tokens", "8", "--corrupt-draft", "--json",
+                              "--timeout", "600"])
+    runs = {r["layout"]: r for r in rep["runs"]}
+    assert runs["sharded"]["ok"], runs["sharded"]
+    split = runs["split"]
+    assert split["error"] is None and split["tokens_equal_reference"], split
+    failed = {c["name"]: c["detail"] for c in split["checks"] if not c["ok"]}
+    assert DRAFTS_CHECK in failed and "split drafted [3, 3, 3]" in failed[DRAFTS_CHECK], failed
+    assert ACCEPT_CHECK in failed, failed
+    assert proc.returncode == 1 and not rep["ok"] and DRAFTS_CHECK in rep["summary"]
+
+
+@pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="another two engine starts; the CI budget runs "
                     "this placement through `specdecode-runtime selftest` (bench/results/selftest_cpu_tp4.md); set "
                     "SPECDECODE_E2E_FULL=1 to run it here")
 def test_split_tp4_draft_tp1_on_rank1_tree(tmp_path):

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Sequence
 
-from specdecode_runtime.contract.derived import candidate_steps
+from specdecode_runtime.contract.derived import tuner_steps
 from specdecode_runtime.contract.goodput import expected_tokens
 from specdecode_runtime.contract.scenario import Scenario
 from specdecode_runtime.simulate.engine import SimEngine
@@ -123,14 +123,18 @@ def run_sglang(sc: Scenario, seed: int | None, initial_steps: int, cfg: dict | N
             os.unlink(path)
 
 
-def rendered_candidates(min_steps: int, max_steps: int, initial: int) -> list[int]:
-    """What the runtime captures by default: steps = 0 plus config.candidate_steps (at most 4 values in bounds)."""
-    return [0, *candidate_steps(min_steps, max_steps, initial)]
+def rendered_candidates(min_steps: int, max_steps: int, initial: int, mode: str = "Live") -> list[int]:
+    """The step counts a pod rendered for ``mode`` serves, hence all the tuner may choose: in Live the captured
+    tiers (steps 0, the target-only tier, plus the spread of ``min..max``); in Rollout the values a restart renders
+    (no 0)."""
+    return tuner_steps(mode, min_steps, max_steps, initial)
 
 
 def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_steps: int, initial: int,
                caps: list[int] | None = None) -> TunerConfig:
-    caps = caps if caps is not None else rendered_candidates(min_steps, max_steps, initial)
+    caps = caps if caps is not None else rendered_candidates(min_steps, max_steps, initial, mode)
+    if mode == "Rollout":  # a restart cannot render steps 0 (SGLang needs --speculative-num-steps >= 1)
+        caps = [steps for steps in caps if steps > 0]
     return TunerConfig(
         mode=mode,
         policy=PolicyConfig(min_steps=min_steps, max_steps=max_steps, candidates=tuple(caps),

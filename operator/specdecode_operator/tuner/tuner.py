@@ -7,12 +7,12 @@ benchmark's simulated clock, so the benchmark measures the controller the operat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable, Literal, Mapping
 
 from specdecode_runtime import cost_probe
-from specdecode_runtime.contract.derived import candidate_steps
+from specdecode_runtime.contract.derived import tuner_steps
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput
 from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 from specdecode_runtime.contract.step_table import StepTable
@@ -63,7 +63,8 @@ class TunerConfig:
         """From the CRD's ``spec.speculative.autotune`` (api.models.Autotune). Cooldown defaults to two intervals
         in Live mode, so a change is judged on at least one clean interval before the next one."""
         interval = float(autotune.intervalSeconds)
-        caps = candidates if candidates is not None else [0, *candidate_steps(autotune.minSteps, autotune.maxSteps, num_steps)]
+        caps = candidates if candidates is not None else tuner_steps(autotune.mode, autotune.minSteps,
+                                                                      autotune.maxSteps, num_steps)
         return cls(
             mode=autotune.mode,
             policy=PolicyConfig(
@@ -146,6 +147,7 @@ class Tuner:
         self.changes = 0
         self.restarts = 0
         self.measured_tokens_per_s: float | None = None
+        self._rendered: tuple[int, ...] | None = None  # the policy's candidates before the pods reported theirs
 
     # ------------------------------------------------------------------
     def _override(self, label: str) -> CycleCost | None:
@@ -233,8 +235,25 @@ class Tuner:
         return acc
 
     # ------------------------------------------------------------------
+    def served_by_pods(self, snapshots: list) -> None:
+        """Live: restrict the choice to the tiers every scraped pod reports it captured (``specdecode_candidate_steps``),
+        so the tuner never sends a table a pod would refuse. Rollout re-renders pods and Off sends nothing, so there
+        the rendered set stands."""
+        if self.config.mode != "Live":
+            return
+        reported = [set(s.candidates) for s in snapshots if getattr(s, "candidates", None)]
+        if not reported:
+            return
+        if self._rendered is None:
+            self._rendered = self.config.policy.candidates
+        base = set(self._rendered) if self._rendered is not None else set(range(0, self.config.policy.max_steps + 1))
+        served = tuple(sorted(base.intersection(*reported)))
+        if served and served != self.config.policy.candidates:
+            self.config.policy = replace(self.config.policy, candidates=served)
+
     def step(self, now: float, snapshots: list) -> Decision:
         cfg = self.config
+        self.served_by_pods(snapshots)
         report = self.estimator.observe(snapshots)
         self._learn_costs(snapshots, report)
         self._costs.clear()

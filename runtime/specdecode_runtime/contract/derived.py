@@ -31,15 +31,30 @@ def candidate_steps(min_steps: int, max_steps: int, current: int, limit: int = M
     return sorted(chosen)[: max(limit, 1)] if len(chosen) > limit else sorted(chosen)
 
 
+TARGET_ONLY_STEPS = 0
+
+
 def autotune_steps(mode: str, min_steps: int, max_steps: int, steps: int) -> tuple[int, list[int]]:
     """The starting step count and the ``candidateSteps`` written into runtime.yaml for an autotune mode.
 
     Off keeps ``steps`` as the only candidate; Live and Rollout clamp it into ``min..max`` and spread the
-    candidates over that range (Live captures them all; Rollout uses them as the values a restart may choose)."""
+    candidates over that range (Live captures them all; Rollout uses them as the values a restart may choose).
+    Live also captures the target-only tier, steps 0: SGLang 0.5.23 decodes it through its trivial one-token verify
+    (no draft forward, no proposal broadcast; the draft still extends its KV so a later tier drafts from a warm
+    state), which is how the tuner switches speculation off for batch sizes where drafting loses. Rollout never
+    restarts pods into steps 0: a restart re-renders ``--speculative-num-steps``, which SGLang needs >= 1."""
     if mode == "Off":
         return steps, [steps]
     steps = min(max(steps, min_steps), max_steps)
-    return steps, candidate_steps(min_steps, max_steps, steps)
+    spread = candidate_steps(min_steps, max_steps, steps)
+    return steps, ([TARGET_ONLY_STEPS, *spread] if mode == "Live" else spread)
+
+
+def tuner_steps(mode: str, min_steps: int, max_steps: int, steps: int) -> list[int]:
+    """The step counts the tuner may choose, all of them ones a pod rendered for ``mode`` can serve: in Live the
+    tiers the pod captures (steps 0 included); in Rollout the values a restart renders as they are (no 0); in Off
+    (report only) the Live set, so a recommendation names what switching to Live would serve."""
+    return autotune_steps("Rollout" if mode == "Rollout" else "Live", min_steps, max_steps, steps)[1]
 
 
 def draft_tokens_per_cycle(steps: int, eagle_top_k: int, configured: int | None = None) -> int | None:

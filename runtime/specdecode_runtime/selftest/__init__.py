@@ -74,7 +74,8 @@ def prompt_pool(opts) -> list[list[int]]:
 
 def default_shape(tp: int) -> dict[str, int]:
     """The tiny target's shape when ``--model-config`` is not given: every attention and KV head split evenly over
-    ``tp`` ranks (SGLang's loader shards KV heads, it does not replicate them for a Llama this small)."""
+    ``tp`` ranks, a shape every device loads (on a CPU SGLang pads KV heads fewer than the ranks instead of
+    replicating them, and the padded heads do not load: :func:`.options.head_split_problem`)."""
     from ..cpu.tiny_models import DEFAULT_SHAPE
 
     heads = max(DEFAULT_SHAPE["num_attention_heads"], tp)

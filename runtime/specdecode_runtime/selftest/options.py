@@ -47,6 +47,7 @@ class Options:
     measure_tokens: int = 64  # decode tokens per request between the two generations a served cycle is timed from
     prompt_file: str | None = None  # text whose documents (split at <|endoftext|>) become the prompts (--model-path)
     prompt_tokens: int = 64  # tokens per prompt taken from each document
+    corrupt_draft: bool = False
 
     @property
     def candidate_steps(self) -> list[int]:
@@ -117,6 +118,26 @@ def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
             many = flag in actions and actions[flag].nargs in ("+", "*")
             argv.extend(value.replace(",", " ").split() if many else [value])
     return tuple(argv)
+def head_split_problem(heads: int, kv_heads: int, tp: int, device: str = "cuda") -> str | None:
+    """Whether SGLang 0.5.23 can load a Llama with these heads at TP ``tp`` on ``device``.
+
+    CUDA: SGLang's own rule (``LlamaAttention``, ``QKVParallelLinear``): attention heads split evenly; KV heads split
+    evenly when there are at least ``tp`` of them, else each is replicated on ``tp / kv_heads`` ranks, so
+    ``kv_heads`` must divide ``tp``. CPU: SGLang pads the heads to a multiple of ``tp`` instead of replicating them
+    (``configs/update_config.adjust_config_with_unaligned_cpu_tp``) and loading the padded KV heads then fails (KV
+    heads 2 at TP 4: "start (24) + length (12) exceeds dimension size (24)"), so both counts must divide evenly."""
+    if heads % tp:
+        return f"num_attention_heads {heads} must be divisible by --tp {tp} (every rank holds whole heads)"
+    if kv_heads >= tp and kv_heads % tp:
+        return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} (at least as many KV heads as "
+                "ranks are split evenly)")
+    if kv_heads < tp and device == "cpu":
+        return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} on --device cpu (SGLang pads KV "
+                "heads on a CPU instead of replicating them, and the padded heads do not load)")
+    if kv_heads < tp and tp % kv_heads:
+        return (f"num_key_value_heads {kv_heads} must divide --tp {tp} (fewer KV heads than ranks are replicated, "
+                "each on the same number of ranks)")
+    return None
 
 
 def _int_list(flag: str, text: str) -> tuple[int, ...]:
@@ -150,9 +171,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens per prompt")
     p.add_argument("--random-draft", action="store_true", help="a random draft instead of one that agrees with "
                    "the target (exercises rejections; acceptance lengths stay near 1)")
-    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split; stock: "
-                   "the sharded layout's SGLang arguments on SGLang with no runtime patch, for a patched-vs-stock "
-                   "speed comparison)")
+    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split; at "
+                   "least two, and split needs sharded: its proposals are checked against the sharded draft's; "
+                   "stock: the sharded layout's SGLang arguments on SGLang with no runtime patch, for a "
+                   "patched-vs-stock speed comparison; one layout alone only with --measure-cycles)")
     p.add_argument("--sglang-arg", action="append", default=None, metavar="KEY[=VALUE]",
                    help="an SGLang argument for every engine started, e.g. attention-backend=triton (repeatable; "
                    "full option names only)")
@@ -168,6 +190,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt from --prompt-file (default 64)")
     p.add_argument("--measure-tokens", type=int, default=64, help="decode tokens per request a served cycle is "
                    "timed over (default 64)")
+    p.add_argument("--corrupt-draft", action="store_true", help="negative control: S's leader proposes one constant "
+                   "token in the split run; the draft checks must fail (exit 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before ranks are reported hung")
     p.add_argument("--keep", default=None, help="directory to keep models, configs and rank records in")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -226,6 +250,14 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         raise OptionError(f"--layouts must list {', '.join(LAYOUTS)}, got {ns.layouts!r}")
     if "stock" in layouts and live:
         raise OptionError("--layouts stock cannot take --live-steps: stock SGLang has no step-control API")
+    if len(set(layouts)) < 2 and getattr(ns, "measure_cycles", None) is None:
+        raise OptionError(f"--layouts must list at least two of {', '.join(LAYOUTS)} (a run is judged against "
+                          f"another; one layout alone only measures, with --measure-cycles), got {ns.layouts!r}")
+    if "split" in layouts and "sharded" not in layouts:
+        raise OptionError(f"--layouts with split must include sharded: the split draft's proposals and acceptance "
+                          f"are compared with the sharded draft's in the same states, got {ns.layouts!r}")
+    if getattr(ns, "corrupt_draft", False) and "split" not in layouts:
+        raise OptionError("--corrupt-draft corrupts the split run's draft: --layouts must include split")
     if "split" in layouts:
         from ..contract.derived import draft_tp_problems, is_split_draft
 
@@ -263,10 +295,9 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         from ..cpu.tiny_models import validate_shape
 
         full = validate_shape(shape, dummy=load_format == "dummy")
-        for key in ("num_attention_heads", "num_key_value_heads"):
-            if full[key] % ns.tp:
-                raise OptionError(f"--model-config: {key} {full[key]} must be divisible by --tp {ns.tp} (every "
-                                  "rank holds whole heads)")
+        problem = head_split_problem(full["num_attention_heads"], full["num_key_value_heads"], ns.tp, device)
+        if problem:
+            raise OptionError(f"--model-config: {problem}")
     warmup = int(getattr(ns, "warmup", 1))
     if not 0 <= warmup <= 8:
         raise OptionError(f"--warmup must be within 0..8, got {warmup}")
@@ -295,6 +326,7 @@ def from_namespace(ns: argparse.Namespace) -> Options:
                    steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
                    model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
                    max_new_tokens=ns.max_new_tokens, timeout=float(ns.timeout), json=bool(ns.json),
-                   agree=not ns.random_draft, layouts=layouts, keep=ns.keep, sglang_args=sglang_args,
+                   agree=not ns.random_draft, layouts=tuple(dict.fromkeys(layouts)), keep=ns.keep,
+                   corrupt_draft=bool(getattr(ns, "corrupt_draft", False)), sglang_args=sglang_args,
                    load_format=load_format, warmup=warmup, measure_batches=tuple(sorted(set(batches))),
                    measure_tokens=measure_tokens, prompt_file=prompt_file, prompt_tokens=prompt_tokens)

@@ -11,8 +11,9 @@ serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
   vocabulary this rank already holds for the draft (so the pool is sized with them resident).
 * ``kv_cell``: the target's KV bytes per token as SGLang sizes the pool (draft pool included): equal on every rank,
   or the ranks would size different token counts.
-* ``verify``: per target verify forward, the KV slots it writes (``out_cache_loc``), its positions and input ids.
-  Every rank must write the same slots.
+* ``verify``: per target verify forward, the KV slots it writes (``out_cache_loc``), its positions, input ids
+  (the drafted tokens) and request-pool slots; on rank 0 also the drafts accepted per request, recounted from the
+  target's logits. Every rank must write the same slots.
 * ``switch``: every step-tier swap, with the decode round it happened at.
 * ``error``: the last line of every error SGLang logs in this process (a scheduler's fatal exception).
 * ``graph_capture``: per CUDA graph runner built (target verify, draft, draft extend) its tier, seconds and the device
@@ -178,13 +179,17 @@ def _wrap_sglang() -> None:
 
     def forward(orig):
         def forward_(self, forward_batch, *a, **k):
-            if not self.is_draft_worker and forward_batch.forward_mode.is_target_verify() and not quiet():
-                loc = forward_batch.out_cache_loc
-                record("verify", round=_decode_round, bs=int(forward_batch.batch_size),
-                       out_cache_loc=loc.tolist() if loc is not None else None,
-                       positions=forward_batch.positions.tolist() if forward_batch.positions is not None else None,
-                       input_ids=forward_batch.input_ids.tolist() if forward_batch.input_ids is not None else None)
-            return orig(self, forward_batch, *a, **k)
+            if self.is_draft_worker or not forward_batch.forward_mode.is_target_verify() or quiet():
+                return orig(self, forward_batch, *a, **k)
+            out = orig(self, forward_batch, *a, **k)
+            loc, pools = forward_batch.out_cache_loc, forward_batch.req_pool_indices
+            ids = forward_batch.input_ids.tolist() if forward_batch.input_ids is not None else None
+            record("verify", round=_decode_round, bs=int(forward_batch.batch_size),
+                   out_cache_loc=loc.tolist() if loc is not None else None,
+                   positions=forward_batch.positions.tolist() if forward_batch.positions is not None else None,
+                   input_ids=ids, req_pool_indices=pools.tolist() if pools is not None else None,
+                   accepted=_recount(forward_batch, out, ids) if _rank == 0 else None)
+            return out
 
         return forward_
 
@@ -271,6 +276,46 @@ def _wrap_sglang() -> None:
     _wrap(ModelRunner, "forward", forward)
     _wrap(EAGLEWorkerV2, "forward_batch_generation", generation)
     _wrap(EAGLEWorkerV2, "apply_runtime_state", apply_state)
+    if os.environ.get(CORRUPT_ENV) == "1":
+        _corrupt_draft()
+
+
+def _recount(forward_batch, out, ids: list[int] | None) -> list[int] | None:
+    """Drafts accepted per request, recounted from the target's greedy argmax over this verify's logits (for
+    :mod:`.draft_checks`: a count that owes nothing to SGLang's accept list or to the exported counters)."""
+    from .draft_checks import greedy_accepted
+
+    info, logits = forward_batch.spec_info, getattr(getattr(out, "logits_output", None), "next_token_logits", None)
+    bs = int(forward_batch.batch_size)
+    if ids is None or logits is None or bs <= 0 or len(ids) % bs:
+        return None
+    n = len(ids) // bs
+    target = logits[: bs * n].argmax(dim=-1).tolist()
+    chain = int(getattr(info, "topk", 1) or 1) == 1
+    nxt = None if chain else info.retrieve_next_token.tolist()
+    sib = None if chain else info.retrieve_next_sibling.tolist()
+    return [greedy_accepted(ids[b * n:(b + 1) * n], target[b * n:(b + 1) * n], None if chain else nxt[b],
+                            None if chain else sib[b]) for b in range(bs)]
+
+
+CORRUPT_ENV = "SPECDECODE_SELFTEST_CORRUPT_DRAFT"
+CORRUPT_TOKEN = 3  # the first word token of the tiny tokenizer; any fixed id makes the draft wrong
+
+
+def _corrupt_draft() -> None:
+    """``selftest --corrupt-draft``: S's leader proposes one constant token instead of its draft's, the negative
+    control for the draft checks (the target's verify keeps the output tokens correct regardless)."""
+    from ..draft_group.broadcaster import ProposalBroadcaster
+
+    def make(orig):
+        def broadcast(self, bs, draft_tokens=None, *a, **k):
+            if self.groups.is_leader and draft_tokens is not None:
+                draft_tokens = draft_tokens.clone().fill_(CORRUPT_TOKEN)
+            return orig(self, bs, draft_tokens, *a, **k)
+
+        return broadcast
+
+    _wrap(ProposalBroadcaster, "broadcast", make)
 
 
 def read_records(directory: str | os.PathLike[str]) -> dict[int, list[dict]]:

@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import draft_checks
 from .options import Options
 from .runner import LAYOUT_TITLES, RunResult
 
@@ -130,34 +131,41 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
         out.append(Check("the agreeing draft's proposals are accepted", eng_acc["correct_drafts"] > 0,
                          f"{eng_acc['correct_drafts']} drafts accepted over {eng_acc['verify_ct']} request "
                          f"verifies (accept length {eng_acc['accept_length']})"))
-    # Metrics: the exported specdecode_* counters equal the engine's own per-request counts.
-    eng, exp = r.acceptance.get("engine"), r.acceptance.get("exported")
-    if eng and exp:
-        detail = (f"accepted drafts {int(exp['accepted_drafts'])} vs {eng['correct_drafts']}, requests verified "
-                  f"{int(exp['requests_verified'])} vs {eng['verify_ct']}")
-        extra_req = int(exp["requests_verified"]) - eng["verify_ct"]
-        extra_acc = int(exp["accepted_drafts"]) - eng["correct_drafts"]
-        if overlap_scheduled(opts):
-            # SGLang's overlap scheduler launches the next cycle before the last one's results are back, so a
-            # request that finishes has one more cycle run (and exported) than its own counts deliver: at most one
-            # per request, with at most max-steps accepted drafts each.
-            requests = int(eng.get("requests") or 0)
-            ok = 0 <= extra_req <= requests and 0 <= extra_acc <= extra_req * max(opts.candidate_steps)
-            out.append(Check("exported acceptance counters match the engine's counts (overlap scheduler)", ok,
-                             detail + f"; at most one in-flight cycle per finished request ({requests})"))
-        else:
-            out.append(Check("exported acceptance counters equal the engine's counts", extra_req == extra_acc == 0,
-                             detail))
+    # Metrics: the exported specdecode_* counters against SGLang's counts and a recount from the target's logits.
+    if r.acceptance:
+        eng = r.acceptance.get("engine") or {}
+        out.append(Check(*draft_checks.counters(r.acceptance, draft_checks.cycles(r.ranks.get(ranks[0], [])),
+                                                overlap=overlap_scheduled(opts),
+                                                requests=int(eng.get("requests") or 0),
+                                                max_steps=max(opts.candidate_steps))))
     return out
+
+
+def draft_comparison(opts: Options, split: RunResult, sharded: RunResult | None) -> list[Check]:
+    """The split draft's proposals and acceptance against the sharded draft's, in the same states."""
+    if sharded is None or sharded.error is not None or sharded.hang is not None or not sharded.ranks:
+        why = "the sharded run did not finish" if sharded is not None else "no sharded run to compare with"
+        return [Check(draft_checks.DRAFTS_CHECK, False, why), Check(draft_checks.ACCEPT_CHECK, False, why)]
+    rank0 = min(split.ranks) if split.ranks else 0
+    return [Check(*c) for c in draft_checks.compare_drafts(
+        opts, draft_checks.cycles(split.ranks.get(rank0, [])),
+        draft_checks.cycles(sharded.ranks.get(min(sharded.ranks), [])))]
 
 
 def build(opts: Options, results: list[RunResult]) -> Report:
     rep = Report(options={k: v for k, v in asdict(opts).items()})
-    ref = next((r for r in results if r.tokens is not None), None)
+    # The reference: the target alone, else stock EAGLE (its tokens are the target's own); never a run itself.
+    ref = next((r for layout in ("nospec", "sharded") for r in results if r.layout == layout and r.tokens is not None),
+               None)
+    sharded = next((r for r in results if r.layout == "sharded"), None)
     all_ok = len(results) == len(opts.layouts)
     for r in results:
         checks = rank_checks(opts, r) if r.hang is None and r.error is None else []
+        if r.layout == "split" and r.hang is None and r.error is None:
+            checks += draft_comparison(opts, r, sharded)
         div = first_divergence(ref.tokens, r.tokens) if (ref is not None and r.tokens is not None) else None
+        if ref is None:
+            checks.append(Check("tokens compared with a reference", False, "no nospec or sharded run finished"))
         ok = r.error is None and r.hang is None and r.tokens is not None and div is None and all(c.ok for c in checks)
         all_ok &= ok
         entry: dict[str, Any] = {
@@ -172,13 +180,15 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             from .hang import describe
 
             entry["hang"] = {"ranks": {str(k): v for k, v in r.hang.items()}, "summary": describe(r.hang)}
-        if r is ref:
-            entry["tokens"] = r.tokens
+        entry["tokens"] = r.tokens  # every run's, so a caller can compare them with a reference of its own
         rep.runs.append(entry)
     rep.ok = all_ok
-    bad = [e["layout"] for e in rep.runs if not e["ok"]]
+    bad = [e["layout"] + "".join(f" [{c['name']}]" for c in e["checks"] if not c["ok"])
+           for e in rep.runs if not e["ok"]]
     rep.summary = ("PASS: identical greedy tokens across " + ", ".join(e["layout"] for e in rep.runs)
-                   if all_ok else "FAIL: " + (", ".join(bad) if bad else "not every layout ran"))
+                   + ("; the split draft's proposals and acceptance match the sharded draft's"
+                      if "split" in opts.layouts else "")
+                   if all_ok else "FAIL: " + ("; ".join(bad) if bad else "not every layout ran"))
     return rep
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from .options import Options
-from .rank_probe import DIR_ENV, events, read_records
+from .rank_probe import CORRUPT_ENV, DIR_ENV, events, read_records
 from .served import put_steps as _put_steps
 
 LAYOUT_TITLES = {
@@ -301,6 +301,10 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
     for f in rank_dir.glob("rank*.*"):  # a kept directory from an earlier run
         f.unlink()
     os.environ[DIR_ENV] = str(rank_dir)
+    if opts.corrupt_draft and layout == "split":
+        os.environ[CORRUPT_ENV] = "1"
+    else:
+        os.environ.pop(CORRUPT_ENV, None)
     control: dict[str, Any] = {}
     finished = threading.Event()
 
@@ -416,6 +420,7 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         finished.set()
         result.ranks = read_records(rank_dir)
         os.environ.pop(DIR_ENV, None)
+        os.environ.pop(CORRUPT_ENV, None)
         if result.error and _rank_errors(result.ranks):
             result.error += " -- " + _rank_errors(result.ranks)
     return result

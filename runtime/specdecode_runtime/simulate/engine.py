@@ -109,6 +109,10 @@ class SimEngine:
                                      "cycles", labels, registry=self.registry).labels(*SIMULATED_LABELS.values())
         self.metrics.set_draft_tp(self.draft_tp or (self.scenario.draft_tp.current if self.scenario.draft_tp else 0))
 
+    @property
+    def candidates(self) -> list[int]:
+        return list(getattr(self, "_candidates", []))
+
     def set_candidates(self, candidates: Iterable[int]) -> None:
         """The captured tiers; like the runtime after graph capture, the pod then probes their costs."""
         self._candidates = sorted(set(candidates))

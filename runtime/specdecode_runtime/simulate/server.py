@@ -25,8 +25,12 @@ class EngineSink:
 
     def __init__(self, engine: SimEngine, candidates: Sequence[int]) -> None:
         self.engine = engine
-        self.candidates = sorted(set(candidates))
-        engine.set_candidates(self.candidates)
+        engine.set_candidates(candidates)
+
+    @property
+    def candidates(self) -> list[int]:
+        """The tiers the pod serves now: a restarted pod (Rollout) may have captured others."""
+        return list(self.engine.candidates)
 
     def current_table(self) -> StepTable:
         return self.engine.table
