@@ -166,7 +166,7 @@ def test_production_shapes_need_dummy_weights(tmp_path, capsys):
 
     cfg = tmp_path / "shape.yaml"
     cfg.write_text("vocab_size: 128256\nhidden_size: 4096\nnum_attention_heads: 32\nnum_key_value_heads: 8\n")
-    assert main(["--model-config", str(cfg), "--tp", "1", "--layouts", "nospec"]) == 2
+    assert main(["--model-config", str(cfg), "--tp", "1", "--layouts", "nospec,sharded"]) == 2
     assert "vocab_size must be at most 65536 for a tiny model" in capsys.readouterr().err
 
 
