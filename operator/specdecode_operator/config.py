@@ -41,6 +41,9 @@ class OperatorConfig:
     prometheus_url: str | None = None
     scrape_timeout: float = 5.0  # per pod scrape, push or Prometheus query
     tune_restart_seconds: float = 300.0  # Rollout: tokens/s lost for this long per restart, unless a profile says
+    # A rollout pod the scheduler refuses for this long is reported as RolloutBlocked: the scheduler retries
+    # unschedulable pods at least every 5 minutes, and a cluster autoscaler adds a node within a few.
+    rollout_blocked_seconds: float = 300.0
     # TEST/DEMO ONLY: the tuner sleeps intervalSeconds x this in wall time and its clock runs 1/this as fast, so a
     # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
     tune_interval_scale: float = 1.0
@@ -94,6 +97,7 @@ class OperatorConfig:
             ("scrape_timeout", "SCRAPE_TIMEOUT", float),
             ("tune_restart_seconds", "TUNE_RESTART_SECONDS", float),
             ("tune_interval_scale", "TUNE_INTERVAL_SCALE", float),
+            ("rollout_blocked_seconds", "ROLLOUT_BLOCKED_SECONDS", float),
         ]:
             if get(name):
                 values[field] = conv(get(name))

@@ -53,6 +53,7 @@ RULES: list[Rule] = [
     Rule("monitoring.coreos.com", "servicemonitors", DROPPABLE, "optional Prometheus scraping"),
     Rule("", "events", ("create",), "Events on the CRs"),
     Rule("discovery.k8s.io", "endpointslices", ("list",), "tuner: endpoints of runtime pods"),
+    Rule("", "pods", ("list",), "a rollout's unschedulable pods (RolloutBlocked)"),
     Rule("", "secrets", ("get",) + APPLY, "the per-deployment control token", "control-token"),
 ]
 

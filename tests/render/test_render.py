@@ -92,6 +92,21 @@ def test_single_node_deployment_gets_all_gpus_and_safe_rollout():
     assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
 
 
+@pytest.mark.parametrize("example,kind,path", [
+    ("pcie8-glm5-eagle3.yaml", "Deployment", ("strategy", "rollingUpdate")),
+    ("multinode-tp16-lws.yaml", "LeaderWorkerSet", ("rolloutStrategy", "rollingUpdateConfiguration")),
+])
+def test_spec_rollout_reaches_the_workload_and_defaults_to_surge_one(example, kind, path):
+    def rolling(obj):
+        (workload,) = [m for m in render(parse(obj)) if m["kind"] == kind]
+        return workload["spec"][path[0]][path[1]]
+
+    obj = yaml.safe_load((ROOT / "examples" / example).read_text())
+    assert rolling(obj) == {"maxSurge": 1, "maxUnavailable": 0}
+    obj["spec"]["rollout"] = {"maxSurge": 0, "maxUnavailable": "50%"}
+    assert rolling(obj) == {"maxSurge": 0, "maxUnavailable": "50%"}
+
+
 def test_multi_node_renders_leader_worker_set_wired_from_lws_labels():
     ms = render(load(ROOT / "examples/multinode-tp16-lws.yaml"))
     kinds = {m["kind"] for m in ms}
@@ -156,6 +171,7 @@ def test_stock_sglang_launcher_renders_sglang_args_as_a_list():
     obj = yaml.safe_load((ROOT / "examples/h200-nvlink-rollout.yaml").read_text())
     obj["spec"]["runtime"]["launcher"] = "sglang"
     obj["spec"]["draft"] = {"model": "/models/d", "tensorParallelSize": 4}
+    obj["spec"]["speculative"]["autotune"] = {"mode": "Off"}  # stock SGLang exports nothing the tuner reads
     ms = render(parse(obj))
     c = container(ms)
     assert c["command"] == ["python3", "-m", "sglang.launch_server"]

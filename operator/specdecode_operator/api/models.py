@@ -204,6 +204,30 @@ class Runtime(_Model):
     )
 
 
+INT_OR_PERCENT = {"x-kubernetes-int-or-string": True}
+
+
+class Rollout(_Model):
+    """How a template change (a spec edit, an image bump, a Rollout-mode step change) replaces the serving pods.
+
+    Applied to the Deployment's ``strategy.rollingUpdate`` and the LeaderWorkerSet's ``rollingUpdateConfiguration``.
+    The default (surge one, never drop below the declared replicas) keeps capacity but needs room for one more
+    replica; on nodes whose GPUs are all in use that pod never schedules (``RolloutBlocked``): set maxSurge 0 and
+    maxUnavailable 1 to replace pods in place.
+    """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.ROLLOUT_RULES))
+
+    maxSurge: int | str = Field(
+        default=1, json_schema_extra=INT_OR_PERCENT,
+        description="Replicas created above spec.replicas during a rollout: an integer or a percentage (25%). "
+        "Each needs a full TP group of free GPUs.")
+    maxUnavailable: int | str = Field(
+        default=0, json_schema_extra=INT_OR_PERCENT,
+        description="Replicas that may be unavailable during a rollout: an integer or a percentage (25%). "
+        "Not both 0.")
+
+
 class Monitoring(_Model):
     """Prometheus integration."""
 
@@ -223,6 +247,7 @@ class SpecDecodeDeploymentSpec(_Model):
     placement: Placement = Field(default_factory=Placement, description="GPU placement.")
     runtime: Runtime = Field(default_factory=Runtime, description="Serving container.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Prometheus integration.")
+    rollout: Rollout = Field(default_factory=Rollout, description="How template changes replace the serving pods.")
 
 
 class Condition(_Model):

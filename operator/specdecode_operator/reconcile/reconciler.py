@@ -19,7 +19,7 @@ from .. import control_token
 from ..kube_client import FIELD_MANAGER, ApiError, KubeClient, resource_path
 from ..object_state import ObjectState, validated
 from ..render import RenderOptions, names, render
-from ..status import conditions, writer
+from ..status import conditions, rollout, writer
 from ..tuning import hooks as tuning
 from . import children, events
 
@@ -190,6 +190,7 @@ class Reconciler:
             state.secret_checked = (time.monotonic(), "ok")
         self._report_pass(p)
         await self._delete_stale(p, {children.key_of(c) for c in desired})
+        await rollout.observe(self.client, body, state, obs, self.config.rollout_blocked_seconds)
 
     async def _control_secret(self, p: "_Pass") -> list[dict]:
         """The control-token Secret to apply this pass: [] unless it was read now and is ours or missing.
