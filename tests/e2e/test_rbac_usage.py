@@ -48,6 +48,13 @@ def test_every_granted_verb_is_used_and_every_call_is_granted(cluster_factory):
         cluster.create_sdd(body)
         wait_for(lambda: cluster.get("monitoring.coreos.com/v1", "servicemonitors", "llama"), timeout=40,
                  what="children")
+        # mid-rollout (a surge pod beside the old one): the reconciler lists the pods for unschedulable ones
+        dep = cluster.get(APPS, "deployments", "llama")
+        cluster.call("PATCH", f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments/llama/status",
+                     {"status": {"observedGeneration": dep["metadata"]["generation"], "replicas": 2,
+                                 "updatedReplicas": 1}}, content_type="application/merge-patch+json")
+        wait_for(lambda: any(r.resource == "pods" for r in cluster.emulator.log), timeout=30,
+                 what="the rollout's pods listed")
         cluster.make_ready(APPS, "deployments", "llama")  # ready replicas: the tuner lists EndpointSlices
         wait_for(lambda: any(r.resource == "endpointslices" for r in cluster.emulator.log), timeout=30,
                  what="the tuner's endpoint discovery")
