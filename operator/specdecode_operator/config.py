@@ -44,6 +44,9 @@ class OperatorConfig:
     # A rollout pod the scheduler refuses for this long is reported as RolloutBlocked: the scheduler retries
     # unschedulable pods at least every 5 minutes, and a cluster autoscaler adds a node within a few.
     rollout_blocked_seconds: float = 300.0
+    # Children whose API an add-on serves (ServiceMonitor, LeaderWorkerSet): discovery is asked again this often
+    # while one is missing, so installing its CRDs takes effect without a restart (optional_apis.py).
+    api_recheck_seconds: float = 60.0
     # TEST/DEMO ONLY: the tuner sleeps intervalSeconds x this in wall time and its clock runs 1/this as fast, so a
     # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
     tune_interval_scale: float = 1.0
@@ -98,6 +101,7 @@ class OperatorConfig:
             ("tune_restart_seconds", "TUNE_RESTART_SECONDS", float),
             ("tune_interval_scale", "TUNE_INTERVAL_SCALE", float),
             ("rollout_blocked_seconds", "ROLLOUT_BLOCKED_SECONDS", float),
+            ("api_recheck_seconds", "API_RECHECK_SECONDS", float),
         ]:
             if get(name):
                 values[field] = conv(get(name))

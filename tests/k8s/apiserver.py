@@ -145,7 +145,7 @@ class ApiServerBed:
 
 # OperatorConfig fields the operator reads from SPECDECODE_* variables (config.OperatorConfig.from_env).
 _ENV_FIELDS = ("request_timeout", "scrape_timeout", "tune_restart_seconds", "tune_interval_scale", "prometheus_url",
-               "rollout_blocked_seconds",
+               "rollout_blocked_seconds", "api_recheck_seconds",
                "default_image", "label_selector", "operator_namespace")
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .. import control_token
+from .. import control_token, optional_apis
 from ..kube_client import FIELD_MANAGER, ApiError, KubeClient, resource_path
 from ..object_state import ObjectState, validated
 from ..render import RenderOptions, names, render
@@ -185,7 +185,9 @@ class Reconciler:
         p = _Pass(body, state, live, obs)
         secret = await self._control_secret(p)
         desired = [*rendered, *secret]
-        await asyncio.gather(*(self._sync_child(p, child, full) for child in desired))
+        served = await optional_apis.served_children(self.client, body, state, obs, desired,
+                                                     self.config.api_recheck_seconds)
+        await asyncio.gather(*(self._sync_child(p, child, full) for child in served))
         if secret:
             state.secret_checked = (time.monotonic(), "ok")
         self._report_pass(p)
