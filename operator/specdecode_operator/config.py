@@ -22,6 +22,9 @@ class OperatorConfig:
     default_sglang_image: str = SGLANG_IMAGE
     label_selector: str = ""  # only SpecDecodeDeployments with these labels (k=v,k2=v2); sharding and canaries
     metrics_port: int = 8080  # 0 disables /metrics
+    # HTTPS + TokenReview/SubjectAccessReview on /metrics (metrics_auth.py); the chart turns it on. Off: plain HTTP.
+    metrics_secure: bool = False
+    metrics_cert_dir: str | None = None  # tls.crt + tls.key; None: a self-signed certificate made at start-up
     liveness_endpoint: str | None = "http://0.0.0.0:8081/healthz"
     peering_name: str = "specdecode-operator"
     standalone: bool = False  # True: no peering (one replica, or tests)
@@ -102,9 +105,12 @@ class OperatorConfig:
             ("tune_interval_scale", "TUNE_INTERVAL_SCALE", float),
             ("rollout_blocked_seconds", "ROLLOUT_BLOCKED_SECONDS", float),
             ("api_recheck_seconds", "API_RECHECK_SECONDS", float),
+            ("metrics_cert_dir", "METRICS_CERT_DIR", str),
         ]:
             if get(name):
                 values[field] = conv(get(name))
+        if get("METRICS_SECURE"):
+            values["metrics_secure"] = get("METRICS_SECURE").lower() in ("1", "true", "yes")
         if get("STANDALONE"):
             values["standalone"] = get("STANDALONE").lower() in ("1", "true", "yes")
         values.update(overrides)  # None is a value too: liveness_endpoint=None turns the endpoint off

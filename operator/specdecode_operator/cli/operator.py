@@ -47,6 +47,11 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
     run.add_argument("--api-recheck-seconds", type=float_in(0, 86400),
                      help="while a child's API (ServiceMonitor, LeaderWorkerSet) is not served, ask discovery again "
                      "this often (default 60)")
+    run.add_argument("--metrics-secure", action="store_true", default=None,
+                     help="serve /metrics over HTTPS to scrapers whose bearer token may get /metrics "
+                     "(TokenReview + SubjectAccessReview); default: plain HTTP")
+    run.add_argument("--metrics-cert-dir", help="with --metrics-secure: tls.crt and tls.key to serve "
+                     "(default: a self-signed certificate made at start-up)")
     run.add_argument("--operator-namespace", help="namespace the operator runs in (NetworkPolicy peer)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.add_argument("--verbose", "-v", action="store_true", help="same as --log-level debug")
@@ -79,7 +84,7 @@ def config_from_args(args) -> "OperatorConfig":
     overrides = {k: getattr(args, k, None) for k in (
         "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity", "watch_timeout_seconds",
         "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds", "rollout_blocked_seconds",
-        "api_recheck_seconds")}
+        "api_recheck_seconds", "metrics_secure", "metrics_cert_dir")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("metrics_port") is not None:
         check_port("--metrics-port", overrides["metrics_port"])
