@@ -83,11 +83,10 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     from aiohttp import web
 
     tokens = TokenFile(token_file)
-    if verifier is None:
-        from . import sa_token_auth
+    if verifier is None and os.environ.get("SPECDECODE_CONTROL_ISSUER", "").strip():
+        from . import sa_token_auth  # PyJWT: needed only where ServiceAccount tokens are accepted
 
-        settings = sa_token_auth.settings_from_env()
-        verifier = sa_token_auth.ServiceAccountVerifier(settings) if settings else None
+        verifier = sa_token_auth.ServiceAccountVerifier(sa_token_auth.settings_from_env())
 
     def _unauthorized(why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
                                  "Secret, or the operator's ServiceAccount token>)") -> web.Response:
