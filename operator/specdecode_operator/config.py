@@ -50,6 +50,11 @@ class OperatorConfig:
     # Children whose API an add-on serves (ServiceMonitor, LeaderWorkerSet): discovery is asked again this often
     # while one is missing, so installing its CRDs takes effect without a restart (optional_apis.py).
     api_recheck_seconds: float = 60.0
+    # Step control: "ServiceAccount" sends the operator's projected token (control_identity.py; the chart's default),
+    # "Secret" a per-object control-token Secret.
+    control_auth: str = "Secret"
+    control_token_file: str = "/var/run/secrets/specdecode/control/token"
+    control_audience: str = "specdecode-runtime"
     # TEST/DEMO ONLY: the tuner sleeps intervalSeconds x this in wall time and its clock runs 1/this as fast, so a
     # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
     tune_interval_scale: float = 1.0
@@ -106,6 +111,9 @@ class OperatorConfig:
             ("rollout_blocked_seconds", "ROLLOUT_BLOCKED_SECONDS", float),
             ("api_recheck_seconds", "API_RECHECK_SECONDS", float),
             ("metrics_cert_dir", "METRICS_CERT_DIR", str),
+            ("control_auth", "CONTROL_AUTH", str),
+            ("control_token_file", "CONTROL_TOKEN_FILE", str),
+            ("control_audience", "CONTROL_AUDIENCE", str),
         ]:
             if get(name):
                 values[field] = conv(get(name))
@@ -116,6 +124,8 @@ class OperatorConfig:
         values.update(overrides)  # None is a value too: liveness_endpoint=None turns the endpoint off
         config = cls(**values)
         config.labels  # fail early on a selector kopf cannot express
+        if config.control_auth not in ("ServiceAccount", "Secret"):
+            raise ValueError(f"SPECDECODE_CONTROL_AUTH must be ServiceAccount or Secret, got {config.control_auth!r}")
         if config.tune_interval_scale <= 0:
             raise ValueError(f"tune_interval_scale must be > 0, got {config.tune_interval_scale}")
         return config

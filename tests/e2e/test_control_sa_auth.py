@@ -100,3 +100,43 @@ async def test_service_account_tokens_get_200_403_401(envtest_environment, verif
         assert await status("s3cret") == 200  # the shared-Secret mode still works
     finally:
         await client.close()
+
+
+async def test_the_operators_token_and_the_pod_settings_it_renders_work_together(envtest_environment, tmp_path):
+    """The operator side (its projected token, as kubelet would write it, and the pod settings rendered from it)
+    against the runtime side, with the real API server's issuer: no Secret anywhere."""
+    from specdecode_operator import control_identity
+    from specdecode_operator.api.validate import parse
+    from specdecode_operator.config import OperatorConfig
+    from specdecode_operator.render import RenderOptions, render
+    from specdecode_runtime.sa_token_auth import settings_from_env
+    from tests.k8s.fixtures import ROOT
+
+    env = envtest_environment
+    (tmp_path / "operator-token").write_text(token_request(env, "specdecode-operator", [AUDIENCE]))
+    config = OperatorConfig(control_auth="ServiceAccount", control_token_file=str(tmp_path / "operator-token"),
+                            control_audience=AUDIENCE)
+    auth = control_identity.control_auth(config)
+    assert auth.issuer == ISSUER and auth.subjects == (OPERATOR,)
+    import yaml
+
+    sdd = parse(yaml.safe_load((ROOT / "examples" / "pcie8-glm5-eagle3.yaml").read_text()))
+    (dep,) = [m for m in render(sdd, RenderOptions(control_auth=auth)) if m["kind"] == "Deployment"]
+    pod_env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    (tmp_path / "runtime-token").write_text(token_request(env, "default", None))  # the pod's projected token
+    # what kubelet would mount at the rendered paths, and the API server's address outside a cluster
+    pod_env.update(SPECDECODE_CONTROL_TOKEN_FILE=str(tmp_path / "runtime-token"),
+                   SPECDECODE_CONTROL_CA_FILE=str(env.ca_file), SPECDECODE_CONTROL_API_SERVER=env.server)
+    verifier = ServiceAccountVerifier(settings_from_env(pod_env))
+    app = web.Application()
+    add_step_routes(app, Sink(), None, verifier)  # no Secret token at all
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        headers = {"Authorization": f"Bearer {control_identity.bearer(config)}"}
+        r = await client.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 3}]}, headers=headers)
+        assert r.status == 200
+        r = await client.get(STEPS_PATH, headers={"Authorization": f"Bearer {token_request(env, 'other', [AUDIENCE])}"})
+        assert r.status == 403
+    finally:
+        await client.close()

@@ -206,3 +206,23 @@ def test_input_hash_changes_only_with_content():
     hashes = lambda d, k: d[k]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION]
     assert hashes(a, ("Deployment", "glm5-pcie")) != hashes(c, ("Deployment", "glm5-pcie"))
     assert hashes(a, ("ConfigMap", "glm5-pcie-runtime")) == hashes(c, ("ConfigMap", "glm5-pcie-runtime"))
+
+
+def test_service_account_step_control_tells_the_pods_whom_to_accept_and_projects_their_own_token():
+    from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth
+
+    auth = ControlAuth("https://kubernetes.default.svc", "specdecode-runtime",
+                       ("system:serviceaccount:specdecode-system:specdecode-operator",))
+    sdd = load(ROOT / "examples/pcie8-glm5-eagle3.yaml")
+    plain = container(render(sdd))
+    c = container(render(sdd, RenderOptions(control_auth=auth)))
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SPECDECODE_CONTROL_ISSUER"] == auth.issuer and env["SPECDECODE_CONTROL_AUDIENCE"] == auth.audience
+    assert env["SPECDECODE_CONTROL_SUBJECTS"] == auth.subjects[0]
+    assert env["SPECDECODE_CONTROL_TOKEN_FILE"] == f"{API_MOUNT_DIR}/token"
+    assert not any(n.startswith("SPECDECODE_CONTROL") for n in (e["name"] for e in plain["env"]))
+    dep = by_kind(render(sdd, RenderOptions(control_auth=auth)))[("Deployment", "glm5-pcie")]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False  # only the projected token, where the runtime reads it
+    (projected,) = [v["projected"] for v in pod["volumes"] if v["name"] == "control-issuer"]
+    assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}} in projected["sources"]

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .. import control_token, optional_apis
+from .. import control_identity, control_token, optional_apis
 from ..kube_client import FIELD_MANAGER, ApiError, KubeClient, resource_path
 from ..object_state import ObjectState, validated
 from ..render import RenderOptions, names, render
@@ -51,6 +51,7 @@ class Reconciler:
             operator_namespace=self.config.operator_namespace,
             operator_labels=dict(self.config.operator_labels),
             tuned_steps=tuned_steps,
+            control_auth=control_identity.control_auth(self.config),
         )
 
     async def reconcile(self, body: dict, state: ObjectState, live_children: LiveChildren) -> str:
@@ -200,6 +201,8 @@ class Reconciler:
         It is not watched (Secret access is per namespace), so it is read at most every SECRET_RECHECK_SECONDS; a
         refusal (403) becomes one ControlTokenUnavailable Event, a foreign Secret of that name a collision, and both
         are looked at again at the next read."""
+        if control_identity.control_auth(self.config) is not None:
+            return []  # the operator's ServiceAccount token authenticates step control: no Secret
         key = ("v1", "Secret", names.control_secret(p.name))
         checked = p.state.secret_checked
         if checked is not None and time.monotonic() - checked[0] < SECRET_RECHECK_SECONDS:
