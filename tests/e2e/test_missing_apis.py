@@ -83,6 +83,13 @@ def test_the_laptop_flow_without_add_on_apis_ends_short_of_ready_only_for_lack_o
         assert len(not_served) == 1 and not_served[0]["type"] == "Warning"
         assert "ServiceMonitor" in not_served[0]["message"]
 
+        # passes kept coming (resync), and none of them retried the write: discovery was asked instead
+        passes = op.reconcile_passes()
+        wait_for(lambda: op.reconcile_passes() >= passes + 3, timeout=SLACK, what="more passes")
+        audited = env.audit_events(0)
+        assert not [e for e in audited if (e.get("objectRef") or {}).get("resource") == "servicemonitors"]
+        assert [e for e in audited if e.get("requestURI", "").startswith("/apis/monitoring.coreos.com/v1")
+                and not (e.get("objectRef") or {}).get("resource")]
         # the CRDs installed later: the next discovery check finds them and the ServiceMonitor follows
         installed = time.monotonic()
         kubectl(kc, "apply", "--server-side", "-f", "-", input=third_party_crds())
