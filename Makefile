@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test venv deps-demo deps-test tools envtest envtest-up envtest-down registry release crd golden bench clean
+.PHONY: demo test venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,12 +33,17 @@ demo: deps-demo
 tools:
 	envtest/fetch-tools.sh
 
-test: deps-test tools envtest registry
-	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 $(BIN)/python -m pytest -q
+test: deps-test tools envtest registry promtool
+	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest -q
 
 # A real kube-apiserver + etcd (envtest/): built from Go modules once into ~/.cache/specdecode/envtest/<hash>/bin
 envtest:
 	envtest/build.sh
+
+# promtool (tools/promtool/): built from Go modules once into ~/.cache/specdecode/promtool/<hash>/bin; the chart's
+# alerting rules and dashboard queries are checked and unit-tested with it
+promtool:
+	tools/promtool/build.sh
 
 # Start them in the background with an admin kubeconfig at .envtest/kubeconfig (loopback only); stop and wipe.
 envtest-up: envtest venv

@@ -22,6 +22,9 @@ class OperatorConfig:
     default_sglang_image: str = SGLANG_IMAGE
     label_selector: str = ""  # only SpecDecodeDeployments with these labels (k=v,k2=v2); sharding and canaries
     metrics_port: int = 8080  # 0 disables /metrics
+    # HTTPS + TokenReview/SubjectAccessReview on /metrics (metrics_auth.py); the chart turns it on. Off: plain HTTP.
+    metrics_secure: bool = False
+    metrics_cert_dir: str | None = None  # tls.crt + tls.key; None: a self-signed certificate made at start-up
     liveness_endpoint: str | None = "http://0.0.0.0:8081/healthz"
     peering_name: str = "specdecode-operator"
     standalone: bool = False  # True: no peering (one replica, or tests)
@@ -41,6 +44,17 @@ class OperatorConfig:
     prometheus_url: str | None = None
     scrape_timeout: float = 5.0  # per pod scrape, push or Prometheus query
     tune_restart_seconds: float = 300.0  # Rollout: tokens/s lost for this long per restart, unless a profile says
+    # A rollout pod the scheduler refuses for this long is reported as RolloutBlocked: the scheduler retries
+    # unschedulable pods at least every 5 minutes, and a cluster autoscaler adds a node within a few.
+    rollout_blocked_seconds: float = 300.0
+    # Children whose API an add-on serves (ServiceMonitor, LeaderWorkerSet): discovery is asked again this often
+    # while one is missing, so installing its CRDs takes effect without a restart (optional_apis.py).
+    api_recheck_seconds: float = 60.0
+    # Step control: "ServiceAccount" sends the operator's projected token (control_identity.py; the chart's default),
+    # "Secret" a per-object control-token Secret.
+    control_auth: str = "Secret"
+    control_token_file: str = "/var/run/secrets/specdecode/control/token"
+    control_audience: str = "specdecode-runtime"
     # TEST/DEMO ONLY: the tuner sleeps intervalSeconds x this in wall time and its clock runs 1/this as fast, so a
     # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
     tune_interval_scale: float = 1.0
@@ -94,14 +108,24 @@ class OperatorConfig:
             ("scrape_timeout", "SCRAPE_TIMEOUT", float),
             ("tune_restart_seconds", "TUNE_RESTART_SECONDS", float),
             ("tune_interval_scale", "TUNE_INTERVAL_SCALE", float),
+            ("rollout_blocked_seconds", "ROLLOUT_BLOCKED_SECONDS", float),
+            ("api_recheck_seconds", "API_RECHECK_SECONDS", float),
+            ("metrics_cert_dir", "METRICS_CERT_DIR", str),
+            ("control_auth", "CONTROL_AUTH", str),
+            ("control_token_file", "CONTROL_TOKEN_FILE", str),
+            ("control_audience", "CONTROL_AUDIENCE", str),
         ]:
             if get(name):
                 values[field] = conv(get(name))
+        if get("METRICS_SECURE"):
+            values["metrics_secure"] = get("METRICS_SECURE").lower() in ("1", "true", "yes")
         if get("STANDALONE"):
             values["standalone"] = get("STANDALONE").lower() in ("1", "true", "yes")
         values.update(overrides)  # None is a value too: liveness_endpoint=None turns the endpoint off
         config = cls(**values)
         config.labels  # fail early on a selector kopf cannot express
+        if config.control_auth not in ("ServiceAccount", "Secret"):
+            raise ValueError(f"SPECDECODE_CONTROL_AUTH must be ServiceAccount or Secret, got {config.control_auth!r}")
         if config.tune_interval_scale <= 0:
             raise ValueError(f"tune_interval_scale must be > 0, got {config.tune_interval_scale}")
         return config

@@ -45,6 +45,7 @@ class ObjectState:
     rendered: tuple | None = None  # ((uid, generation, tuned steps), child stubs)
     secret_checked: tuple | None = None  # (monotonic time, "ok" | "forbidden" | "collision")
     reported: dict[str, str] = field(default_factory=dict)  # Event reason -> the last message posted (events.once)
+    rollout_blocked: object | None = None  # status.rollout.Blocked while a rollout pod stays unschedulable
     # The tuning loop (tuning/): what it hands the reconciler.
     tuner_started: bool = False  # the loop has built its tuner; until then ``tuned_steps`` comes from status
     tuned_steps: int | None = None  # Rollout: the step count rolled out (None: spec.speculative.numSteps)

@@ -20,7 +20,7 @@ import kopf
 import kubernetes
 
 from .context import OperatorContext
-from .endpoints import Endpoints, port_of
+from .endpoints import Endpoints, port_of, secure_metrics
 from .kube_client import USER_AGENT, kube_configuration
 from .leadership import LeaderElector
 from .metrics import OperatorMetrics
@@ -84,7 +84,8 @@ class OperatorProcess:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.endpoints = await Endpoints(self.metrics.registry, self.health, metrics_port=config.metrics_port,
-                                         health_port=port_of(config.liveness_endpoint)).start()
+                                         health_port=port_of(config.liveness_endpoint),
+                                         **secure_metrics(config)).start()
         try:
             fence: Callable[[], bool] | None = None
             if config.leader_election:

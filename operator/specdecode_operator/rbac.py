@@ -40,6 +40,10 @@ class Rule(NamedTuple):
 RULES: list[Rule] = [
     Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "kopf discovers served resources",
          "cluster"),
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "metrics: authenticate a scraper's bearer token",
+         "cluster"),
+    Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "metrics: may that user get /metrics",
+         "cluster"),
     Rule("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election: one active replica",
          "operator-namespace"),
     Rule("specdecode.io", "specdecodedeployments", ("list", "watch", "patch"), "watch the CRs; kopf's finalizer"),
@@ -53,6 +57,7 @@ RULES: list[Rule] = [
     Rule("monitoring.coreos.com", "servicemonitors", DROPPABLE, "optional Prometheus scraping"),
     Rule("", "events", ("create",), "Events on the CRs"),
     Rule("discovery.k8s.io", "endpointslices", ("list",), "tuner: endpoints of runtime pods"),
+    Rule("", "pods", ("list",), "a rollout's unschedulable pods (RolloutBlocked)"),
     Rule("", "secrets", ("get",) + APPLY, "the per-deployment control token", "control-token"),
 ]
 

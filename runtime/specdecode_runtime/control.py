@@ -72,32 +72,57 @@ class TokenFile:
         return hmac.compare_digest(header[len("Bearer "):].strip().encode(), expected.encode())
 
 
-def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | None) -> None:
-    """Mount GET/PUT /specdecode/v1/steps on an aiohttp application."""
+def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None) -> None:
+    """Mount GET/PUT /specdecode/v1/steps on an aiohttp application.
+
+    A caller presents either the shared token of the mounted Secret, or a ServiceAccount token verified against the
+    cluster's issuer keys (``verifier``, a ``sa_token_auth.ServiceAccountVerifier``; by default the one the pod's
+    ``SPECDECODE_CONTROL_*`` environment configures, if any)."""
+    import asyncio
+
     from aiohttp import web
 
     tokens = TokenFile(token_file)
+    if verifier is None and os.environ.get("SPECDECODE_CONTROL_ISSUER", "").strip():
+        from . import sa_token_auth  # PyJWT: needed only where ServiceAccount tokens are accepted
 
-    def _unauthorized() -> web.Response:
-        return web.json_response(
-            {"error": "missing or invalid bearer token (Authorization: Bearer <token from the mounted Secret>)"},
-            status=401, headers={"WWW-Authenticate": 'Bearer realm="specdecode"'},
-        )
+        verifier = sa_token_auth.ServiceAccountVerifier(sa_token_auth.settings_from_env())
+
+    def _unauthorized(why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
+                                 "Secret, or the operator's ServiceAccount token>)") -> web.Response:
+        return web.json_response({"error": why}, status=401, headers={"WWW-Authenticate": 'Bearer realm="specdecode"'})
+
+    async def _refusal(request: web.Request) -> web.Response | None:
+        """None when the caller may use the endpoint, else the 401/403 answer."""
+        header = request.headers.get("Authorization")
+        if tokens.authorized(header):
+            return None
+        if verifier is None or not header or not header.startswith("Bearer "):
+            return _unauthorized()
+        from .sa_token_auth import Refused
+
+        try:
+            await asyncio.to_thread(verifier.verify, header[len("Bearer "):].strip())
+        except Refused as err:
+            if err.status == 403:
+                return web.json_response({"error": err.message}, status=403)
+            return _unauthorized(err.message)
+        return None
 
     def _body(table: StepTable, **extra: Any) -> dict[str, Any]:
         return {**table.to_json(), "candidates": sorted(sink.candidates), **extra}
 
     async def get_steps(request: web.Request) -> web.Response:
-        if not tokens.authorized(request.headers.get("Authorization")):
-            return _unauthorized()
+        if (refused := await _refusal(request)) is not None:
+            return refused
         table = sink.current_table()
         if table is None:
             return web.json_response({"error": "no step table yet (the runtime is still starting)"}, status=503)
         return web.json_response(_body(table))
 
     async def put_steps(request: web.Request) -> web.Response:
-        if not tokens.authorized(request.headers.get("Authorization")):
-            return _unauthorized()
+        if (refused := await _refusal(request)) is not None:
+            return refused
         try:
             data = await read_json(request)
         except BodyError as err:
@@ -120,12 +145,12 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     app.router.add_put(STEPS_PATH, put_steps)
 
 
-def create_control_app(sink: StepTableSink, token_file: str | os.PathLike | None):
+def create_control_app(sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None):
     """A standalone aiohttp app with only the step endpoint (the real runtime serves it on its control port)."""
     from aiohttp import web
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    add_step_routes(app, sink, token_file)
+    add_step_routes(app, sink, token_file, verifier)
     return app
 
 

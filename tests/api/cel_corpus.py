@@ -71,10 +71,12 @@ def rule_cases() -> list[tuple[str, dict]]:
     full = with_("spec.draft", {"model": "/d", "tensorParallelSize": 8}, sglang)
     out.append(("rule-ok:launcher sglang with full draft", full))
     out.append(("rule-bad:launcher sglang with Live", with_("spec.speculative", {"autotune": {"mode": "Live"}}, full)))
-    out.append(("rule-ok:launcher sglang with Rollout",
+    out.append(("rule-bad:launcher sglang with Rollout",
                 with_("spec.speculative", {"autotune": {"mode": "Rollout"}}, full)))
     out.append(("rule-bad:launcher sglang with an hf:// model", with_("spec.target.model", "hf://org/t", full)))
     out.append(("rule-ok:launcher sglang with a pvc:// model", with_("spec.target.model", "pvc://models/t", full)))
+    out.append(("rule-ok:launcher sglang with autotune Off",
+                with_("spec.speculative", {"autotune": {"mode": "Off"}}, full)))
     out.append(("rule-bad:draft tp 0 (division)", with_("spec.draft.tensorParallelSize", 0)))
     out.append(("rule-bad:nccl key lowercase", with_("spec.nccl.env", {"NCCL_algo": "Ring"})))
     out.append(("rule-bad:tp 24 over 16 gpus per node",

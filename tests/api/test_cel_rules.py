@@ -60,6 +60,14 @@ CASES = [
     ("spec.draft.model", "hf://Org-1/name.v2", "gs://b/x", "spec.draft.model", "other schemes"),
     ("spec.modelCache", {"claimName": "hf-cache"}, {"claimName": "hf-cache", "sizeLimit": "100Gi"},
      "spec.modelCache.sizeLimit", "not both"),
+    ("spec.rollout", {"maxSurge": "25%", "maxUnavailable": 0}, {"maxSurge": "25", "maxUnavailable": 0},
+     "spec.rollout.maxSurge", "percentage"),
+    ("spec.rollout", {"maxSurge": 0, "maxUnavailable": "100%"}, {"maxSurge": 0, "maxUnavailable": "101%"},
+     "spec.rollout.maxUnavailable", "percentage"),
+    ("spec.rollout", {"maxSurge": 2, "maxUnavailable": 1}, {"maxSurge": -1, "maxUnavailable": 1},
+     "spec.rollout.maxSurge", "non-negative"),
+    ("spec.rollout", {"maxSurge": 0, "maxUnavailable": 1}, {"maxSurge": "0%", "maxUnavailable": 0},
+     "spec.rollout.maxUnavailable", "may not both be 0"),
     ("metadata.name", "glm5-pcie", "GLM5", "metadata.name", "DNS-1035"),
     ("metadata.name", "a" * 47, "a" * 48, "metadata.name", "at most 47"),
 ]
@@ -90,13 +98,18 @@ def test_draft_ranks_must_be_unique():
     assert any(p.path == "spec.draft.ranks" and "repeat" in p.message for p in validate_object(obj))
 
 
-def test_stock_sglang_launcher_requires_full_tp_draft_and_no_live_mode():
+def test_stock_sglang_launcher_requires_full_tp_draft_and_autotune_off():
     obj = with_("spec.runtime", {"launcher": "sglang"})
     assert any("launcher sglang" in p.message for p in validate_object(obj))
     obj["spec"]["draft"] = {"model": "/d", "tensorParallelSize": 8}
     assert validate_object(obj) == []
-    obj["spec"]["speculative"] = {"autotune": {"mode": "Live"}}
-    assert [p.path for p in validate_object(obj)] == ["spec.speculative.autotune.mode"]
+    for mode in ("Live", "Rollout"):
+        obj["spec"]["speculative"] = {"autotune": {"mode": mode}}
+        problems = validate_object(obj)
+        assert [p.path for p in problems] == ["spec.speculative.autotune.mode"]
+        assert "stock SGLang does not export" in problems[0].message
+    obj["spec"]["speculative"] = {"autotune": {"mode": "Off"}}
+    assert validate_object(obj) == []
 
 
 def test_schema_errors_name_the_field_and_what_is_allowed():

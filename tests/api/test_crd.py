@@ -34,7 +34,8 @@ def test_schema_is_structural_and_described():
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _walk(schema):
         assert not {"$ref", "anyOf", "allOf", "oneOf", "$defs", "title"} & set(node), path
-        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        assert ("type" in node or node.get("x-kubernetes-preserve-unknown-fields")
+                or node.get("x-kubernetes-int-or-string")), path
         if path.startswith(".spec") and path.count(".") >= 2 and not path.endswith("[]"):
             assert node.get("description"), f"{path} has no description for kubectl explain"
 
@@ -43,7 +44,7 @@ def test_every_rule_in_rules_module_is_in_the_crd():
     text = yaml.safe_dump(crd())
     all_rules = [
         *rules.NAME_RULES, *rules.SPEC_RULES, *rules.DRAFT_RULES, *rules.SPECULATIVE_RULES,
-        *rules.AUTOTUNE_RULES, *rules.NCCL_RULES, *rules.RUNTIME_RULES,
+        *rules.AUTOTUNE_RULES, *rules.NCCL_RULES, *rules.RUNTIME_RULES, *rules.ROLLOUT_RULES,
         *rules.TARGET_RULES, *rules.DRAFT_MODEL_RULES, *rules.MODEL_CACHE_RULES, *rules.HUB_SPEC_RULES,
     ]
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

@@ -136,6 +136,9 @@ class Replica:
                 f"--liveness-port={self.health_port}", f"--identity={identity}", *extra_args]
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SPECDECODE_")}
         environ.update(env)
+        # the bed reads the reconcile counts over plain HTTP (the emulator reviews no tokens; the secure endpoint
+        # is tested on the real API server, tests/e2e/test_metrics_auth.py)
+        environ.update({"SPECDECODE_METRICS_SECURE": "false"})
         environ.update({"SPECDECODE_METRICS_PORT": str(self.metrics_port), "KUBECONFIG": str(bed.kubeconfig),
                         "POD_NAME": identity, "PYTHONUNBUFFERED": "1"})
         environ.update(extra_env or {})

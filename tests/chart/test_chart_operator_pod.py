@@ -16,7 +16,8 @@ def test_container_has_resources_and_probes_on_the_liveness_port():
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert f"--liveness-port={ports['healthz']}" in c["args"]
     assert env(c)["SPECDECODE_METRICS_PORT"] == str(ports["metrics"])
-    assert {v["mountPath"] for v in c["volumeMounts"]} == {"/tmp"}  # the only writable path
+    writable = {v["mountPath"] for v in c["volumeMounts"] if not v.get("readOnly")}
+    assert writable == {"/tmp"}  # the only writable path (the step-control token is mounted read-only)
 
 
 def env(container):

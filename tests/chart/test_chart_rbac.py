@@ -5,7 +5,8 @@ import yaml
 
 from tests.chart.chartlib import CHART, COMBOS, NAMESPACE, of_kind, one, render
 
-CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions")}
+CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), ("authentication.k8s.io", "tokenreviews"),
+                  ("authorization.k8s.io", "subjectaccessreviews")}
 # What the operator needs whatever its implementation details.
 REQUIRED = {
     ("specdecode.io", "specdecodedeployments"): {"list", "watch", "patch"},
@@ -22,7 +23,21 @@ READ_ONLY = {("discovery.k8s.io", "endpointslices"), ("apiextensions.k8s.io", "c
 
 
 def triples(rules) -> set[tuple[str, str, str]]:
-    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    """API resource grants (a nonResourceURLs rule, the metrics reader's, grants no API resource)."""
+    return {(g, r, v) for rule in rules if "apiGroups" in rule
+            for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_metrics_reader_role_grants_only_get_metrics_and_binds_nobody(secure):
+    docs = render({"metrics": {"enabled": True, "port": 8080, "secure": secure}})
+    readers = [r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-metrics-reader")]
+    if not secure:
+        assert readers == []
+        return
+    (reader,) = readers
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert reader["metadata"]["name"] not in {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")}
 
 
 def granted(docs, kinds=("ClusterRole", "Role")) -> set[tuple[str, str, str]]:
@@ -71,8 +86,11 @@ def test_cluster_wide_grants_cover_the_minimum_and_nothing_dangerous():
     assert not any("*" in t for t in flat)
     assert not any(v in {"escalate", "bind", "impersonate", "deletecollection", "update"} for _, _, v in flat
                    if _ != "leases")
-    assert not any(r in {"nodes", "pods", "clusterroles", "clusterrolebindings", "roles", "rolebindings",
-                         "serviceaccounts", "serviceaccounts/token"} for _, r, _ in flat)
+    assert not any(r in {"nodes", "pods/exec", "pods/attach", "pods/portforward", "clusterroles",
+                         "clusterrolebindings", "roles", "rolebindings", "serviceaccounts", "serviceaccounts/token"}
+                   for _, r, _ in flat)
+    # pods: listed only (a rollout's unschedulable pods); their templates are the Deployments' it already reads
+    assert {v for _, r, v in flat if r == "pods"} <= {"list"}
 
 
 @pytest.mark.parametrize("combo", ["defaults", "namespaced", "overrides"])

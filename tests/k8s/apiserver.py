@@ -123,9 +123,9 @@ class ApiServerBed:
             for doc in docs:
                 if doc["kind"] in ("Role", "ClusterRole"):
                     for rule in doc["rules"]:
-                        if group in rule["apiGroups"]:
+                        if group in rule.get("apiGroups", ()):  # nonResourceURLs rules name no group
                             rule["resources"] = [r for r in rule["resources"] if r != resource]
-                    doc["rules"] = [r for r in doc["rules"] if r["resources"]]
+                    doc["rules"] = [r for r in doc["rules"] if r.get("resources") or r.get("nonResourceURLs")]
         kubectl(self.env.kubeconfig, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-",
                 input=yaml.safe_dump_all(docs, sort_keys=False))
 
@@ -145,6 +145,7 @@ class ApiServerBed:
 
 # OperatorConfig fields the operator reads from SPECDECODE_* variables (config.OperatorConfig.from_env).
 _ENV_FIELDS = ("request_timeout", "scrape_timeout", "tune_restart_seconds", "tune_interval_scale", "prometheus_url",
+               "rollout_blocked_seconds", "api_recheck_seconds",
                "default_image", "label_selector", "operator_namespace")
 
 

@@ -92,6 +92,21 @@ def test_single_node_deployment_gets_all_gpus_and_safe_rollout():
     assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
 
 
+@pytest.mark.parametrize("example,kind,path", [
+    ("pcie8-glm5-eagle3.yaml", "Deployment", ("strategy", "rollingUpdate")),
+    ("multinode-tp16-lws.yaml", "LeaderWorkerSet", ("rolloutStrategy", "rollingUpdateConfiguration")),
+])
+def test_spec_rollout_reaches_the_workload_and_defaults_to_surge_one(example, kind, path):
+    def rolling(obj):
+        (workload,) = [m for m in render(parse(obj)) if m["kind"] == kind]
+        return workload["spec"][path[0]][path[1]]
+
+    obj = yaml.safe_load((ROOT / "examples" / example).read_text())
+    assert rolling(obj) == {"maxSurge": 1, "maxUnavailable": 0}
+    obj["spec"]["rollout"] = {"maxSurge": 0, "maxUnavailable": "50%"}
+    assert rolling(obj) == {"maxSurge": 0, "maxUnavailable": "50%"}
+
+
 def test_multi_node_renders_leader_worker_set_wired_from_lws_labels():
     ms = render(load(ROOT / "examples/multinode-tp16-lws.yaml"))
     kinds = {m["kind"] for m in ms}
@@ -156,6 +171,7 @@ def test_stock_sglang_launcher_renders_sglang_args_as_a_list():
     obj = yaml.safe_load((ROOT / "examples/h200-nvlink-rollout.yaml").read_text())
     obj["spec"]["runtime"]["launcher"] = "sglang"
     obj["spec"]["draft"] = {"model": "/models/d", "tensorParallelSize": 4}
+    obj["spec"]["speculative"]["autotune"] = {"mode": "Off"}  # stock SGLang exports nothing the tuner reads
     ms = render(parse(obj))
     c = container(ms)
     assert c["command"] == ["python3", "-m", "sglang.launch_server"]
@@ -190,3 +206,23 @@ def test_input_hash_changes_only_with_content():
     hashes = lambda d, k: d[k]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION]
     assert hashes(a, ("Deployment", "glm5-pcie")) != hashes(c, ("Deployment", "glm5-pcie"))
     assert hashes(a, ("ConfigMap", "glm5-pcie-runtime")) == hashes(c, ("ConfigMap", "glm5-pcie-runtime"))
+
+
+def test_service_account_step_control_tells_the_pods_whom_to_accept_and_projects_their_own_token():
+    from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth
+
+    auth = ControlAuth("https://kubernetes.default.svc", "specdecode-runtime",
+                       ("system:serviceaccount:specdecode-system:specdecode-operator",))
+    sdd = load(ROOT / "examples/pcie8-glm5-eagle3.yaml")
+    plain = container(render(sdd))
+    c = container(render(sdd, RenderOptions(control_auth=auth)))
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SPECDECODE_CONTROL_ISSUER"] == auth.issuer and env["SPECDECODE_CONTROL_AUDIENCE"] == auth.audience
+    assert env["SPECDECODE_CONTROL_SUBJECTS"] == auth.subjects[0]
+    assert env["SPECDECODE_CONTROL_TOKEN_FILE"] == f"{API_MOUNT_DIR}/token"
+    assert not any(n.startswith("SPECDECODE_CONTROL") for n in (e["name"] for e in plain["env"]))
+    dep = by_kind(render(sdd, RenderOptions(control_auth=auth)))[("Deployment", "glm5-pcie")]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False  # only the projected token, where the runtime reads it
+    (projected,) = [v["projected"] for v in pod["volumes"] if v["name"] == "control-issuer"]
+    assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}} in projected["sources"]

@@ -21,8 +21,12 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* Labels that select the operator's pods (its Deployment, Service, PodDisruptionBudget, ServiceMonitor, and the
+control-port NetworkPolicy the operator renders for every SpecDecodeDeployment, which admits pods labelled
+app.kubernetes.io/name=specdecode-operator). Fixed: nameOverride and fullnameOverride rename objects, never change
+what selects what. */}}
 {{- define "specdecode-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "specdecode-operator.name" . }}
+app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 

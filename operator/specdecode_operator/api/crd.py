@@ -49,6 +49,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         target = defs[node["$ref"].split("/")[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, defs)
+    if node.get("x-kubernetes-int-or-string") and "anyOf" in node:  # int | str: the marker alone says it
+        return _structural({k: v for k, v in node.items() if k != "anyOf"}, defs)
     if "anyOf" in node:  # Optional[X] -> X; the field is simply not required
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         rest = {k: v for k, v in node.items() if k != "anyOf"}

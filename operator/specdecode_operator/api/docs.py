@@ -11,6 +11,8 @@ PIPE = "\\|"
 
 
 def _type(node: dict[str, Any]) -> str:
+    if node.get("x-kubernetes-int-or-string"):
+        return "integer or string"
     t = node.get("type", "object")
     if node.get("x-kubernetes-preserve-unknown-fields"):
         return "object (Kubernetes type)"

@@ -236,6 +236,28 @@ class ModelCache(_Model):
     tokenSecretRef: SecretKeyRef | None = Field(
         default=None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private "
         "repositories; only the fetching init container sees it.")
+INT_OR_PERCENT = {"x-kubernetes-int-or-string": True}
+
+
+class Rollout(_Model):
+    """How a template change (a spec edit, an image bump, a Rollout-mode step change) replaces the serving pods.
+
+    Applied to the Deployment's ``strategy.rollingUpdate`` and the LeaderWorkerSet's ``rollingUpdateConfiguration``.
+    The default (surge one, never drop below the declared replicas) keeps capacity but needs room for one more
+    replica; on nodes whose GPUs are all in use that pod never schedules (``RolloutBlocked``): set maxSurge 0 and
+    maxUnavailable 1 to replace pods in place.
+    """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.ROLLOUT_RULES))
+
+    maxSurge: int | str = Field(
+        default=1, json_schema_extra=INT_OR_PERCENT,
+        description="Replicas created above spec.replicas during a rollout: an integer or a percentage (25%). "
+        "Each needs a full TP group of free GPUs.")
+    maxUnavailable: int | str = Field(
+        default=0, json_schema_extra=INT_OR_PERCENT,
+        description="Replicas that may be unavailable during a rollout: an integer or a percentage (25%). "
+        "Not both 0.")
 
 
 class Monitoring(_Model):
@@ -259,6 +281,7 @@ class SpecDecodeDeploymentSpec(_Model):
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Prometheus integration.")
     modelCache: ModelCache | None = Field(
         default=None, description="Cache volume for hf:// models; unset: an emptyDir per pod.")
+    rollout: Rollout = Field(default_factory=Rollout, description="How template changes replace the serving pods.")
 
 
 class Condition(_Model):

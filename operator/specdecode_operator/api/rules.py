@@ -103,10 +103,35 @@ SPEC_RULES = (
         ".draft.tensorParallelSize",
     ),
     Rule(
-        "self.runtime.launcher != 'sglang' || self.speculative.autotune.mode != 'Live'",
-        "autotune mode Live needs the specdecode runtime's step-control endpoint; with runtime.launcher sglang "
-        "use Rollout or Off",
+        "self.runtime.launcher != 'sglang' || self.speculative.autotune.mode == 'Off'",
+        "runtime.launcher sglang (a stock SGLang image) needs speculative.autotune.mode Off: the tuner decides from "
+        "the specdecode runtime's per-position acceptance and cycle-timing metrics (specdecode_*), which stock "
+        "SGLang does not export, and Live mode also needs the runtime's step-control endpoint; use launcher "
+        "specdecode to autotune",
         ".speculative.autotune.mode",
+    ),
+)
+
+def _int_or_percent(field: str) -> Rule:
+    return Rule(
+        f"type(self.{field}) == int ? self.{field} >= 0 : self.{field}.matches('^(100|[1-9]?[0-9])%$')",
+        f"rollout.{field} must be a non-negative integer or a percentage from 0% to 100% (e.g. 1 or 25%)",
+        f".{field}",
+    )
+
+
+def _is_zero(field: str) -> str:
+    return f"(type(self.{field}) == int ? self.{field} == 0 : self.{field} == '0%')"
+
+
+ROLLOUT_RULES = (
+    _int_or_percent("maxSurge"),
+    _int_or_percent("maxUnavailable"),
+    Rule(
+        f"!({_is_zero('maxSurge')} && {_is_zero('maxUnavailable')})",
+        "rollout.maxSurge and rollout.maxUnavailable may not both be 0: no pod could ever be replaced "
+        "(on nodes without a spare GPU set, use maxSurge 0 and maxUnavailable 1)",
+        ".maxUnavailable",
     ),
 )
 

@@ -42,6 +42,16 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
                      "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
     run.add_argument("--tune-restart-seconds", type=float_in(0, 86400),
                      help="Rollout mode: seconds of serving a restart costs, unless a tuner profile says (default 300)")
+    run.add_argument("--rollout-blocked-seconds", type=float_in(0, 86400),
+                     help="report RolloutBlocked when a rollout pod stays unschedulable this long (default 300)")
+    run.add_argument("--api-recheck-seconds", type=float_in(0, 86400),
+                     help="while a child's API (ServiceMonitor, LeaderWorkerSet) is not served, ask discovery again "
+                     "this often (default 60)")
+    run.add_argument("--metrics-secure", action="store_true", default=None,
+                     help="serve /metrics over HTTPS to scrapers whose bearer token may get /metrics "
+                     "(TokenReview + SubjectAccessReview); default: plain HTTP")
+    run.add_argument("--metrics-cert-dir", help="with --metrics-secure: tls.crt and tls.key to serve "
+                     "(default: a self-signed certificate made at start-up)")
     run.add_argument("--operator-namespace", help="namespace the operator runs in (NetworkPolicy peer)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.add_argument("--verbose", "-v", action="store_true", help="same as --log-level debug")
@@ -73,7 +83,8 @@ def config_from_args(args) -> "OperatorConfig":
 
     overrides = {k: getattr(args, k, None) for k in (
         "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity", "watch_timeout_seconds",
-        "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds")}
+        "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds", "rollout_blocked_seconds",
+        "api_recheck_seconds", "metrics_secure", "metrics_cert_dir")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("metrics_port") is not None:
         check_port("--metrics-port", overrides["metrics_port"])

@@ -10,7 +10,7 @@ import kopf
 from ..object_state import ObjectState
 
 _REASONS_WARNING = {"InvalidSpec", "NameCollision", "ApplyFailed", "DriftRepaired", "ReplicasOverridden",
-                    "ControlTokenUnavailable"}
+                    "ControlTokenUnavailable", "RolloutBlocked", "ApiNotServed"}
 
 
 def emit(body, reason: str, message: str) -> None:

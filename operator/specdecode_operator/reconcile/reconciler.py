@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .. import control_token
+from .. import control_identity, control_token, optional_apis
 from ..kube_client import FIELD_MANAGER, ApiError, KubeClient, resource_path
 from ..object_state import ObjectState, validated
 from ..render import RenderOptions, names, render
-from ..status import conditions, writer
+from ..status import conditions, rollout, writer
 from ..tuning import hooks as tuning
 from . import children, events
 
@@ -51,6 +51,7 @@ class Reconciler:
             operator_namespace=self.config.operator_namespace,
             operator_labels=dict(self.config.operator_labels),
             tuned_steps=tuned_steps,
+            control_auth=control_identity.control_auth(self.config),
         )
 
     async def reconcile(self, body: dict, state: ObjectState, live_children: LiveChildren) -> str:
@@ -185,11 +186,14 @@ class Reconciler:
         p = _Pass(body, state, live, obs)
         secret = await self._control_secret(p)
         desired = [*rendered, *secret]
-        await asyncio.gather(*(self._sync_child(p, child, full) for child in desired))
+        served = await optional_apis.served_children(self.client, body, state, obs, desired,
+                                                     self.config.api_recheck_seconds)
+        await asyncio.gather(*(self._sync_child(p, child, full) for child in served))
         if secret:
             state.secret_checked = (time.monotonic(), "ok")
         self._report_pass(p)
         await self._delete_stale(p, {children.key_of(c) for c in desired})
+        await rollout.observe(self.client, body, state, obs, self.config.rollout_blocked_seconds)
 
     async def _control_secret(self, p: "_Pass") -> list[dict]:
         """The control-token Secret to apply this pass: [] unless it was read now and is ours or missing.
@@ -197,6 +201,8 @@ class Reconciler:
         It is not watched (Secret access is per namespace), so it is read at most every SECRET_RECHECK_SECONDS; a
         refusal (403) becomes one ControlTokenUnavailable Event, a foreign Secret of that name a collision, and both
         are looked at again at the next read."""
+        if control_identity.control_auth(self.config) is not None:
+            return []  # the operator's ServiceAccount token authenticates step control: no Secret
         key = ("v1", "Secret", names.control_secret(p.name))
         checked = p.state.secret_checked
         if checked is not None and time.monotonic() - checked[0] < SECRET_RECHECK_SECONDS:

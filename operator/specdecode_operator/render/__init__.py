@@ -15,7 +15,8 @@ import yaml
 
 from ..api.models import SpecDecodeDeployment
 from ..images import RUNTIME_IMAGE, SGLANG_IMAGE
-from . import names, network, pod, workload
+from . import control_auth, names, network, pod, workload
+from .control_auth import ControlAuth
 from .runtime_config import nodes_of, runtime_config
 
 DEFAULT_OPERATOR_LABELS = {"app.kubernetes.io/name": "specdecode-operator"}
@@ -39,6 +40,8 @@ class RenderOptions:
     operator_namespace: str = "specdecode-system"
     operator_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OPERATOR_LABELS))
     tuned_steps: int | None = None  # Rollout mode: the tuner's step count (spec is never changed)
+    # Step control by the operator's ServiceAccount token (render/control_auth.py); None: the control-token Secret
+    control_auth: ControlAuth | None = None
 
 
 def content_hash(obj: Any) -> str:
@@ -72,6 +75,8 @@ def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> l
         "data": config_data,
     }
     template = pod.pod_template(sdd, cfg, _image(sdd, options), content_hash(config_data))
+    if sdd.spec.runtime.launcher == "specdecode":
+        control_auth.add_to_template(template, options.control_auth)
     serving = (
         workload.deployment(sdd, template)
         if nodes == 1

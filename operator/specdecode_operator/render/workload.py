@@ -9,6 +9,13 @@ from ..api.models import SpecDecodeDeployment
 from . import names
 
 
+def rolling_update(sdd: SpecDecodeDeployment) -> dict[str, Any]:
+    """spec.rollout as Kubernetes spells it (both workloads use the same two fields). The default, surge one and
+    never drop below the declared replicas, keeps capacity but needs a spare TP group of GPUs; maxSurge 0 replaces
+    pods in place where no node has one."""
+    return {"maxUnavailable": sdd.spec.rollout.maxUnavailable, "maxSurge": sdd.spec.rollout.maxSurge}
+
+
 def deployment(sdd: SpecDecodeDeployment, template: dict[str, Any]) -> dict[str, Any]:
     name = sdd.metadata.name
     return {
@@ -18,8 +25,7 @@ def deployment(sdd: SpecDecodeDeployment, template: dict[str, Any]) -> dict[str,
         "spec": {
             "replicas": sdd.spec.replicas,
             "selector": {"matchLabels": names.selector(name)},
-            # Never drop below the declared capacity: GPUs are scarce, but losing serving capacity is worse.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(sdd)},
             "progressDeadlineSeconds": 3600,
             "revisionHistoryLimit": 5,
             "template": template,
@@ -47,7 +53,7 @@ def leader_worker_set(sdd: SpecDecodeDeployment, leader: dict[str, Any], nodes: 
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 1},
+                "rollingUpdateConfiguration": rolling_update(sdd),
             },
             "leaderWorkerTemplate": {
                 "size": nodes,

@@ -2,7 +2,8 @@
 
 kstatus reads ``observedGeneration`` and the abnormal-true conditions: ``Ready`` is True only when the serving
 workload reports every replica ready for the generation we rendered *and* our observedGeneration equals the
-object's generation; ``Progressing`` is True while a rollout is under way; ``Degraded`` is True when something
+object's generation; ``Progressing`` is True while a rollout is under way (False with reason ``RolloutBlocked`` when one of its pods
+cannot be scheduled, see ``rollout``); ``Degraded`` is True when something
 needs a human (invalid spec, a name taken by a foreign object, API errors past retries). ``SpecValid`` carries the
 first field-level problem, so ``kubectl get sdd -o yaml`` names the field.
 """
@@ -25,6 +26,7 @@ class Observation:
     desired_replicas: int = 0
     selector: str | None = None
     replaced: list[str] = dataclasses.field(default_factory=list)  # stale children removed in this pass
+    rollout_blocked: str | None = None  # a rollout pod the scheduler keeps refusing (status/rollout.py)
     # Conditions observed elsewhere and reported here (the tuner's MetricsAvailable): the conditions list has one
     # writer, so a status apply never drops an entry another writer added.
     extra: list[dict] = dataclasses.field(default_factory=list)
@@ -83,6 +85,9 @@ def compute(obs: Observation) -> dict:
         progressing = _cond("Progressing", False, degraded["reason"], degraded["message"])
     elif rolled_out:
         progressing = _cond("Progressing", False, "RolloutComplete", f"{ready}/{obs.desired_replicas} replicas ready")
+    elif obs.rollout_blocked:
+        progressing = _cond("Progressing", False, "RolloutBlocked",
+                            f"{obs.rollout_blocked}; {ready}/{obs.desired_replicas} replicas ready")
     else:
         what = "replacing " + ", ".join(obs.replaced) + "; " if obs.replaced else ""
         progressing = _cond("Progressing", True, "RollingOut",

@@ -14,7 +14,7 @@ from typing import Callable
 import aiohttp
 
 from ..kube_client import ApiError
-from .. import control_token
+from .. import control_identity, control_token
 from ..render import names
 from ..tuner.tuner import Decision, Tuner
 from .pod_client import push_all
@@ -64,6 +64,9 @@ class TablePusher:
             self.clear("StepTablePushFailed")
 
     async def _token(self, ns: str, name: str) -> str | None:
+        own = control_identity.bearer(self.config)  # the operator's ServiceAccount token, when so configured
+        if own is not None:
+            return own
         if self.token is None:
             try:
                 obj = await self.client.get("v1", "secrets", ns, names.control_secret(name))

@@ -24,9 +24,18 @@ def tuned_steps(state: ObjectState, sdd, body=None) -> int | None:
     spec's starting value and forward again."""
     if sdd is None or mode_of(sdd) != "Rollout":
         return None
-    if state.tuner_started:
-        return state.tuned_steps
-    return resumed_steps(sdd, body)
+    steps = state.tuned_steps if state.tuner_started else resumed_steps(sdd, body)
+    return held_while_blocked(state, steps)
+
+
+def held_while_blocked(state: ObjectState, steps: int | None) -> int | None:
+    """While a rollout of the object is blocked (a pod the scheduler keeps refusing, ``RolloutBlocked``), a new
+    step count would start one more restart that cannot finish: the step count already rendered is kept until
+    the rollout completes, then the tuner's latest one rolls out."""
+    rendered = state.rendered
+    if state.rollout_blocked is not None and rendered is not None and rendered[0][2] != steps:
+        return rendered[0][2]
+    return steps
 
 
 def resumed_steps(sdd, body) -> int | None:
