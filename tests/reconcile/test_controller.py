@@ -5,6 +5,7 @@ pods are ready. The reconciler and the tuning loop are stand-ins; kopf's part is
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -158,7 +159,8 @@ def test_the_sweep_queues_objects_whose_last_pass_is_older_than_the_period():
         ctl, rec = make(resync_seconds=0.2)
         ctl.observe("ADDED", sdd("a", "1"), {})
         ctl.observe("ADDED", sdd("b", "1"), {})
-        await settle(ctl)
+        while ctl.objects["b"].state.passed_at == -math.inf:
+            await asyncio.sleep(0.005)
         ctl.objects["b"].state.passed_at = time.monotonic() + 3600  # as if it had just passed, all the time
         await asyncio.sleep(0.9)
         passes = [body["metadata"]["uid"] for body in rec.bodies]

@@ -67,7 +67,9 @@ class Controller:
         if event_type == "DELETED" or not self._selected(md):
             self.forget(uid)
             return
-        if not self._tasks and not self.context.stopping.is_set():
+        if self.context.stopping.is_set():
+            return  # the operator is stopping: no new work
+        if not self._tasks:
             self.indexes = {i: kwargs[i] for i in self.index_ids.values() if i in kwargs}
             self._start()
         entry = self.objects.get(uid)
@@ -75,7 +77,7 @@ class Controller:
             entry = self.objects[uid] = Entry(body, ObjectState())
         entry.body = body
         self.tuner.consider(uid, entry)
-        if md.get("deletionTimestamp") or self.context.stopping.is_set():
+        if md.get("deletionTimestamp"):
             return  # the garbage collector's part: nothing to reconcile
         if md.get("resourceVersion") in entry.state.own_status_rvs:
             return  # the echo of our own status write: exactly what that pass (or the tuner) left
