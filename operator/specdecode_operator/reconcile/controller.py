@@ -42,6 +42,16 @@ class Entry:
     state: ObjectState
 
 
+def compact(body) -> dict:
+    """The body as the controller keeps it until the next event: without managedFields (often the largest part of
+    an object, and read by nobody here), sharing everything else with the event's body."""
+    out = {key: body[key] for key in body}
+    md = out.get("metadata")
+    if isinstance(md, dict) and "managedFields" in md:
+        out["metadata"] = {k: v for k, v in md.items() if k != "managedFields"}
+    return out
+
+
 class Controller:
     """Queue, workers and sweep for one operator, on kopf's loop; ``stop`` before the client closes."""
 
@@ -72,6 +82,7 @@ class Controller:
         if not self._tasks:
             self.indexes = {i: kwargs[i] for i in self.index_ids.values() if i in kwargs}
             self._start()
+        body = compact(body)
         entry = self.objects.get(uid)
         if entry is None:
             entry = self.objects[uid] = Entry(body, ObjectState())
