@@ -94,6 +94,30 @@ def test_a_pass_per_change_on_the_newest_body_and_none_for_our_own_status_echo()
     run(main())
 
 
+def test_an_echo_that_arrives_before_the_writes_answer_starts_no_pass():
+    """The watch may deliver the event of our write before the pass has read the write's answer: events seen
+    during a pass are judged when it ends."""
+    async def main():
+        ctl, rec = make()
+        rec.gate = asyncio.Event()
+        ctl.observe("ADDED", sdd("a", "1"), {})
+        await asyncio.sleep(0.01)
+        ctl.observe("MODIFIED", sdd("a", "2"), {})  # our status write's echo, before its answer was read
+        assert ctl.child_seen(child("a", "5")) is False  # our ConfigMap's echo, likewise
+        state = ctl.objects["a"].state
+        state.own_status_rvs = ("2",)
+        state.applied[("v1", "ConfigMap", "o-cm")] = (0.0, child("a", "5"))
+        rec.gate.set()
+        await settle(ctl)
+        assert len(rec.bodies) == 1
+        ctl.observe("MODIFIED", sdd("a", "3"), {})  # a change: a pass
+        await settle(ctl)
+        assert len(rec.bodies) == 2
+        await ctl.stop()
+
+    run(main())
+
+
 def test_a_child_event_queues_its_owner_unless_it_is_the_echo_of_our_write():
     async def main():
         ctl, rec = make()

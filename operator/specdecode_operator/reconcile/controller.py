@@ -66,6 +66,9 @@ class Controller:
         self._tasks: list[asyncio.Task] = []
         self._gauge_at = -math.inf
         self._labels = context.config.labels
+        # uid of an object in a pass -> the events seen meanwhile, judged when the pass ends: the watch may deliver
+        # the echo of a write before the write's own answer has been read, and only then is it known as ours.
+        self._during_pass: dict[str, list[tuple]] = {}
 
     # ------------------------------------------------------------------ intake (kopf handlers, on kopf's loop)
     def observe(self, event_type: str | None, body, kwargs: dict) -> None:
@@ -90,9 +93,11 @@ class Controller:
         self.tuner.consider(uid, entry)
         if md.get("deletionTimestamp"):
             return  # the garbage collector's part: nothing to reconcile
-        if md.get("resourceVersion") in entry.state.own_status_rvs:
-            return  # the echo of our own status write: exactly what that pass (or the tuner) left
-        self.queue.add(uid)
+        seen = self._during_pass.get(uid)
+        if seen is not None:
+            seen.append((None, md.get("resourceVersion")))
+        elif not self._echo(entry, None, md.get("resourceVersion")):
+            self.queue.add(uid)
 
     def _selected(self, md) -> bool:
         """Whether the object carries the operator's label selector (an object relabelled out of this shard is
@@ -110,17 +115,30 @@ class Controller:
             return False
         key = children.key_of(body)
         rv = body["metadata"].get("resourceVersion")
-        applied = entry.state.applied.get(key)
+        if self._echo(entry, key, rv):
+            return True
+        seen = self._during_pass.get(uid)
+        if seen is not None:
+            seen.append((key, rv))
+        else:
+            self.queue.add(uid)
+        return False
+
+    @staticmethod
+    def _echo(entry: Entry, key: tuple | None, rv: str | None) -> bool:
+        """Whether the event of version ``rv`` of the object (``key`` None) or of one of its children brings
+        nothing new: our own status write, our own write of the child, or a child version already checked."""
+        state = entry.state
+        if key is None:
+            return rv in state.own_status_rvs  # exactly what that pass (or the tuner) left
+        applied = state.applied.get(key)
         if applied is not None and not_older(rv, applied[1]["metadata"].get("resourceVersion")):
             # The watch has caught up with our write: from here on the index is the truth about this child.
-            del entry.state.applied[key]
+            del state.applied[key]
             if applied[1]["metadata"].get("resourceVersion") == rv:
                 return True
-        checked = entry.state.checked.get(key)
-        if checked is not None and checked[0] == rv:
-            return True
-        self.queue.add(uid)
-        return False
+        checked = state.checked.get(key)
+        return checked is not None and checked[0] == rv
 
     def enqueue(self, uid: str) -> None:
         if uid in self.objects:
@@ -180,8 +198,14 @@ class Controller:
         body = entry.body
         if body["metadata"].get("deletionTimestamp"):
             return
-        result = await self.context.reconciler.reconcile(body, entry.state, self._live)
+        self._during_pass[uid] = []
+        try:
+            result = await self.context.reconciler.reconcile(body, entry.state, self._live)
+        finally:
+            seen = self._during_pass.pop(uid, [])
         entry.state.passed_at = time.monotonic()
+        if any(not self._echo(entry, key, rv) for key, rv in seen):
+            self.queue.add(uid)  # a change during the pass: once more, on the newest body
         if result == "error":
             # API errors that outlasted the client's retries: again within seconds (per-object back-off), so
             # convergence follows an outage's end by at most the back-off's cap plus one pass.
