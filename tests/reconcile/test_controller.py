@@ -196,6 +196,25 @@ def test_the_sweep_queues_objects_whose_last_pass_is_older_than_the_period():
     run(main())
 
 
+def test_the_sweep_waits_while_the_queue_holds_work_for_at_most_one_more_period():
+    async def main():
+        ctl, rec = make(resync_seconds=0.2)
+        ctl.observe("ADDED", sdd("a", "1"), {})
+        await settle(ctl)
+        rec.gate = asyncio.Event()  # passes now hang: more new objects than workers leave a backlog
+        for uid in "bcdefg":
+            ctl.observe("ADDED", sdd(uid, "1"), {})
+        await asyncio.sleep(0.3)
+        assert len(ctl.queue) == 6 - ctl.workers
+        assert "a" not in ctl.queue._dirty  # the sweep due at 0.2 s waits for the backlog
+        await asyncio.sleep(0.35)
+        assert "a" in ctl.queue._dirty  # but not longer than one more period
+        rec.gate.set()
+        await ctl.stop()
+
+    run(main())
+
+
 class FakeLoop:
     def __init__(self, context, body, state, reconcile):
         self.body, self.reconcile, self.ticks = body, reconcile, 0

@@ -236,11 +236,18 @@ class Controller:
     # ------------------------------------------------------------------ the resync sweep
     async def _sweep(self) -> None:
         """Every ``resync_seconds``, queue the objects whose last pass ended at least that long ago: the
-        level-based fallback for what sends no event. An object with a recent pass already looked; during a wave
-        queued objects are not queued twice."""
+        level-based fallback for what sends no event. An object with a recent pass already looked.
+
+        While the queue still holds event-driven work (a creation wave), the sweep waits for it to drain, for at
+        most one more period: its passes would only find what the queued ones are about to do, and delay them."""
         period = self.context.config.resync_seconds
         while True:
             await asyncio.sleep(period)
+            waited = 0.0
+            while len(self.queue) and waited < period:
+                step = min(1.0, period / 10)
+                await asyncio.sleep(step)
+                waited += step
             now = time.monotonic()
             for uid, entry in list(self.objects.items()):
                 if now - entry.state.passed_at >= period:
