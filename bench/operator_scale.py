@@ -1,8 +1,10 @@
 """Operator at scale: N SpecDecodeDeployments created at once, on the API emulator or a real kube-apiserver.
 
-Measures time until every object has its workload child and a status for generation 1, per-reconcile latency,
-operator API calls per reconcile, writes per CR (initial) and in steady state (goal: zero), and the RSS of the
-operator's process. Three processes: the API server, the operator (kopf + our handlers in a ``spawn``ed process
+Measures time until every object has its workload child and a status for generation 1, reconciles, writes and
+operator CPU per CR until then, per-reconcile latency, operator API calls per reconcile, writes in steady state
+(goal: zero) and the RSS of the operator's process. The steady window starts after a settle derived from the
+operator's resync period (one full period after "all ready", so every object's resync pass that the wave's tail
+still owed has run) and lasts longer than one period (so a whole sweep falls into it). Three processes: the API server, the operator (kopf + our handlers in a ``spawn``ed process
 that only answers counter requests over a pipe) and this one (creates the objects, polls).
 
     python bench/operator_scale.py --count 500 --json                 # the API emulator (testbed.serve)
@@ -64,6 +66,7 @@ def operator_process(url: str | None, resync: float, conn, namespace: str | None
     ``url``: the emulator; else the API server of $KUBECONFIG (kopf and the client read it), watching
     ``namespace``."""
     from specdecode_operator.config import OperatorConfig
+    from specdecode_operator.operator_process import freeze_gc
     from specdecode_operator.testbed.runner import OperatorThread
 
     config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
@@ -71,11 +74,14 @@ def operator_process(url: str | None, resync: float, conn, namespace: str | None
                             namespaces=(namespace,) if namespace else ())
     with OperatorThread(config) as op:
         context = op.context
+        freeze_gc()  # as the deployed process does once kopf is ready
         conn.send("ready")
         while (cmd := conn.recv()) != "stop":
             client, rec = context.client, context.reconciler
+            controller = context.controller
             conn.send({"writes": client.writes, "calls": client.calls, "write_counts": dict(client.write_counts),
-                       "reconciles": len(rec.durations),
+                       "reconciles": len(rec.durations), "queue_adds": controller.queue.adds,
+                       "tuner_ticks": controller.tuner.ticks if controller.tuner else 0,
                        "durations": list(rec.durations) if cmd == "durations" else None})
 
 
@@ -252,10 +258,12 @@ class Tracker:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=100)
-    parser.add_argument("--resync", type=float, default=10.0, help="operator resync period (s)")
-    parser.add_argument("--steady-seconds", type=float, default=12.0, help="window for steady-state writes")
-    parser.add_argument("--settle", type=float, default=15.0,
-                        help="seconds after 'all ready' before the steady-state window starts")
+    parser.add_argument("--resync", type=float, default=30.0, help="operator resync period (s; the operator's default)")
+    parser.add_argument("--steady-seconds", type=float, default=None,
+                        help="window for steady-state writes (default: 1.2 resync periods, so a whole sweep)")
+    parser.add_argument("--settle", type=float, default=None,
+                        help="seconds after 'all ready' before the steady-state window starts (default: one resync "
+                             "period + 5 s, so the resync passes the wave's tail still owed have run)")
     parser.add_argument("--timeout", type=float, default=300.0)
     server = parser.add_mutually_exclusive_group()
     server.add_argument("--kubeconfig", help="a real API server (admin credentials) instead of the emulator")
@@ -263,6 +271,10 @@ def main() -> int:
                         help="start a fresh kube-apiserver + etcd (tests/k8s/envtest.py) for this run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.settle is None:
+        args.settle = args.resync + 5.0
+    if args.steady_seconds is None:
+        args.steady_seconds = 1.2 * args.resync
 
     backend = RealApiServer(args.kubeconfig, args.envtest) if args.kubeconfig or args.envtest else Emulator()
     ns = backend.namespace
@@ -279,7 +291,7 @@ def main() -> int:
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=operator_process, args=(backend.url, args.resync, child, None if backend.url else ns),
                        daemon=True)
-    load_before = os.getloadavg()[0]
+    load_before = os.getloadavg()
     audit: dict = {}
     if backend.operator_kubeconfig:  # read when the kubernetes package is imported, so set before the spawn
         os.environ["KUBECONFIG"] = backend.operator_kubeconfig
@@ -325,7 +337,7 @@ def main() -> int:
         if isinstance(backend, RealApiServer):
             audit["requests_steady"], audit["requests_steady_by_verb"] = backend.requests_by_operator(audit_mark)
         rss, hwm = rss_mb(proc.pid)
-        load_after = os.getloadavg()[0]
+        load_after = os.getloadavg()
         parent.send("stop")
         proc.join(20)
     finally:
@@ -346,16 +358,22 @@ def main() -> int:
         "reconcile_p99_ms": round(percentile(durations_ms, 0.99), 2),
         "reconcile_mean_ms": round(statistics.fmean(durations_ms), 2) if durations_ms else 0,
         "reconciles_per_cr_initial": round(at_ready["reconciles"] / args.count, 2),
+        "queue_adds_per_cr_initial": round(at_ready["queue_adds"] / args.count, 2),
+        "operator_cpu_ms_per_cr": round(cpu_ready * 1000 / args.count, 1),
         "reconciles_per_second_initial": round(at_ready["reconciles"] / ready_s, 1),
         "api_calls_per_reconcile_initial": round(at_ready["calls"] / max(1, at_ready["reconciles"]), 2),
         "api_calls_per_cr_initial": round(at_ready["calls"] / args.count, 2),
         "writes_per_cr_initial": round(at_ready["writes"] / args.count, 2),
         "writes_initial_by_resource": at_ready["write_counts"],
         "writes_after_ready_before_steady": mark["writes"] - at_ready["writes"],
+        "reconciles_after_ready_before_steady": mark["reconciles"] - at_ready["reconciles"],
         "writes_after_ready_by_resource": delta(at_ready["write_counts"], mark["write_counts"]),
         "settle_seconds": args.settle,
+        "settle_rule": "resync + 5 s; window 1.2 x resync" if (args.settle, args.steady_seconds) == (
+            args.resync + 5.0, 1.2 * args.resync) else "given",
         "steady_window_seconds": args.steady_seconds,
         "steady_reconciles": end["reconciles"] - mark["reconciles"],
+        "tuner_ticks": end["tuner_ticks"],
         "writes_steady_state": end["writes"] - mark["writes"],
         "writes_steady_by_resource": delta(mark["write_counts"], end["write_counts"]),
         "api_calls_steady_state": end["calls"] - mark["calls"],
@@ -366,8 +384,11 @@ def main() -> int:
         "cpu_s_operator_process_to_ready": round(cpu_ready, 1),
         "cpu_s_api_server_to_ready": server_cpu_ready,
         "resync_seconds": args.resync,
-        "loadavg_1m_before": round(load_before, 2),
-        "loadavg_1m_after": round(load_after, 2),
+        "loadavg_1m_before": round(load_before[0], 2),
+        "loadavg_1m_after": round(load_after[0], 2),
+        "loadavg_5m_before": round(load_before[1], 2),
+        "loadavg_5m_after": round(load_after[1], 2),
+        "nice": os.nice(0),
         "cpus": os.cpu_count(),
     }
     if audit:  # every request of the operator's identity, kopf's watches and finalizer patches included

@@ -39,7 +39,12 @@ class OperatorConfig:
     # A fixed API endpoint (tests, the demo); None uses kopf's and the kubernetes client's usual discovery.
     server: str | None = None
     token: str | None = None
-    settle_seconds: float = 2.0  # trust our last write over a watch cache that has not caught up yet
+    # Our own write counts as the object's current state until the watch delivers it (or a newer version), at most
+    # this long: no re-read after an apply, however far the watch lags behind a creation wave.
+    settle_seconds: float = 120.0
+    # The API server's admission enforces the CRD's schema and CEL rules; True checks them again in the operator
+    # (a CRD installed without its rules), reporting what fails as InvalidSpec instead of rendering it.
+    check_spec_rules: bool = False
     # Tuner (tuning/loop.py). None: scrape each pod's /metrics; a URL: read the same counters from there.
     prometheus_url: str | None = None
     scrape_timeout: float = 5.0  # per pod scrape, push or Prometheus query
@@ -119,6 +124,8 @@ class OperatorConfig:
                 values[field] = conv(get(name))
         if get("METRICS_SECURE"):
             values["metrics_secure"] = get("METRICS_SECURE").lower() in ("1", "true", "yes")
+        if get("CHECK_SPEC_RULES"):
+            values["check_spec_rules"] = get("CHECK_SPEC_RULES").lower() in ("1", "true", "yes")
         if get("STANDALONE"):
             values["standalone"] = get("STANDALONE").lower() in ("1", "true", "yes")
         values.update(overrides)  # None is a value too: liveness_endpoint=None turns the endpoint off

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import aiohttp
 
@@ -31,15 +31,10 @@ class OperatorContext:
     client: KubeClient | None = None  # from ``start`` on
     http: aiohttp.ClientSession | None = None  # one for all tuning loops (tuning/pod_client.py), from ``start`` on
     reconciler: Reconciler | None = None  # from ``start`` on
+    controller: Any = None  # reconcile/controller.py: the work queue and its workers (made with the registry)
     # Set (from any thread) just before kopf is told to stop. kopf keeps handling the events already queued while
-    # it shuts down, and an event for an object whose timer or daemon it has just stopped spawns them anew, after
-    # its daemon killer is gone: they then run until kopf's shutdown gives up on them 5 s later. The timer and
-    # daemon filters read this flag, so nothing is spawned once stopping began.
+    # it shuts down; the controller reads this flag and queues no new work once stopping began.
     stopping: threading.Event = field(default_factory=threading.Event)
-
-    def spawning(self, **_) -> bool:
-        """kopf ``when=`` filter of the per-object timer and daemon: spawn them only while not stopping."""
-        return not self.stopping.is_set()
 
     @property
     def started(self) -> bool:

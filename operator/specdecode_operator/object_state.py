@@ -1,22 +1,20 @@
-"""What the operator remembers about one SpecDecodeDeployment between kopf calls, as one typed object.
+"""What the operator remembers about one SpecDecodeDeployment between passes, as one typed object.
 
-Why in kopf's memo: kopf keeps one memo per object for as long as it handles the object, shares it between the
-object's handlers and its daemon (the reconciler and the tuning loop see the same state), and drops it with the
-object. The memo holds exactly one entry, ``STATE_KEY``, so every field below has one type and one writer's
-comment instead of a bag of keys. Nothing here survives an operator restart: everything is either re-derived from
-the object's body (validation, the tuner's resumed step count) or a cache whose loss costs one extra read or write.
+Why one object per SpecDecodeDeployment, kept by the controller (reconcile/controller.py) from the object's first
+watch event to its deletion: the reconciler and the tuner see the same state, and every field below has one type
+and one writer's comment instead of a bag of keys. Nothing here survives an operator restart: everything is either
+re-derived from the object's body (validation, the tuner's resumed step count) or a cache whose loss costs one
+extra read or write.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .api.validate import InvalidSpec, parse, validate_object
 
-STATE_KEY = "specdecode"
 OWN_WRITES_KEPT = 2  # the resourceVersions of our last status writes (the reconciler's and the tuner's)
 
 
@@ -29,18 +27,15 @@ class Validation:
 
 @dataclass
 class ObjectState:
-    # kopf handlers (registry.py): one pass at a time, and a retry shortly after a failed one.
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    latest: tuple | None = None  # (body, kopf kwargs, monotonic time) of the newest trigger
-    passed_at: float = -math.inf  # monotonic time the last pass ended
-    retry_delay: float | None = None  # seconds before the pending retry (doubles per failed pass); None: none failed
-    retry_task: asyncio.Task | None = None
+    # The controller (reconcile/controller.py): when the last pass ended (the resync sweep skips recent ones).
+    passed_at: float = -math.inf  # monotonic time
     own_status_rvs: tuple[str, ...] = ()  # resourceVersions of our own status writes: their echoes are skipped
     # Validation, once per generation, shared by the reconciler and the tuning loop.
     validation: Validation | None = None
     # The reconciler (reconcile/reconciler.py): caches whose loss costs a read or a write, never a wrong one.
     status_written: tuple | None = None  # (monotonic time, status written, its resourceVersion)
-    applied: dict = field(default_factory=dict)  # child key -> (monotonic time, record of our last write)
+    # child key -> (monotonic time, record of our last write), until the watch shows that write or a newer one
+    applied: dict = field(default_factory=dict)
     checked: dict = field(default_factory=dict)  # child key -> (resourceVersion, input hash) found up to date
     rendered: tuple | None = None  # ((uid, generation, tuned steps), child stubs)
     secret_checked: tuple | None = None  # (monotonic time, "ok" | "forbidden" | "collision")
@@ -59,28 +54,38 @@ class ObjectState:
             self.own_status_rvs = (*self.own_status_rvs[-(OWN_WRITES_KEPT - 1):], rv)
 
 
-def state_of(memo) -> ObjectState:
-    """The object's state in its kopf memo, created on first use."""
-    state = memo.get(STATE_KEY)
-    if state is None:
-        state = memo[STATE_KEY] = ObjectState()
-    return state
+def not_older(rv: str | None, than: str | None) -> bool:
+    """Whether resourceVersion ``rv`` is ``than`` or a later one. resourceVersions are opaque by contract, but
+    every API server (etcd's revision, the emulator's counter) issues increasing integers; anything else is
+    compared for equality only."""
+    if rv is None or than is None:
+        return False
+    if rv == than:
+        return True
+    if rv.isdigit() and than.isdigit():
+        return int(rv) > int(than)
+    return False
 
 
-def validated(body: dict, state: ObjectState) -> tuple:
+def validated(body: dict, state: ObjectState, *, check_rules: bool = False) -> tuple:
     """(parsed spec or None, problems) of ``body``, once per generation: spec changes bump it, so steady-state
-    passes reuse it. Whichever of the reconciler and the tuning loop sees a generation first validates it, the
-    other reuses the result."""
+    passes reuse it. Whichever of the reconciler and the tuning loop sees a generation first parses it, the other
+    reuses the result.
+
+    ``check_rules``: also run the CRD's schema and CEL rules here. The API server's admission has already run them
+    on every object it stored, so by default the operator only builds the typed object (whose own checks still
+    turn a malformed spec into problems); a cluster whose CRD was installed without its rules sets
+    ``OperatorConfig.check_spec_rules``."""
     gen = body["metadata"].get("generation")
     cached = state.validation
     if cached is not None and cached.generation == gen and gen is not None:
         return cached.sdd, cached.problems
     obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
-    problems = [str(p) for p in validate_object(obj)]
+    problems = [str(p) for p in validate_object(obj)] if check_rules else []
     sdd = None
     if not problems:
         try:
-            sdd = parse(obj, validated=True)  # validate_object ran just above: once per generation
+            sdd = parse(obj, validated=True)  # the rules ran at admission (or just above)
         except InvalidSpec as e:
             problems = [str(p) for p in e.problems]
     state.validation = Validation(gen, sdd, problems)

@@ -1,19 +1,20 @@
-"""kopf registration: watch-cache indexes of our children, one idempotent reconcile for every trigger, and one
-tuning loop per object.
+"""kopf registration: watch-cache indexes of our children, and one event handler that hands every
+SpecDecodeDeployment watch event to the controller's work queue (reconcile/controller.py).
 
 Why these handler types: ``on.event`` runs on each watch event of a SpecDecodeDeployment without kopf's diff-base
-annotation or progress records (nothing of kopf lands in the object but its finalizer, needed by the timer), and
-the ``timer`` makes the loop level-based: drift, deleted children and workload readiness are picked up within
-``resync_seconds`` even when no event arrives. Errors never escape to kopf's retry machinery: the API client
-retries transient faults with backoff, and whatever remains is a Degraded condition until the next tick.
+annotation or progress records, and the index function of each child kind both keeps kopf's watch cache of our
+children and tells the controller which owner a child's event concerns. No kopf timer or daemon: those need a
+finalizer on every object (one write each, and a deletion that waits for the operator); the controller's one
+resync sweep and the tuner's one scheduler replace them. kopf removes the finalizer that earlier versions put on
+objects at its first event of each (no handler requires it any more), so their deletions never wait on it.
+Errors never escape to kopf's retry machinery: the API client retries transient faults with backoff, and whatever
+remains is a Degraded condition and a per-object back-off in the work queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
 
 import kopf
 
@@ -21,15 +22,14 @@ from .api.models import GROUP, PLURAL, VERSION
 from .config import OperatorConfig
 from .context import OperatorContext
 from .endpoints import Endpoints
-from .object_state import ObjectState, state_of
 from .reconcile import children
+from .reconcile.controller import Controller
 from .render.names import MANAGED_BY
-from .tuning import loop as tuning_loop
 
 log = logging.getLogger("specdecode.operator")
-FINALIZER = "specdecode.io/kopf-finalizer"  # kopf's, required by its timers and daemons
-ERROR_RETRY_MAX_SECONDS = 4.0  # a failed pass is retried after 0.5, 1, 2, 4, 4 ... s (with jitter), not at resync
-GAUGE_PERIOD_SECONDS = 1.0  # the managed-objects gauge is recounted at most this often
+# kopf's finalizer, which earlier versions put on every object for their timers and daemons; kopf removes it from
+# an object at its first event, since no handler of this registry requires it.
+FINALIZER = "specdecode.io/kopf-finalizer"
 
 
 def make_registry(context: OperatorContext, *, serve_metrics: bool = True) -> kopf.OperatorRegistry:
@@ -37,10 +37,11 @@ def make_registry(context: OperatorContext, *, serve_metrics: bool = True) -> ko
     kopf's startup (False when the process serves it)."""
     registry = kopf.OperatorRegistry()
     _register_login(registry, context.config)
-    _register_lifecycle(registry, context, serve_metrics)
-    index_ids = _register_child_indexes(registry)
-    passes = ReconcilePasses(context, index_ids)
-    _register_object_handlers(registry, context, passes)
+    index_ids = {plural: f"children_{plural}" for _, _, plural, _ in children.INDEXED_KINDS}
+    controller = context.controller = Controller(context, index_ids)
+    _register_lifecycle(registry, context, controller, serve_metrics)
+    _register_child_indexes(registry, controller, index_ids)
+    _register_object_handlers(registry, context, controller)
     return registry
 
 
@@ -58,8 +59,10 @@ def _register_login(registry: kopf.OperatorRegistry, config: OperatorConfig) -> 
             return kopf.login_via_client(**kwargs)
 
 
-def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContext, serve_metrics: bool) -> None:
-    """Startup: kopf's settings, then the context's client and session (on kopf's loop). Cleanup: close them."""
+def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContext, controller: Controller,
+                        serve_metrics: bool) -> None:
+    """Startup: kopf's settings, then the context's client and session (on kopf's loop). Cleanup: stop the
+    controller's workers, then close the client and session."""
     config, metrics = context.config, context.metrics
     endpoints: list[Endpoints] = []
 
@@ -73,7 +76,8 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
-        await context.close()  # kopf has stopped the daemons before cleanup
+        await controller.stop()
+        await context.close()
         while endpoints:
             await endpoints.pop().stop()
         await _release_abandoned_pause_waiters()
@@ -124,127 +128,57 @@ def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> 
     settings.networking.connect_timeout = config.request_timeout
     settings.networking.error_backoffs = config.api_error_backoffs
     settings.persistence.finalizer = FINALIZER
+    settings.persistence.diffbase_storage = NoEssence()
 
 
-def _register_child_indexes(registry: kopf.OperatorRegistry) -> dict[str, str]:
-    """kopf indexes of our children by (namespace, controller uid); plural -> index id."""
-    index_ids = {}
+class NoEssence(kopf.DiffBaseStorage):
+    """kopf's diff base, for an operator without change-detecting handlers: nothing kept, nothing built.
+
+    kopf builds the "essence" of every watched object (a deep copy of the body) on each of its events, to diff it
+    with the last handled one for on.create/on.update/on.field handlers. None are registered here (a pass reads the
+    whole newest body), so the copy was pure cost: about a twentieth of the operator's CPU in a creation wave."""
+
+    def build(self, *, body, extra_fields=None):
+        return {}
+
+    def fetch(self, *, body):
+        return None
+
+    def store(self, *, body, patch, essence) -> None:
+        return None
+
+
+def _register_child_indexes(registry: kopf.OperatorRegistry, controller: Controller,
+                            index_ids: dict[str, str]) -> None:
+    """kopf indexes of our children by (namespace, controller uid); each child event also reaches the controller.
+
+    Key children by (namespace, controller uid) and keep a slim record (``children.cache_record``), not the body:
+    without the fields when the event is the echo of our own write. Asynchronous, so kopf calls it on its loop
+    instead of handing every child event to its thread pool."""
+
+    async def index_fn(namespace, body, **_):
+        uid = children.controller_uid(body)
+        if not uid:
+            return {}
+        echo = controller.child_seen(body)
+        return {(namespace, uid): children.cache_record(body, fields=not echo)}
+
     for api_version, _kind, plural, _ in children.INDEXED_KINDS:
         group, version = _split(api_version)
-        index_id = f"children_{plural}"
-        index_ids[plural] = index_id
-        kopf.index(group, version, plural, id=index_id, registry=registry,
-                   labels={children.MANAGED_BY_LABEL: MANAGED_BY})(_index_fn)
-    return index_ids
+        kopf.index(group, version, plural, id=index_ids[plural], registry=registry,
+                   labels={children.MANAGED_BY_LABEL: MANAGED_BY})(index_fn)
 
 
 def _register_object_handlers(registry: kopf.OperatorRegistry, context: OperatorContext,
-                              passes: "ReconcilePasses") -> None:
-    config = context.config
-    labels = config.labels or None
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, labels=labels)
-    async def on_event(event, body, memo, **kwargs):
-        if event.get("type") == "DELETED":
-            return
-        if FINALIZER not in (body["metadata"].get("finalizers") or []):
-            # A new object: kopf adds its finalizer after this handler, by a JSON patch that tests the
-            # resourceVersion it saw. A status write here would make that patch fail (422) and kopf would retry
-            # on every following event; the finalizer's own MODIFIED event starts the first pass instead.
-            return
-        state = state_of(memo)
-        if body["metadata"].get("resourceVersion") in state.own_status_rvs:
-            return  # the echo of our own status write: the object is exactly what that pass (or tuner) left
-        await passes.run(body, state, kwargs)
-
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry, labels=labels,
-                when=context.spawning)
-    async def resync(body, memo, **kwargs):
-        # The level-based fallback for what sends no event (children's drift and readiness): a pass that ran
-        # within the period already looked. During a creation wave every object has event-driven passes, and
-        # ticks on top of them would queue a pass per object per period behind the wave.
-        state = state_of(memo)
-        if time.monotonic() - state.passed_at < config.resync_seconds:
-            return
-        await passes.run(body, state, kwargs)
-
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, labels=labels, cancellation_timeout=5.0,
-                 when=context.spawning)
-    async def tune(body, memo, stopped, **kwargs):
-        """The step tuner, one loop per object (tuning/loop.py); it re-renders through ``passes.run``."""
-        while FINALIZER not in (body["metadata"].get("finalizers") or []) and not stopped:
-            await stopped.wait(0.2)  # as in on_event: no status write before kopf's finalizer patch is in
-        state = state_of(memo)
-        await tuning_loop.run(context, body, state, stopped, reconcile=lambda: passes.run(body, state, kwargs))
-
-
-# ---------------------------------------------------------------------------------------------- passes
-class ReconcilePasses:
-    """Runs the reconciler for kopf's triggers: one pass per object at a time, a retry soon after a failed one."""
-
-    def __init__(self, context: OperatorContext, index_ids: dict[str, str]):
-        self.context = context
-        self.index_ids = index_ids
-        self._gauge_at = -GAUGE_PERIOD_SECONDS
-
-    async def run(self, body, state: ObjectState, kwargs) -> None:
-        if body["metadata"].get("deletionTimestamp"):
-            return  # deletion belongs to the garbage collector: children carry our owner reference
-        state.latest = (body, kwargs, time.monotonic())
-        async with state.lock:
-            result = await self.context.reconciler.reconcile(body, state, self._live_from(kwargs))
-            state.passed_at = time.monotonic()
-        self._update_gauges(kwargs)
-        if result == "error":
-            self._retry_soon(state)
-        else:
-            state.retry_delay = None
-
-    def _live_from(self, kwargs):
-        def live(namespace: str, uid: str):
-            for index_id in self.index_ids.values():
-                index = kwargs.get(index_id)
-                if index is not None:
-                    yield from index.get((namespace, uid), [])
-        return live
-
-    def _update_gauges(self, kwargs) -> None:
-        now = time.monotonic()
-        if now - self._gauge_at < GAUGE_PERIOD_SECONDS:
-            return
-        self._gauge_at = now
-        for plural, index_id in self.index_ids.items():
-            index = kwargs.get(index_id)
-            if index is not None:
-                self.context.metrics.managed_objects.labels(plural).set(sum(len(index[k]) for k in index))
-
-    def _retry_soon(self, state: ObjectState) -> None:
-        """After a failed pass (API errors that outlasted the client's retries), try again within seconds rather
-        than at the next resync: convergence after an API outage then follows the outage's end by at most
-        ERROR_RETRY_MAX_SECONDS plus one pass. One pending retry per object; it uses the newest body kopf gave us
-        and gives up when kopf has not handed this object over for a while (deleted, or no longer ours)."""
-        pending = state.retry_task
-        if pending is not None and not pending.done():
-            return
-        delay = min((state.retry_delay or 0.25) * 2, ERROR_RETRY_MAX_SECONDS)
-        state.retry_delay = delay
-        resync_seconds = self.context.config.resync_seconds
-
-        async def again():
-            await asyncio.sleep(delay * (0.75 + random.random() / 2))
-            body, kwargs, seen = state.latest
-            if time.monotonic() - seen < 2 * resync_seconds + 10:
-                await self.run(body, state, kwargs)
-
-        state.retry_task = asyncio.get_running_loop().create_task(again())
+                              controller: Controller) -> None:
+    """Every event of every SpecDecodeDeployment goes to the controller, which applies the label selector itself
+    (so that it also sees an object leave the selection)."""
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def on_event(event, body, **kwargs):
+        controller.observe(event.get("type"), body, kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _split(api_version: str) -> tuple[str, str]:
     return tuple(api_version.split("/")) if "/" in api_version else ("", api_version)  # type: ignore[return-value]
 
-
-def _index_fn(namespace, body, **_):
-    """Key children by (namespace, controller uid); keep a slim record (``children.cache_record``), not the body."""
-    uid = children.controller_uid(body)
-    return {(namespace, uid): children.cache_record(body)} if uid else {}

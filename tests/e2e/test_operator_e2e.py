@@ -122,7 +122,8 @@ def test_invalid_spec_is_rejected_at_admission_with_the_cel_message(cluster):
 
 
 def test_invalid_spec_that_bypassed_admission_is_reported_not_rendered(emulator_factory):
-    cluster = emulator_factory(admission=False)  # a real API server always enforces the CRD's rules
+    # A real API server always enforces the CRD's rules; a CRD installed without them needs the operator's check.
+    cluster = emulator_factory(admission=False, check_spec_rules=True)
     cluster.create_sdd(sdd("bad", tp=8, draft_tp=3))
     cond = wait_for(lambda: condition(cluster.get_sdd("bad"), "SpecValid") or None, what="SpecValid")
     assert cond["status"] == "False" and cond["reason"] == "InvalidSpec"

@@ -1,7 +1,8 @@
 """Every verb the operator's RBAC grants is used by the operator in this scenario (an unused grant fails here and
 must be removed from specdecode_operator/rbac.py), and every request it makes is granted. The scenario runs the
 product's process (leader election on) against the emulator and covers each code path that needs a permission:
-creation, the Lease, status, the tuner's endpoint discovery, drift repair, and the children a spec change drops."""
+creation, the Lease, status, removing the finalizer earlier versions added, the tuner's endpoint discovery, drift
+repair, and the children a spec change drops."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.k8s.cluster import minimal_sdd, wait_for
 from tests.k8s.fixtures import operator_config
 from specdecode_operator import rbac
 from specdecode_operator.operator_process import OperatorProcess
+from specdecode_operator.registry import FINALIZER
 
 APPS, LWS = "apps/v1", "leaderworkerset.x-k8s.io/v1"
 
@@ -55,6 +57,16 @@ def test_every_granted_verb_is_used_and_every_call_is_granted(cluster_factory):
                                  "updatedReplicas": 1}}, content_type="application/merge-patch+json")
         wait_for(lambda: any(r.resource == "pods" for r in cluster.emulator.log), timeout=30,
                  what="the rollout's pods listed")
+        # an object from an earlier version, with its kopf finalizer: removed once (the patch grant)
+        upgraded = minimal_sdd("upgraded", tp=8)
+        upgraded["metadata"]["finalizers"] = [FINALIZER]
+        cluster.create_sdd(upgraded)
+        wait_for(lambda: not (s := cluster.get_sdd("upgraded"))["metadata"].get("finalizers")
+                 and (s.get("status") or {}).get("observedGeneration") == 1, timeout=40,
+                 what="the earlier versions' finalizer removed, the object reconciled")
+        cluster.delete_sdd("upgraded")
+        wait_for(lambda: cluster.get_sdd("upgraded") is None and cluster.get(APPS, "deployments", "upgraded") is None,
+                 timeout=20, what="upgraded object and its children gone")
         cluster.make_ready(APPS, "deployments", "llama")  # ready replicas: the tuner lists EndpointSlices
         wait_for(lambda: any(r.resource == "endpointslices" for r in cluster.emulator.log), timeout=30,
                  what="the tuner's endpoint discovery")

@@ -37,7 +37,10 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
     run.add_argument("--identity", help="this replica's name in the Lease (default: the host name, the pod's name)")
     run.add_argument("--watch-timeout", dest="watch_timeout_seconds", type=float,
                      help="seconds before each watch is renewed; a silent one is cut 15 s after that (default 60)")
-    run.add_argument("--resync-seconds", type=float_in(0, 86400), help="level-based resync period per object (default 30)")
+    run.add_argument("--resync-seconds", type=float_in(0, 86400),
+                     help="period of the level-based resync sweep over all objects (default 30)")
+    run.add_argument("--check-spec-rules", dest="check_spec_rules", action="store_true", default=None,
+                     help="run the CRD's schema and CEL rules in the operator too (a CRD installed without them)")
     run.add_argument("--prometheus-url", help="tuner: read runtime counters from this Prometheus server "
                      "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
     run.add_argument("--tune-restart-seconds", type=float_in(0, 86400),
@@ -84,7 +87,7 @@ def config_from_args(args) -> "OperatorConfig":
     overrides = {k: getattr(args, k, None) for k in (
         "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity", "watch_timeout_seconds",
         "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds", "rollout_blocked_seconds",
-        "api_recheck_seconds", "metrics_secure", "metrics_cert_dir")}
+        "api_recheck_seconds", "metrics_secure", "metrics_cert_dir", "check_spec_rules")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("metrics_port") is not None:
         check_port("--metrics-port", overrides["metrics_port"])

@@ -1,9 +1,10 @@
-"""One level-based reconciliation of a SpecDecodeDeployment; every kopf trigger (watch event, resync timer,
-operator restart) calls the same idempotent ``Reconciler.reconcile``.
+"""One level-based reconciliation of a SpecDecodeDeployment; every trigger (watch event, child event, resync
+sweep, tuner, operator restart) queues the object and a worker calls the same idempotent ``Reconciler.reconcile``
+on its newest body (reconcile/controller.py).
 
-Steps: validate (the same schema and CEL as admission; invalid objects never touch children) -> render (pure) ->
-per child: read from the watch cache, else our last write, else one GET; skip foreign names; apply only when
-the input hash changed or a field of ours drifted -> delete owned children the render dropped (after the
+Steps: parse the spec (admission has validated it; invalid objects never touch children) -> render (pure) ->
+per child: our last write until the watch shows it, else the watch cache, else one GET; skip foreign names; apply
+only when the input hash changed or a field of ours drifted -> delete owned children the render dropped (after the
 replacement is applied) -> compute conditions -> apply status if it changed. Nothing here writes ``spec``.
 """
 
@@ -17,7 +18,7 @@ from typing import Callable, Iterable
 
 from .. import control_identity, control_token, optional_apis
 from ..kube_client import FIELD_MANAGER, ApiError, KubeClient, resource_path
-from ..object_state import ObjectState, validated
+from ..object_state import ObjectState, not_older, validated
 from ..render import RenderOptions, names, render
 from ..status import conditions, rollout, writer
 from ..tuning import hooks as tuning
@@ -26,7 +27,6 @@ from . import children, events
 log = logging.getLogger("specdecode.operator")
 WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet"}
 
-STATUS_TRUST_SECONDS = 60.0  # at most this long our last status write is trusted over an older-looking body
 # The control-token Secret is not watched (Secret access is granted per namespace, never cluster-wide, so there is
 # no cluster-wide watch to index it): it is read (one GET) at most this often per object, and re-created or repaired
 # then. A missing grant (403) is reported once as ControlTokenUnavailable and re-tried at the same period.
@@ -67,7 +67,7 @@ class Reconciler:
         result = "ok"
         live = {children.key_of(o): o for o in live_children(md["namespace"], md["uid"])}
         try:
-            sdd, problems = validated(body, state)
+            sdd, problems = validated(body, state, check_rules=self.config.check_spec_rules)
             # The tuner's MetricsAvailable (its expected first value before its loop has run, so a new object's
             # first status write already holds it); a valid spec is one the tuner steps.
             obs.extra = tuning.conditions(state, body, tuned=sdd is not None)
@@ -91,16 +91,14 @@ class Reconciler:
             log.warning("reconcile %s/%s: %s", md["namespace"], md["name"], obs.error)
         try:
             computed = conditions.compute(obs)
-            # The body kopf hands us may predate our last status write (kopf works through an object's events
-            # one after the other; under load that is many seconds behind). Until a body shows what we wrote, or
-            # STATUS_TRUST_SECONDS pass, compare with (and carry lastTransitionTime from) our write: comparing
-            # with the stale body would write again, with fresh timestamps, and that write's watch event would
-            # start the next redundant pass.
+            # The body may predate our last status write (the watch delivers it a moment later; under load many
+            # seconds later). Until a body of that resourceVersion or a newer one arrives (or settle_seconds pass),
+            # our write is the current status: compare with (and carry lastTransitionTime from) it. Comparing with
+            # the older body would write again, with fresh timestamps, and start the next redundant pass.
             last = state.status_written
-            if last is not None and (md.get("resourceVersion") == last[2]
+            if last is not None and (not_older(md.get("resourceVersion"), last[2])
                                      or writer.unchanged(last[1], body.get("status"), ours_only=True)
-                                     or time.monotonic() - last[0] >= max(self.config.settle_seconds,
-                                                                          STATUS_TRUST_SECONDS)):
+                                     or time.monotonic() - last[0] >= self.config.settle_seconds):
                 state.status_written = None
                 last = None
             basis = last[1] if last is not None else body.get("status")
@@ -120,16 +118,18 @@ class Reconciler:
         return result
 
     def _fresh(self, state, key, indexed: dict | None) -> dict | None:
-        """The watch cache may lag our own write by a moment; within settle_seconds our write's answer wins.
+        """Our own write is the child's current state until the watch cache shows it or a newer version (the
+        controller drops the entry when the watch event arrives), or settle_seconds pass: no re-read after an apply.
 
-        Entries leave ``state.applied`` once the cache shows our write or the window has passed, so the memo
-        holds only the writes of the last few seconds (and as slim records, see ``children.cache_record``)."""
+        Entries leave ``state.applied`` as soon as the watch catches up, so the state holds only the writes the
+        watch has not delivered yet (as slim records, see ``children.cache_record``)."""
         applied = state.applied
         rec = applied.get(key)
         if rec is None:
             return indexed
         at, obj = rec
-        if indexed is not None and indexed["metadata"].get("resourceVersion") == obj["metadata"].get("resourceVersion"):
+        if indexed is not None and not_older(indexed["metadata"].get("resourceVersion"),
+                                             obj["metadata"].get("resourceVersion")):
             del applied[key]
             return indexed
         if time.monotonic() - at < self.config.settle_seconds:
@@ -224,8 +224,7 @@ class Reconciler:
             p.state.secret_checked = (time.monotonic(), "collision")
             p.obs.collisions.append(f"Secret/{key[2]}")
             return []
-        if secret_live is not None:
-            p.known[key] = secret_live
+        p.known[key] = secret_live  # read now, found or not: the child stage does not read it again
         return [children.with_owner(control_token.control_secret(p.name, p.ns, children.expand(secret_live)),
                                     p.body)]
 
@@ -277,7 +276,9 @@ class Reconciler:
         return current
 
     async def _apply_child(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict | None) -> dict:
-        written = children.cache_record(await self.client.apply(child, plural))
+        # What the server answered is what we sent plus defaults: keep identity, replica counts and the input hash,
+        # not a compressed copy of the fields (the pass marks this version checked; a later drift has a newer one).
+        written = children.cache_record(await self.client.apply(child, plural), fields=False)
         p.state.applied[key] = (time.monotonic(), written)
         kind = key[1]
         self.metrics.child_writes.labels(kind, "create" if current is None else "update").inc()

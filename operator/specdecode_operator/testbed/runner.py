@@ -110,6 +110,6 @@ class OperatorThread:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.context.stopping.set()  # before kopf's stop flag: no timer or daemon is spawned during the shutdown
+        self.context.stopping.set()  # before kopf's stop flag: no new work is queued during the shutdown
         self._stop.set()
         self._thread.join(15)

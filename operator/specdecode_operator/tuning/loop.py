@@ -1,11 +1,12 @@
 """The tuner's per-object loop: every ``spec.speculative.autotune.intervalSeconds`` discover the runtime pods,
 read their counters, step the pure ``Tuner`` and act on its decision.
 
-Why a kopf daemon per object (registered in registry.py): the loop has state that must survive between intervals
-(the estimator's windows, the policy's cooldowns, which pods already run the table), its period comes from the
-object, and kopf starts it with the object, stops it on deletion or operator shutdown (``stopped``), and never
-runs two for one object. Everything an interval does is caught: bad metrics, unreachable pods, API errors end as
-a MetricsAvailable condition, an Event or a log line, never as a crash or a kopf retry storm.
+Why one ``TuningLoop`` object per SpecDecodeDeployment, run by one scheduler for all of them
+(tuning/scheduler.py): the loop has state that must survive between intervals (the estimator's windows, the
+policy's cooldowns, which pods already run the table) and its period comes from the object; the scheduler starts
+it once the object's pods are ready, runs one interval of an object at a time, and drops it with the object.
+Everything an interval does is caught: bad metrics, unreachable pods, API errors end as a MetricsAvailable
+condition, an Event or a log line, never as a crash.
 
 Per interval (this module orders the steps; each lives where its reason is documented):
 1. pods: the EndpointSlices of the headless Service (``pods``), listed only while status.readyReplicas > 0,
@@ -70,6 +71,11 @@ class TuningLoop:
         self.pusher = TablePusher(context.http, context.client, self.config, context.metrics, log,
                                   warn=self.report.warn_once, clear=self.report.clear)
 
+    def see(self, body) -> None:
+        """The newest body of the object (the scheduler hands it over before each interval)."""
+        self.body = body
+        self.report.body = body
+
     def _clock(self) -> float:
         """The tuner's clock: wall time, running 1/tune_interval_scale as fast (scale 1 on a real cluster)."""
         return self._t0_wall + (time.monotonic() - self._t0_mono) / self.scale
@@ -77,7 +83,7 @@ class TuningLoop:
     async def tick(self) -> float:
         interval = 30.0
         try:
-            sdd, _ = validated(self.body, self.object_state)
+            sdd, _ = validated(self.body, self.object_state, check_rules=self.config.check_spec_rules)
             if sdd is None:
                 return interval * self.scale  # invalid spec: the reconciler reports it; nothing to tune
             interval = float(sdd.spec.speculative.autotune.intervalSeconds)
@@ -156,16 +162,3 @@ class TuningLoop:
         log.info("tuner %s: mode %s, %s steps, interval %ss, costs %s", self.report.ref(), mode, initial,
                  at.intervalSeconds, f"from profile ConfigMap {profile_ref} (override)" if st.profile.cost else
                  "from the pods' start-up probe, refined online")
-
-
-async def run(context, body, state: ObjectState, stopped, reconcile: Callable[[], Awaitable[None]]) -> None:
-    """The daemon body: one interval, then sleep until the next or until kopf says stop. The API client and the
-    shared HTTP session come from the startup handler; until it has run, wait."""
-    while not stopped and not context.started:
-        await stopped.wait(0.1)
-    if stopped:
-        return
-    loop = TuningLoop(context, body, state, reconcile)
-    while not stopped:
-        delay = await loop.tick()
-        await stopped.wait(delay)
