@@ -30,7 +30,7 @@ from specdecode_runtime.selftest.runner import RunResult  # noqa: E402
     (["--topk", "2", "--live-steps", "1,5"], "--live-steps needs --topk 1"),
     (["--live-steps", "1,99"], "--live-steps values must be within 0..16"),
     (["--layouts", "nospec,bogus"], "--layouts must list"),
-    (["--layouts", "split"], "--layouts must list at least two"),
+    (["--layouts", "split"], "--layouts with split must include sharded"),
     (["--layouts", "nospec,split"], "--layouts with split must include sharded"),
     (["--layouts", "nospec,sharded", "--corrupt-draft"], "--corrupt-draft corrupts the split run's draft"),
     (["--timeout", "1"], "--timeout must be within"),

@@ -49,6 +49,7 @@ class RunResult:
     served: list[dict] = field(default_factory=list)  # served cycle vs the probe's prediction (--measure-cycles)
     graphs: dict[str, dict[str, float]] = field(default_factory=dict)  # per tier: capture seconds and GiB
     memory_gb: dict[int, float] = field(default_factory=dict)  # per TP rank: device memory in use once serving
+    warmup_records: dict[int, int] = field(default_factory=dict)  # per rank: records written before the timed run
 
 
 @dataclass
@@ -355,6 +356,7 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
             for _ in range(opts.warmup):  # graphs warmed, kernels compiled: the timed run measures serving
                 warm_outputs += generate_n(prompts(opts, models.vocab, models.prompt_pool), min(8, params["max_new_tokens"]))
             result.timings["warmup_s"] = round(time.perf_counter() - tw, 2)
+            result.warmup_records = {rk: len(evs) for rk, evs in read_records(rank_dir).items()}
             t1 = time.perf_counter()
         outputs: list[dict] = []
         done = threading.Event()
