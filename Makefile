@@ -71,8 +71,9 @@ bench: venv
 	$(BIN)/python bench/render.py
 
 # Mutation testing of the pure cores (mutmut; not part of `make test`): each module mutated and run against the
-# tests that name it. Slow (minutes per package): MUTATION_TARGETS picks packages (status api-rules contract tuner
-# render control; empty: all). Scores and survivors: build/mutation/TARGET/score.json; bench/results/mutation.md.
+# tests that name it. Slow (minutes per package): MUTATION_TARGETS picks packages (status api-rules contract
+# tuner render control cel-rules; empty: all). Scores and survivors: build/mutation/TARGET/score.json and
+# bench/results/mutation.md.
 MUTATION_TARGETS ?=
 mutation: deps-test
 	$(PIP) install -q -e '.[mutation]'

@@ -2,6 +2,9 @@
 
     python -m tests.mutation.run [TARGET ...]   (``make mutation``; no target: all of them)
 
+The CEL rules of the CRD are strings, which mutmut leaves alone: target ``cel-rules`` (tests/mutation/cel_rules.py)
+mutates their operators and judges each mutant by the boundary table.
+
 A test suite that passes with a comparison flipped, a guard deleted or a constant changed does not test that line.
 mutmut 3 finds the packages under ``src/`` of the directory it runs in and names mutants by import path, while
 this repository keeps them under ``operator/`` and ``runtime/``; so each target gets a staging directory
@@ -48,6 +51,8 @@ TARGETS = {
     "control": Target(("specdecode_runtime.control",),
                       extra_tests=("tests/sim/test_control_raw_auth_header.py",)),
 }
+# The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
+CEL_TARGET = "cel-rules"
 
 
 def module_files(name: str) -> list[Path]:
@@ -130,15 +135,18 @@ def score(where: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="*", metavar="TARGET",
-                        help=f"what to mutate: {', '.join(TARGETS)} (default: all)")
+                        help=f"what to mutate: {', '.join([*TARGETS, CEL_TARGET])} (default: all)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
                         help="mutants tested in parallel (default: the number of CPUs)")
     args = parser.parse_args(argv)
-    unknown = [t for t in args.targets if t not in TARGETS]
+    unknown = [t for t in args.targets if t not in TARGETS and t != CEL_TARGET]
     if unknown:
-        parser.error(f"unknown target {', '.join(unknown)}: choose from {', '.join(TARGETS)}")
+        parser.error(f"unknown target {', '.join(unknown)}: choose from {', '.join([*TARGETS, CEL_TARGET])}")
     failed = False
-    for name in args.targets or list(TARGETS):
+    for name in args.targets or [*TARGETS, CEL_TARGET]:
+        if name == CEL_TARGET:
+            failed |= subprocess.run([sys.executable, "-m", "tests.mutation.cel_rules"], cwd=ROOT).returncode != 0
+            continue
         target = TARGETS[name]
         tests = tests_naming(target)
         where = stage(name, target, tests)
