@@ -122,6 +122,8 @@ def test_absent_counts_are_zero(kind):
     assert workload_state(w, 1) == (1, 1, False)  # ready but not yet updated
     w["status"]["updatedReplicas"] = None
     assert workload_state(w, 1)[2] is False
+    del w["status"]["updatedReplicas"]  # absent: none updated yet (LeaderWorkerSet: counted as its ready groups)
+    assert workload_state(w, 1)[2] is (kind == "LeaderWorkerSet")
 
 
 def test_a_workload_without_a_generation_counts_as_generation_one():
