@@ -73,9 +73,11 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
     ("rank 7 = target tp - 1 (inside)", edits((RANKS, [7])), OK),
     ("rank 8 = target tp (at, refused)", edits((RANKS, [8])), [(RANKS, "target TP rank")]),
     ("rank 8 with target tp 16 (accepted)", edits((TARGET_TP, 16), (RANKS, [8])), OK),
+    ("one rank of two out of range", edits((TP, 2), (RANKS, [0, 8])), [(RANKS, "target TP rank")]),
     # ranks do not repeat
     ("ranks distinct", edits((TP, 2), (RANKS, [3, 5])), OK),
     ("ranks repeated", edits((TP, 2), (RANKS, [3, 3])), [(RANKS, "repeat")]),
+    ("one rank repeated among distinct ones", edits((TP, 4), (RANKS, [3, 3, 5, 6])), [(RANKS, "repeat")]),
     # target TP <= gpusPerNode (8) or a multiple of it
     ("target tp 7 < gpus per node", edits((TARGET_TP, 7)), OK),
     ("target tp 9 just over gpus per node", edits((TARGET_TP, 9)), [(TARGET_TP, "multiple of it")]),

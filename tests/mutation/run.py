@@ -107,19 +107,27 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         "[tool.mutmut]\n"
         'source_paths = ["src"]\n'
         f"only_mutate = {json.dumps(only)}\n"
-        f"also_copy = {json.dumps(['crds', 'examples', 'charts'])}\n"
+        f"also_copy = {json.dumps(['crds', 'examples', 'charts', 'conftest.py'])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         f"pytest_add_cli_args = {json.dumps(pytest_opts)}\n"
-        # Each mutant in a fresh interpreter: the cores cache what they compute (the CRD, compiled CEL and schema
-        # validators, rule tables built at import), and a worker forked after the stats run would inherit the
-        # unmutated results and report those mutants as survivors.
-        'process_isolation = "forkserver"\n'
-        'forkserver_warmup = "none"\n'
         "\n[tool.pytest.ini_options]\n"
         'asyncio_mode = "auto"\n'
         'asyncio_default_fixture_loop_scope = "function"\n'
         "timeout = 300\n"
         'markers = ["slow: multi-process or long-running tests"]\n')
+    # Cached functions (functools caches: the CRD, compiled CEL, schema validators) are reached by the first test
+    # that needs them only; mutmut runs each mutant against the tests it saw reach the function, so every test
+    # starts with empty caches here and is seen reaching what it uses.
+    (where / "conftest.py").write_text(
+        "import sys\n\nimport pytest\n\n\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def _empty_caches():\n"
+        f"    for name in {json.dumps(list(target.modules))}:\n"
+        "        for mod in [m for n, m in list(sys.modules.items()) if n == name or n.startswith(name + '.')]:\n"
+        "            for value in list(vars(mod).values()):\n"
+        "                if callable(getattr(value, 'cache_clear', None)):\n"
+        "                    value.cache_clear()\n"
+        "    yield\n")
     return where
 
 
