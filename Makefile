@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench clean
+.PHONY: demo test venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -74,6 +74,15 @@ golden: venv
 
 bench: venv
 	$(BIN)/python bench/render.py
+
+# Mutation testing of the pure cores (mutmut; not part of `make test`): each module mutated and run against the
+# tests that name it. Slow (minutes per package): MUTATION_TARGETS picks packages (status api-rules contract
+# tuner render control cel-rules; empty: all). Scores and survivors: build/mutation/TARGET/score.json and
+# bench/results/mutation.md.
+MUTATION_TARGETS ?=
+mutation: deps-test
+	$(PIP) install -q -e '.[mutation]'
+	$(BIN)/python -m tests.mutation.run $(MUTATION_TARGETS)
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache dist

@@ -129,4 +129,6 @@ def schema_cases() -> list[tuple[str, dict]]:
 
 
 def corpus() -> list[tuple[str, dict]]:
-    return examples() + rule_cases() + schema_cases()
+    from cel_boundaries import boundary_cases
+
+    return examples() + rule_cases() + schema_cases() + boundary_cases()

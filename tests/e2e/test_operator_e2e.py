@@ -233,11 +233,13 @@ def test_operator_restart_resumes_without_duplicate_writes(cluster):
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True")
     # and the tuner's first report (status.speculative): a restart before it would rightly write it then
     wait_for(lambda: (cluster.get_sdd("llama").get("status") or {}).get("speculative"))
+    before = cluster.get_sdd("llama")["status"]
     cluster.stop_operator()
     mark = cluster.log_mark()
     cluster.start_operator()
     cluster.wait_passes(4)  # the new operator's first pass over the object, and resyncs after it
-    assert cluster.operator_writes(since=mark) == []
+    writes = cluster.operator_writes(since=mark)
+    assert writes == [], {"writes": writes, "status before": before, "after": cluster.get_sdd("llama")["status"]}
     assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"
 
 

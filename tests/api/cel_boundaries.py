@@ -1,0 +1,176 @@
+"""Boundary tables for every CEL rule of the API (``specdecode_operator.api.rules``): each bound at its value, just
+inside and just outside, and each guard on both sides.
+
+A rule whose comparison is off by one (``<=`` written ``<``), whose guard is inverted or whose pattern is loosened
+gives a different verdict on one of these documents. Each entry is (id, document, expected) where expected lists
+(field path, message fragment) of every problem; an empty list means the document is accepted. The same documents
+join the real API server parity corpus (tests/api/cel_corpus.py), so the server confirms each verdict.
+"""
+
+from __future__ import annotations
+
+from cel_corpus import base, with_
+
+TP = "spec.draft.tensorParallelSize"
+TARGET_TP = "spec.target.tensorParallelSize"
+RANKS = "spec.draft.ranks"
+SPEC = "spec.speculative"
+TOKENS = "spec.speculative.numDraftTokens"
+STEPS = "spec.speculative.numSteps"
+MIN_STEPS = "spec.speculative.autotune.minSteps"
+ITL = "spec.speculative.autotune.maxInterTokenLatencyMs"
+MODE = "spec.speculative.autotune.mode"
+ENV = "spec.nccl.env"
+ARGS = "spec.runtime.extraArgs"
+CONTROL_PORT = "spec.runtime.controlPort"
+TARGET_MODEL = "spec.target.model"
+DRAFT_MODEL = "spec.draft.model"
+NAME = "metadata.name"
+
+
+def edits(*pairs) -> dict:
+    """The base document with each (path, value) set in turn."""
+    obj = base()
+    for path, value in pairs:
+        obj = with_(path, value, obj)
+    return obj
+
+
+def sglang(*pairs) -> dict:
+    """launcher sglang with a full-TP draft (the only draft it runs), then ``pairs``."""
+    return edits(("spec.runtime", {"launcher": "sglang"}), (TP, 8), *pairs)
+
+
+def steps(num: int, lo: int, hi: int, mode: str = "Rollout") -> dict:
+    return edits((SPEC, {"numSteps": num, "autotune": {"mode": mode, "minSteps": lo, "maxSteps": hi}}))
+
+
+OK: list = []
+
+# (id, document, [(path, fragment), ...]); base: target TP 8, draft TP 1, gpusPerNode 8 (default)
+BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
+    # metadata.name: size(self) <= 47, DNS-1035 label
+    ("name size 46 (inside)", edits((NAME, "n" * 46)), OK),
+    ("name size 47 (at)", edits((NAME, "n" * 47)), OK),
+    ("name size 48 (outside)", edits((NAME, "n" * 48)), [(NAME, "at most 47")]),
+    ("name one letter", edits((NAME, "n")), OK),
+    ("name ends in a digit", edits((NAME, "n-1")), OK),
+    ("name starts with a digit", edits((NAME, "1n")), [(NAME, "DNS-1035")]),
+    ("name ends with a dash", edits((NAME, "n-")), [(NAME, "DNS-1035")]),
+    # draft TP <= target TP (8), and draft TP divides target TP
+    ("draft tp 4 (inside)", edits((TP, 4)), OK),
+    ("draft tp 8 = target (at)", edits((TP, 8)), OK),
+    ("draft tp 16 > target (outside)", edits((TP, 16)), [(TP, "at most target"), (TP, "divide target")]),
+    ("draft tp 2 divides 8", edits((TP, 2)), OK),
+    ("draft tp 3 does not divide 8", edits((TP, 3)), [(TP, "divide target")]),
+    ("draft tp 6 does not divide 8", edits((TP, 6)), [(TP, "divide target")]),
+    # size(draft.ranks) == draft TP (2 here)
+    ("ranks 1 of tp 2 (below)", edits((TP, 2), (RANKS, [0])), [(RANKS, "exactly draft.tensorParallelSize")]),
+    ("ranks 2 of tp 2 (at)", edits((TP, 2), (RANKS, [0, 1])), OK),
+    ("ranks 3 of tp 2 (above)", edits((TP, 2), (RANKS, [0, 1, 2])), [(RANKS, "exactly draft.tensorParallelSize")]),
+    # every rank < target TP (8)
+    ("rank 0 (lowest)", edits((RANKS, [0])), OK),
+    ("rank 7 = target tp - 1 (inside)", edits((RANKS, [7])), OK),
+    ("rank 8 = target tp (at, refused)", edits((RANKS, [8])), [(RANKS, "target TP rank")]),
+    ("rank 8 with target tp 16 (accepted)", edits((TARGET_TP, 16), (RANKS, [8])), OK),
+    ("one rank of two out of range", edits((TP, 2), (RANKS, [0, 8])), [(RANKS, "target TP rank")]),
+    # ranks do not repeat
+    ("ranks distinct", edits((TP, 2), (RANKS, [3, 5])), OK),
+    ("ranks repeated", edits((TP, 2), (RANKS, [3, 3])), [(RANKS, "repeat")]),
+    ("one rank repeated among distinct ones", edits((TP, 4), (RANKS, [3, 3, 5, 6])), [(RANKS, "repeat")]),
+    # target TP <= gpusPerNode (8) or a multiple of it
+    ("target tp 7 < gpus per node", edits((TARGET_TP, 7)), OK),
+    ("target tp 9 just over gpus per node", edits((TARGET_TP, 9)), [(TARGET_TP, "multiple of it")]),
+    ("target tp 16 = 2 nodes", edits((TARGET_TP, 16)), OK),
+    ("target tp 15 just under 2 nodes", edits((TARGET_TP, 15)), [(TARGET_TP, "multiple of it")]),
+    ("target tp 17 just over 2 nodes", edits((TARGET_TP, 17)), [(TARGET_TP, "multiple of it")]),
+    ("target tp 4 with 4 gpus per node", edits((TARGET_TP, 4), ("spec.placement", {"gpusPerNode": 4})), OK),
+    ("target tp 6 with 4 gpus per node", edits((TARGET_TP, 6), ("spec.placement", {"gpusPerNode": 4})),
+     [(TARGET_TP, "multiple of it")]),
+    # launcher sglang: draft TP == target TP, autotune not Live, no hf:// model
+    ("sglang full draft", sglang(), OK),
+    ("sglang draft tp 4 of 8", sglang((TP, 4)), [(TP, "launcher sglang")]),
+    ("specdecode draft tp 4 of 8", edits(("spec.runtime", {"launcher": "specdecode"}), (TP, 4)), OK),
+    ("sglang autotune Rollout", sglang((SPEC, {"autotune": {"mode": "Rollout"}})), OK),
+    ("sglang autotune Off", sglang((SPEC, {"autotune": {"mode": "Off"}})), OK),
+    ("sglang autotune Live", sglang((SPEC, {"autotune": {"mode": "Live"}})), [(MODE, "Live needs")]),
+    ("specdecode autotune Live", edits((SPEC, {"autotune": {"mode": "Live"}})), OK),
+    ("sglang pvc target", sglang((TARGET_MODEL, "pvc://models/t")), OK),
+    ("sglang hf target", sglang((TARGET_MODEL, "hf://org/t")), [("spec.runtime.launcher", "hf:// models need")]),
+    ("sglang hf draft", sglang((DRAFT_MODEL, "hf://org/d")), [("spec.runtime.launcher", "hf:// models need")]),
+    ("specdecode hf target", edits((TARGET_MODEL, "hf://org/t")), OK),
+    # numDraftTokens == numSteps + 1 when eagleTopK is 1
+    ("tokens = steps + 1 (at)", edits((SPEC, {"numSteps": 3, "numDraftTokens": 4})), OK),
+    ("tokens = steps (below)", edits((SPEC, {"numSteps": 3, "numDraftTokens": 3})), [(TOKENS, "numSteps + 1")]),
+    ("tokens = steps + 2 (above)", edits((SPEC, {"numSteps": 3, "numDraftTokens": 5})), [(TOKENS, "numSteps + 1")]),
+    ("tokens free with topk 2", edits((SPEC, {"numSteps": 3, "eagleTopK": 2, "numDraftTokens": 9})), OK),
+    ("tokens unset", edits((SPEC, {"numSteps": 3})), OK),
+    # minSteps <= numSteps <= maxSteps unless autotune is Off
+    ("steps = min (at)", steps(2, 2, 5), OK),
+    ("steps = min - 1 (outside)", steps(1, 2, 5), [(STEPS, "minSteps..maxSteps")]),
+    ("steps = max (at)", steps(5, 2, 5), OK),
+    ("steps = max + 1 (outside)", steps(6, 2, 5), [(STEPS, "minSteps..maxSteps")]),
+    ("steps = max + 1 in Live", steps(6, 2, 5, "Live"), [(STEPS, "minSteps..maxSteps")]),
+    ("steps = max + 1 with autotune Off", steps(6, 2, 5, "Off"), OK),
+    ("steps = min - 1 with autotune Off", steps(1, 2, 5, "Off"), OK),
+    # minSteps <= maxSteps
+    ("min = max (at)", steps(4, 4, 4), OK),
+    ("min = max + 1 (outside)", steps(3, 4, 3, "Off"), [(MIN_STEPS, "at most maxSteps")]),
+    # objective Latency needs maxInterTokenLatencyMs
+    ("latency with slo", edits((SPEC, {"autotune": {"objective": "Latency", "maxInterTokenLatencyMs": 40}})), OK),
+    ("latency without slo", edits((SPEC, {"autotune": {"objective": "Latency"}})), [(ITL, "SLO")]),
+    ("throughput without slo", edits((SPEC, {"autotune": {"objective": "Throughput"}})), OK),
+    # nccl.env keys ^NCCL_[A-Z0-9_]+$, NCCL_NVLS_ENABLE only '0'
+    ("nccl key with one character", edits((ENV, {"NCCL_A": "1"})), OK),
+    ("nccl key with digits and underscores", edits((ENV, {"NCCL_P2P_LEVEL_2": "1"})), OK),
+    ("nccl key prefix only", edits((ENV, {"NCCL_": "1"})), [(ENV, "^NCCL_")]),
+    ("nccl key lowercase", edits((ENV, {"NCCL_a": "1"})), [(ENV, "^NCCL_")]),
+    ("nccl key not at start", edits((ENV, {"XNCCL_A": "1"})), [(ENV, "^NCCL_")]),
+    ("nccl key with a dash", edits((ENV, {"NCCL_A-B": "1"})), [(ENV, "^NCCL_")]),
+    ("nvls off", edits((ENV, {"NCCL_NVLS_ENABLE": "0"})), OK),
+    ("nvls on", edits((ENV, {"NCCL_NVLS_ENABLE": "1"})), [(ENV, "multicast")]),
+    ("nvls empty", edits((ENV, {"NCCL_NVLS_ENABLE": ""})), [(ENV, "multicast")]),
+    # runtime.extraArgs may not set managed flags (whole flag names, with or without =value)
+    ("managed flag", edits((ARGS, ["--tp-size"])), [(ARGS, "may not set flags")]),
+    ("managed flag with value", edits((ARGS, ["--tp-size=2"])), [(ARGS, "may not set flags")]),
+    ("managed flag as a later argument", edits((ARGS, ["--log-level", "info", "--port"])),
+     [(ARGS, "may not set flags")]),
+    ("longer flag sharing a managed prefix", edits((ARGS, ["--tp-sizes"])), OK),
+    ("single-dash spelling", edits((ARGS, ["-tp-size"])), OK),
+    ("managed flag as a value", edits((ARGS, ["--log-level", "tp-size"])), OK),
+    ("any --speculative-* flag", edits((ARGS, ["--speculative-attention-mode=prefill"])),
+     [(ARGS, "may not set flags")]),
+    ("bare --speculative", edits((ARGS, ["--speculative"])), OK),
+    ("--enable-metrics", edits((ARGS, ["--enable-metrics"])), [(ARGS, "may not set flags")]),
+    ("--enable-metrics-for-all-schedulers", edits((ARGS, ["--enable-metrics-for-all-schedulers"])), OK),
+    # runtime.port != runtime.controlPort
+    ("control port = port + 1", edits(("spec.runtime", {"port": 8000, "controlPort": 8001})), OK),
+    ("control port = port", edits(("spec.runtime", {"port": 8000, "controlPort": 8000})),
+     [(CONTROL_PORT, "must differ")]),
+    # model: a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]
+    ("model absolute path", edits((TARGET_MODEL, "/models/t")), OK),
+    ("model relative path", edits((TARGET_MODEL, "models/t")), OK),
+    ("model s3://", edits((TARGET_MODEL, "s3://b/t")), [(TARGET_MODEL, "other schemes")]),
+    ("model file://", edits((DRAFT_MODEL, "file:///d")), [(DRAFT_MODEL, "other schemes")]),
+    ("pvc claim only", edits((TARGET_MODEL, "pvc://models")), OK),
+    ("pvc claim and path", edits((TARGET_MODEL, "pvc://models/llama/8b")), OK),
+    ("pvc uppercase claim", edits((TARGET_MODEL, "pvc://Models/t")), [(TARGET_MODEL, "pvc:// takes")]),
+    ("pvc hidden segment", edits((TARGET_MODEL, "pvc://models/.cache")), [(TARGET_MODEL, "pvc:// takes")]),
+    ("pvc empty claim", edits((TARGET_MODEL, "pvc:///t")), [(TARGET_MODEL, "pvc:// takes")]),
+    ("pvc draft with a hidden segment", edits((DRAFT_MODEL, "pvc://models/..")), [(DRAFT_MODEL, "pvc:// takes")]),
+    ("hf target name only", edits((TARGET_MODEL, "hf://name")), [(TARGET_MODEL, "hf:// takes")]),
+    ("hf org and name", edits((DRAFT_MODEL, "hf://org/name")), OK),
+    ("hf with revision", edits((DRAFT_MODEL, "hf://org/name@v1.0")), OK),
+    ("hf name only", edits((DRAFT_MODEL, "hf://name")), [(DRAFT_MODEL, "hf:// takes")]),
+    ("hf empty revision", edits((DRAFT_MODEL, "hf://org/name@")), [(DRAFT_MODEL, "hf:// takes")]),
+    # modelCache: claimName or sizeLimit, not both
+    ("cache claim", edits(("spec.modelCache", {"claimName": "hf-cache"})), OK),
+    ("cache size", edits(("spec.modelCache", {"sizeLimit": "10Gi"})), OK),
+    ("cache both", edits(("spec.modelCache", {"claimName": "hf-cache", "sizeLimit": "10Gi"})),
+     [("spec.modelCache.sizeLimit", "not both")]),
+]
+
+
+def boundary_cases() -> list[tuple[str, dict]]:
+    """The table's documents for the parity corpus (the API server judges them there)."""
+    return [(f"boundary:{i}", doc) for i, doc, _ in BOUNDARIES]
