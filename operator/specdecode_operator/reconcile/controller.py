@@ -235,8 +235,9 @@ class Controller:
 
     # ------------------------------------------------------------------ the resync sweep
     async def _sweep(self) -> None:
-        """Every ``resync_seconds``, queue the objects whose last pass ended at least that long ago: the
-        level-based fallback for what sends no event. An object with a recent pass already looked.
+        """Every ``resync_seconds``, queue the objects whose last pass ended at least half that long ago: the
+        level-based fallback for what sends no event, so every object is looked at once per period. An object with
+        a recent pass (an event within the last half period) already looked.
 
         While the queue still holds event-driven work (a creation wave), the sweep waits for it to drain, for at
         most one more period: its passes would only find what the queued ones are about to do, and delay them."""
@@ -250,5 +251,7 @@ class Controller:
                 waited += step
             now = time.monotonic()
             for uid, entry in list(self.objects.items()):
-                if now - entry.state.passed_at >= period:
+                # half a period, not a whole one: the previous sweep's passes ended just after it fired, so at the
+                # next sweep they are a little less than a period old and would wait for a second period
+                if now - entry.state.passed_at >= period / 2:
                     self.queue.add(uid)
