@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""Served throughput of one server under a steady load, per batch: static step counts side by side with the
+operator's own tuner driving the server in Live mode, and what the tuner's goodput model predicts.
+
+Why this exists: a speedup claimed for autotuning is only worth the tuner that produced it. Here the pure
+``Tuner`` of the operator (the same class the operator's tuning loop steps) gets exactly what it gets in a cluster —
+the pod's ``/metrics`` text, parsed by the operator's ``parse_metrics``, every ``--interval`` seconds — and its step
+tables go to the pod's control API with a bearer token, as the operator's pusher sends them. Nothing here tells it
+the measured tok/s of a step count.
+
+Servers (``--server``):
+  nospec   stock ``sglang.launch_server`` without speculation (the baseline);
+  stock:K  stock SGLang EAGLE-3, K steps, top-k 1 (one server per K: stock SGLang cannot change K while running);
+  live     ``specdecode-runtime launch`` with Live tiers 1..7 (steps 0 served as well): static tiers are set by PUTs
+           of one-tier tables, then the tuner runs from ``--initial-steps``.
+
+Load: ``B`` client threads, each sending greedy requests back to back (``ignore_eos``, fixed output length) with
+prompts cut from held-out text; tok/s in a window counts each request's output tokens pro rata over the part of its
+lifetime inside the window (prefill of new requests included: this is served throughput, not decode alone).
+
+Usage (GPU machine, kit installed; see h200_live.sh):
+  python3 bench/gpu/trained/live_tune.py --server live --target T --draft D --heldout H --out live.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--max-running-requests", "32",
+               "--max-total-tokens", "131072", "--disable-prefill-cuda-graph", "--cuda-graph-max-bs-decode", "32",
+               "--cuda-graph-bs-decode", "1", "4", "8", "16", "32", "--enable-metrics", "--log-level", "warning"]
+LIVE_TIERS = [1, 2, 3, 4, 5, 6, 7]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body: dict | None = None, token: str | None = None, timeout: float = 120.0):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback server
+        raw = r.read(8 << 20)
+    return r.status, raw
+
+
+def prompts_from(heldout: Path, n: int, chars: int) -> list[str]:
+    """``n`` prompts of about ``chars`` characters, cut at line starts from held-out text (never trained on)."""
+    text = heldout.read_text(errors="replace")
+    out, pos = [], 0
+    while len(out) < n and pos < len(text):
+        start = text.find("\n", pos)
+        if start < 0:
+            break
+        chunk = text[start + 1:start + 1 + chars]
+        if len(chunk.strip()) > chars // 2:
+            out.append(chunk)
+        pos = start + 1 + 4 * chars
+    if not out:
+        raise SystemExit(f"{heldout}: no prompts of {chars} characters")
+    return out
+
+
+class Load:
+    """``batch`` threads sending requests back to back; records (start, end, output tokens) per request."""
+
+    def __init__(self, url: str, prompts: list[str], batch: int, max_new_tokens: int):
+        self.url, self.prompts, self.batch, self.n = url, prompts, batch, max_new_tokens
+        self.records: list[tuple[float, float, int]] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(batch)]
+
+    def _run(self, i: int) -> None:
+        j = i
+        while not self.stop.is_set():
+            body = {"text": self.prompts[j % len(self.prompts)],
+                    "sampling_params": {"max_new_tokens": self.n, "temperature": 0.0, "ignore_eos": True}}
+            j += self.batch
+            t0 = time.perf_counter()
+            try:
+                _, raw = http("POST", self.url + "/generate", body, timeout=300)
+                out = json.loads(raw)
+                toks = int((out.get("meta_info") or {}).get("completion_tokens") or len(out.get("output_ids") or []))
+            except Exception as exc:  # a failed request is reported, not counted
+                with self.lock:
+                    self.errors.append(repr(exc)[:300])
+                time.sleep(0.5)
+                continue
+            with self.lock:
+                self.records.append((t0, time.perf_counter(), toks))
+
+    def start(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            if t.ident is not None:  # started
+                t.join(timeout=120)
+
+    def tokens_per_s(self, t0: float, t1: float) -> float:
+        with self.lock:
+            recs = list(self.records)
+        tok = 0.0
+        for a, b, n in recs:
+            if b <= a:
+                continue
+            overlap = min(b, t1) - max(a, t0)
+            if overlap > 0:
+                tok += n * overlap / (b - a)
+        return tok / (t1 - t0)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode} before it was ready")
+        try:
+            st, _ = http("GET", url + "/get_model_info", timeout=5)
+            if st == 200:
+                http("POST", url + "/generate", {"text": "def f(x):", "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}})
+                return time.time() - t0
+        except Exception:
+            pass
+        time.sleep(1.0)
+    raise SystemExit(f"server not ready after {timeout_s} s")
+
+
+def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
+    port = free_port()
+    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    control: dict = {}
+    common = ["--host", "127.0.0.1", "--port", str(port)] + SGLANG_ARGS
+    if a.server == "nospec":
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target] + common
+    elif a.server.startswith("stock:"):
+        k = int(a.server.split(":", 1)[1])
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target,
+               "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", a.draft,
+               "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+               "--speculative-num-draft-tokens", str(k + 1)] + common
+    elif a.server == "live":
+        import yaml
+
+        token = secrets.token_urlsafe(24)
+        token_file = work / "control-token"
+        token_file.write_text(token)
+        control = {"port": free_port(), "token": token}
+        doc = {"apiVersion": "specdecode.io/runtime/v1", "name": "trained-live",
+               "target": {"model": a.target, "tensorParallelSize": 1},
+               "draft": {"model": a.draft, "algorithm": "EAGLE3", "tensorParallelSize": 1},
+               "speculative": {"numSteps": a.initial_steps, "eagleTopK": 1, "candidateSteps": LIVE_TIERS,
+                               "autotune": {"mode": "Live", "minSteps": 1, "maxSteps": 7}},
+               "nccl": {"profile": "None", "preflight": False},
+               "server": {"port": port, "controlPort": control["port"], "tokenFile": str(token_file)},
+               "topology": {"nodes": 1, "gpusPerNode": 1}}
+        cfg = work / "runtime.yaml"
+        cfg.write_text(yaml.safe_dump(doc, sort_keys=True))
+        extra = [x for x in SGLANG_ARGS if x != "--enable-metrics"]  # launch sets it (our series share /metrics)
+        cmd = [sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(cfg), "--"] + extra
+    else:
+        raise SystemExit(f"--server {a.server!r}: allowed nospec, stock:K, live")
+    log = open(work / f"server-{a.server.replace(':', '_')}.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, f"http://127.0.0.1:{port}", control
+
+
+def put_table(control: dict, body: dict) -> int:
+    from specdecode_runtime.contract.step_table import STEPS_PATH
+
+    st, _ = http("PUT", f"http://127.0.0.1:{control['port']}{STEPS_PATH}", body, token=control["token"], timeout=10)
+    return st
+
+
+def single(steps: int) -> dict:
+    from specdecode_runtime.contract.step_table import StepTable
+
+    return StepTable.single(steps).to_json()
+
+
+def replay(url: str, prompts: list[str], batch: int, per_thread: int, max_new_tokens: int) -> float:
+    """tok/s of one fixed set of requests (``batch`` threads, ``per_thread`` prompts each, the same prompts for every
+    configuration) from the first send to the last answer: every configuration generates the same content, so the
+    window noise of a steady load (what is in flight changes acceptance) is not in the comparison."""
+    load = Load(url, prompts, batch, max_new_tokens)
+    done = threading.Barrier(batch + 1)
+
+    def worker(i: int) -> None:
+        try:
+            for j in range(per_thread):
+                body = {"text": prompts[(i + j * batch) % len(prompts)],
+                        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True}}
+                t0 = time.perf_counter()
+                _, raw = http("POST", url + "/generate", body, timeout=300)
+                out = json.loads(raw)
+                toks = int((out.get("meta_info") or {}).get("completion_tokens") or len(out.get("output_ids") or []))
+                with load.lock:
+                    load.records.append((t0, time.perf_counter(), toks))
+        except Exception as exc:
+            with load.lock:
+                load.errors.append(repr(exc)[:300])
+        finally:
+            done.wait()
+
+    t0 = time.perf_counter()
+    for i in range(batch):
+        threading.Thread(target=worker, args=(i,), daemon=True).start()
+    done.wait(timeout=900)
+    if load.errors:
+        raise RuntimeError(f"replay: {len(load.errors)} requests failed, first: {load.errors[0]}")
+    return sum(n for _, _, n in load.records) / (time.perf_counter() - t0)
+
+
+def measure_static(load: Load, settle_s: float, window_s: float) -> float:
+    time.sleep(settle_s)
+    t0 = time.perf_counter()
+    time.sleep(window_s)
+    return load.tokens_per_s(t0, time.perf_counter())
+
+
+def greedy_outputs(url: str, prompts: list[str], n: int) -> list[list[int]]:
+    """Output ids of greedy requests sent one at a time (no batching effects), to compare servers token by token."""
+    outs = []
+    for text in prompts:
+        _, raw = http("POST", url + "/generate", {"text": text, "sampling_params": {
+            "max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}})
+        outs.append(list(json.loads(raw).get("output_ids") or []))
+    return outs
+
+
+def scrape(url: str) -> str:
+    _, raw = http("GET", url + "/metrics", timeout=10)
+    return raw.decode(errors="replace")
+
+
+def run_live(a, url: str, control: dict, load: Load, batch: int) -> dict:
+    """The operator's tuner on this pod: scrape, step, push when the table changes; tok/s per interval."""
+    from specdecode_operator.tuner.snapshot import parse_metrics
+    from specdecode_operator.tuner.tuner import Tuner, TunerConfig
+    from specdecode_runtime.contract.goodput import goodput
+    from specdecode_runtime.contract.metric_names import bucket_label
+
+    autotune = SimpleNamespace(mode="Live", minSteps=1, maxSteps=7, intervalSeconds=a.interval,
+                               objective="Throughput", maxInterTokenLatencyMs=None)
+    tuner = Tuner(TunerConfig.from_autotune(autotune, a.initial_steps))
+    put_table(control, single(a.initial_steps))
+    trace, t_start = [], time.perf_counter()
+    prev = t_start
+    while time.perf_counter() - t_start < a.live_seconds:
+        time.sleep(max(0.0, prev + a.interval - time.perf_counter()))
+        now = time.perf_counter()
+        snap = parse_metrics(scrape(url), "pod-0", now)
+        d = tuner.step(now, [snap])
+        pushed = put_table(control, d.step_table_body()) if d.changed else None
+        trace.append({"t": round(now - t_start, 2), "tokens_per_s": round(load.tokens_per_s(prev, now), 1),
+                      "table": d.table, "pushed": pushed,
+                      "reasons": {k: f"{r.choice.kind}: {r.choice.reason}" for k, r in d.buckets.items()}})
+        prev = now
+    t_end = time.perf_counter()
+    label = bucket_label(batch)
+    cost, source = tuner.cost(label)
+    alphas = tuner._acceptance(label, t_end, 8).alphas if label in tuner.estimator.windows else None
+    predicted = {}
+    if cost is not None and alphas:
+        predicted = {str(k): round(goodput(alphas, cost, k, batch), 1) for k in [0] + LIVE_TIERS}
+    return {"trace": trace, "final_table": tuner.table(),
+            "tokens_per_s_last": round(load.tokens_per_s(t_end - a.window, t_end), 1),
+            "tokens_per_s_whole": round(load.tokens_per_s(t_start, t_end), 1),
+            "cost_source": source, "alphas": [round(x, 4) for x in (alphas or [])],
+            "refined_cost_ms": {str(k): round(cost.cycle_ms(k, batch), 4) for k in [0] + LIVE_TIERS} if cost else None,
+            "predicted_tokens_per_s": predicted}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True, help="nospec | stock:K | live")
+    p.add_argument("--target", required=True)
+    p.add_argument("--draft", default="")
+    p.add_argument("--heldout", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--batches", default="1,8,32")
+    p.add_argument("--statics", default="0,1,2,3,4,5,6,7", help="live server: step counts measured statically")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--prompt-chars", type=int, default=240)
+    p.add_argument("--settle", type=float, default=2.0)
+    p.add_argument("--window", type=float, default=6.0)
+    p.add_argument("--interval", type=float, default=5.0, help="tuner interval (the CRD's minimum is 5 s)")
+    p.add_argument("--live-seconds", type=float, default=50.0)
+    p.add_argument("--initial-steps", type=int, default=3)
+    p.add_argument("--replay", type=int, default=0,
+                   help="N > 0: measure every static point (and the tuner's final table) on one fixed set of N "
+                        "requests per client thread instead of a window of the steady load")
+    p.add_argument("--check-prompts", type=int, default=8, help="greedy outputs kept to compare servers")
+    p.add_argument("--check-tokens", type=int, default=64)
+    a = p.parse_args()
+    if a.server != "nospec" and not a.draft:
+        p.error("--draft is required for stock:K and live")
+    work = Path(tempfile.mkdtemp(prefix="live-tune-"))
+    prompts = prompts_from(a.heldout, 256, a.prompt_chars)
+    proc, url, control = start_server(a, work)
+    result: dict = {"server": a.server, "args": {k: str(v) for k, v in vars(a).items()}, "batches": {}}
+    try:
+        result["ready_s"] = round(wait_ready(url, proc, 600), 1)
+        if a.server == "live":
+            put_table(control, single(a.initial_steps))
+        result["greedy"] = greedy_outputs(url, prompts[:a.check_prompts], a.check_tokens)
+        for b in [int(x) for x in a.batches.split(",")]:
+            load = Load(url, prompts, b, a.max_new_tokens)
+            if not a.replay or a.server == "live":
+                load.start()
+            row: dict = {}
+            measure = (lambda: replay(url, prompts, b, a.replay, a.max_new_tokens)) if a.replay else (
+                lambda: measure_static(load, a.settle, a.window))
+            try:
+                if a.server == "live":
+                    row["static"] = {}
+                    if a.replay:
+                        load.close()  # statics replay the fixed set alone; the load comes back for the tuner
+                    for k in [int(x) for x in a.statics.split(",")]:
+                        try:
+                            put_table(control, single(k))
+                        except urllib.error.HTTPError as exc:  # a tier the pod does not serve: say so, go on
+                            row.setdefault("refused", {})[str(k)] = f"{exc.code}: {exc.read(2000).decode(errors='replace')}"
+                            print(f"b{b} static k={k}: refused {row['refused'][str(k)]}", flush=True)
+                            continue
+                        row["static"][str(k)] = round(measure(), 1)
+                        print(f"b{b} static k={k}: {row['static'][str(k)]} tok/s", flush=True)
+                    if a.replay:
+                        load = Load(url, prompts, b, a.max_new_tokens).start()
+                    row["live"] = run_live(a, url, control, load, b)
+                    if a.replay:  # the tuner's final table on the same fixed set as the statics
+                        load.close()
+                        put_table(control, {"table": [{"minBatch": lo, "steps": k} for lo, k in
+                                                      row["live"]["final_table"]]})
+                        row["live"]["tokens_per_s_replay"] = round(measure(), 1)
+                    best_k = max(row["static"], key=lambda k: row["static"][k])
+                    row["best_static"] = {"steps": int(best_k), "tokens_per_s": row["static"][best_k]}
+                    live_tps = row["live"].get("tokens_per_s_replay") or row["live"]["tokens_per_s_last"]
+                    row["live_over_best_static"] = round(live_tps / row["static"][best_k], 4)
+                    print(f"b{b} live: {row['live']['tokens_per_s_last']} tok/s (table {row['live']['final_table']}),"
+                          f" best static k={best_k} {row['static'][best_k]}", flush=True)
+                else:
+                    row["tokens_per_s"] = round(measure() if a.replay else measure_static(load, a.settle, 2 * a.window), 1)
+                    print(f"b{b} {a.server}: {row['tokens_per_s']} tok/s", flush=True)
+            finally:
+                load.close()
+            row["requests"] = len(load.records)
+            row["errors"] = load.errors[:5]
+            result["batches"][str(b)] = row
+            a.out.write_text(json.dumps(result, indent=1))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except Exception:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log = next(work.glob("server-*.log"), None)
+        if log:
+            result["server_log_tail"] = log.read_text(errors="replace")[-4000:]
+        a.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
