@@ -145,3 +145,63 @@ def test_hold_says_why():
     assert hold(r, 7, 0.0, 0.0).reason == "steps=7 is the model's best"
     ch = hold(r, 6, 0.01, 0.005)
     assert ch.steps == 7 and "hysteresis" in ch.reason and "cost doubt" in ch.reason
+
+
+# The rollback test on content that changed between the two intervals. Measured on a trained model at batch 1
+# (bench/results/gpu_h200_trained_load.md): intervals at one unchanged step count varied by +-12 % with what was being
+# generated, and a 7 -> 5 rollback fired on a -12.5 % interval although 7 was the best static step count.
+EASY, HARD = (0.85,) * 8, (0.70,) * 8
+
+
+def _switched(latest_before):
+    """5 -> 7 switched with the interval before the change measured at 100 tok/s on ``latest_before`` content."""
+    st = BucketState(steps=5)
+    r = round_of(st)
+    r.latest = latest_before
+    gain, doubt = r.gain_and_doubt(7)
+    assert switch(r, 7, gain, doubt, measured_goodput=100.0, measured_cycle_s=None).steps == 7
+    st.steps = 7  # the tuner applies the choice
+    return st
+
+
+def test_harder_content_after_a_change_is_not_taken_for_a_worse_step_count():
+    from specdecode_runtime.contract.goodput import expected_tokens
+
+    st = _switched(EASY)
+    assert st.rollback_content == EASY
+    # On the harder text 7 makes 1 % more than 5 would have made of it: tok/s fell with the text, not the step.
+    harder = 100.0 * expected_tokens(HARD, 5) / expected_tokens(EASY, 5) * 1.01
+    assert harder < 97.0  # the raw drop is well past the 3 % noise floor...
+    r = round_of(st, now=110.0)
+    r.latest = HARD
+    assert judge_rollback(r, measured_goodput=harder, measured_cycle_s=None) is None  # ...and it is not rolled back
+    assert st.judged_at == 110.0 and not st.blocked and st.rollback_content is None
+
+
+def test_a_worse_step_count_on_the_same_content_is_still_rolled_back():
+    st = _switched(HARD)
+    r = round_of(st, now=110.0)
+    r.latest = HARD
+    ch = judge_rollback(r, measured_goodput=90.0, measured_cycle_s=None)
+    assert (ch.kind, ch.steps) == ("rollback", 5) and 7 in st.blocked
+
+
+def test_easier_content_does_not_hide_a_worse_step_count():
+    from specdecode_runtime.contract.goodput import expected_tokens
+
+    st = _switched(HARD)
+    # Easier text after the change lifts tok/s by the content alone; the step change itself lost 10 %.
+    measured = 100.0 * expected_tokens(EASY, 5) / expected_tokens(HARD, 5) * 0.9
+    assert measured > 100.0  # raw: it looks like a gain
+    r = round_of(st, now=110.0)
+    r.latest = EASY
+    ch = judge_rollback(r, measured_goodput=measured, measured_cycle_s=None)
+    assert ch is not None and (ch.kind, ch.steps) == ("rollback", 5)
+
+
+def test_without_per_interval_acceptance_the_raw_comparison_stands():
+    st = BucketState(steps=7, pending_rollback=(5, 100.0, 0.9))
+    r = round_of(st)
+    assert r.latest is None
+    ch = judge_rollback(r, measured_goodput=90.0, measured_cycle_s=None)
+    assert ch.kind == "rollback"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from specdecode_runtime.contract.goodput import CycleCost
 
@@ -276,6 +277,22 @@ class Estimator:
                 lower[i] = min(lower[i], alphas[i])
                 upper[i] = max(upper[i], alphas[i])
         return Acceptance(alphas, lower, upper, attempts, observed)
+
+    def latest_alphas(self, label: str, fallback: Sequence[float]) -> list[float]:
+        """Conditional acceptance per position in the bucket's latest interval alone, ``fallback`` (the window's
+        estimate) where that interval attempted a position fewer than ``min_attempts`` times. Why: acceptance depends
+        on what is being generated, and one interval's content can differ from the next by more than a step change
+        does (measured on a trained model at batch 1: intervals at one step count varying by +-12 %), so a rollback
+        test compares the step counts on the same interval's content (policy ``judge_rollback``)."""
+        d = self.last_interval.get(label)
+        out = list(fallback)
+        if d is None:
+            return out
+        for pos in range(1, len(out) + 1):
+            att = d.attempts.get(pos, 0.0)
+            if att >= self.min_attempts:
+                out[pos - 1] = d.accepted.get(pos, 0.0) / att
+        return out
 
     def phase_ms(self, label: str) -> dict[str, float]:
         """Mean milliseconds per cycle in each phase; 'draft_step' is per draft step."""

@@ -54,6 +54,7 @@ class BucketState:
     probing_from: int | None = None  # set while a probe interval runs: the step count to return to
     pending_rollback: tuple[int, float, float] | None = None  # (from_steps, measured goodput before, acceptance@1)
     rollback_cycle_s: float | None = None  # measured seconds per cycle before the change (coupled rollback test)
+    rollback_content: tuple[float, ...] | None = None  # acceptance per position in the interval before the change
     last_direction: int = 0  # +1 / -1: the direction of the last change
     judged_at: float = -math.inf  # when the last change passed its one-clean-interval rollback test
     blocked: dict[int, float] = field(default_factory=dict)  # steps -> blocked until
@@ -137,17 +138,20 @@ def choose(
     workload_changed: bool = False,
     aggregate: Aggregate | None = None,
     measured_cycle_s: float | None = None,
+    latest_alphas: Sequence[float] | None = None,
 ) -> Choice:
     """One bucket's step count for the next interval. The stages, in order, each either decide or pass on: enough
     data? -> a probe that just ran -> the rollback test of the last change -> a switch to the model's best
     (cautious downwards, held by hysteresis, cost doubt and cooldown) -> a probe of the next unobserved position
-    -> hold. ``state`` is updated in place."""
+    -> hold. ``state`` is updated in place. ``latest_alphas``: acceptance per position in the latest interval
+    alone (estimator ``latest_alphas``), which lets the rollback test tell the step change from the content."""
     cur = state.steps
     expire_blocks(state, now)
     allowed = [steps for steps in cfg.allowed() if steps not in state.blocked or steps == cur]
     if samples < cfg.min_samples:
         return Choice(cur, "wait", f"{samples:.0f} cycles in window < minimum {cfg.min_samples:.0f}")
     r = Round.of(cfg, state, acc, cost, batch, now, allowed, workload_changed, aggregate)
+    r.latest = tuple(latest_alphas) if latest_alphas else None
     choice = after_probe(r)
     if choice is None:
         choice = judge_rollback(r, measured_goodput, measured_cycle_s)
@@ -175,6 +179,7 @@ class Round:
     agg: Aggregate | None
     g: dict[int, float] = field(default_factory=dict)
     score: dict[int, float] = field(default_factory=dict)
+    latest: tuple[float, ...] | None = None  # acceptance per position in the latest interval alone
 
     @classmethod
     def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CycleCost, batch: float, now: float,
@@ -266,7 +271,9 @@ def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: f
         return None
     back, before, _ = state.pending_rollback
     sec_before, state.rollback_cycle_s = state.rollback_cycle_s, None
+    content_before, state.rollback_content = state.rollback_content, None
     state.pending_rollback = None
+    before = before * content_factor(back, content_before, r.latest)
     if r.agg is not None and sec_before and measured_cycle_s:
         # Judged the way it was chosen: what the measured change did to the deployment's tokens/s.
         change = coupled_gain(measured_goodput * measured_cycle_s, measured_cycle_s, before * sec_before,
@@ -283,6 +290,17 @@ def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: f
                       f"{change:+.1%}", change, r.g)
     state.judged_at = r.now
     return None
+
+
+def content_factor(steps: int, before: Sequence[float] | None, after: Sequence[float] | None) -> float:
+    """How much more (or less) the step count ``steps`` would have emitted per cycle on the content of the interval
+    after a change than on that before it: E(after, steps) / E(before, steps), 1 without both curves. The goodput
+    measured before the change is scaled by it, so the rollback test compares the two step counts on the same
+    content and a harder stretch of text is not taken for a worse step count (nor an easier one for a better)."""
+    if not before or not after or steps <= 0:
+        return 1.0
+    e_before = expected_tokens(before, steps)
+    return expected_tokens(after, steps) / e_before if e_before > 0 else 1.0
 
 
 def cautious_best(r: Round) -> int:
@@ -320,6 +338,7 @@ def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: flo
     state.pending_rollback = ((cur, measured_goodput, r.acc.alphas[0] if r.acc.alphas else 0.0)
                               if measured_goodput else None)
     state.rollback_cycle_s = measured_cycle_s
+    state.rollback_content = r.latest
     r.changed_to(best)
     return Choice(best, "switch", f"predicted goodput {g[best]:.1f} vs {g[cur]:.1f} tok/s ({gain:+.1%})", gain, g)
 

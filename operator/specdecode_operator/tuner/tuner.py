@@ -366,6 +366,7 @@ class Tuner:
             workload_changed=label in report.changed_buckets,
             aggregate=aggregate,
             measured_cycle_s=est.measured_cycle_s(label),
+            latest_alphas=est.latest_alphas(label, acc.alphas),
         )
         if state.steps == 0 and choice.steps == 0 and acc.observed == 0 and choice.kind in ("hold", "wait"):
             # Nothing is drafted at steps=0, so acceptance goes stale; re-probe the smallest steps>0 now and then.
