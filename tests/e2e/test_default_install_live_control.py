@@ -1,0 +1,190 @@
+"""A default chart install gets Live step control in a new namespace that holds no Secret, on a real API server.
+
+`helm install` of the chart with its default values (CRDs included). There is no kubelet, so the test plays it
+(tests/k8s/kubelet.py): the operator runs as its own process with the installed Deployment's arguments and
+environment, the API credentials of the chart's ServiceAccount (held to the chart's RBAC) and the step-control token
+its projected volume asks for (TokenRequest: that ServiceAccount, that audience). In a namespace created afterwards,
+with nothing but its ``default`` ServiceAccount, a Live SpecDecodeDeployment's runtime pod is a process of its own
+(tests/k8s/runtime_pod.py) started from the Deployment the operator rendered: its environment, its runtime.yaml, its
+own projected token, verifying the operator's token against the API server's issuer keys. The test plays the
+Deployment and EndpointSlice controllers (ready replica, the pod's address); the tuner then moves the step table and
+the runtime accepts the PUT (200), with no ControlTokenUnavailable or StepTablePushFailed Event and no Secret.
+
+Clocks as in test_tuner_e2e.py: the operator's tuner runs 10x (``SPECDECODE_TUNE_INTERVAL_SCALE=0.1``, a
+test-only knob) and the runtime simulates at speed 10.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import yaml
+
+from specdecode_operator.config import OperatorConfig
+from specdecode_operator.render import names
+from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, RuntimeConfig
+from specdecode_runtime.contract.step_table import STEPS_PATH
+from tests.e2e.test_tuner_e2e import HIGH_ACCEPTANCE, scenario_doc, sdd
+from tests.k8s import tools
+from tests.k8s.apiserver import CHART, OperatorProcess
+from tests.k8s.cluster import Cluster, condition, wait_for
+from tests.k8s.envtest import free_port
+from tests.k8s.fixtures import ROOT
+from tests.k8s.kubelet import start_container, token_request
+from tests.k8s.realapi import started_environment
+
+RELEASE, OPERATOR_NS, NS = "sd", "specdecode-system", "team-live"
+SCALE, SPEED = 0.1, 10.0
+SLACK = 60.0  # a loaded 2-core machine: operator start, leader election, a few tuner intervals of 0.5 s wall
+
+
+@pytest.fixture
+def env(tmp_path):
+    env = started_environment(tmp_path / "envtest")
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+class ChartOperator(OperatorProcess):
+    """``specdecode operator run`` with the installed Deployment's container arguments and environment."""
+
+    def __init__(self, kubeconfig, log_path, args: list[str], environ: dict[str, str], liveness_port: int):
+        super().__init__(kubeconfig, (), log_path, liveness_endpoint=f"http://127.0.0.1:{liveness_port}/healthz")
+        self.args, self.environ = args, environ
+
+    def command(self) -> list[str]:
+        return [os.path.join(os.path.dirname(sys.executable), "specdecode"), "operator", "run", *self.args]
+
+    def environment(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "SPECDECODE_", "KUBERNETES_"))}
+        return {**base, **self.environ, "KUBECONFIG": self.kubeconfig}
+
+
+def get(env, path: str) -> dict:
+    status, out = env.request("GET", path)
+    assert status == 200, f"GET {path}: {status} {out}"
+    return out
+
+
+def operator_as_the_chart_deploys_it(env, tmp_path) -> ChartOperator:
+    deployment = get(env, f"/apis/apps/v1/namespaces/{OPERATOR_NS}/deployments/{RELEASE}-specdecode-operator")
+    template = deployment["spec"]["template"]
+    files = start_container(env, OPERATOR_NS, f"{RELEASE}-operator-0", template, tmp_path / "operator-pod")
+    kubeconfig = env.service_account_kubeconfig(OPERATOR_NS, template["spec"]["serviceAccountName"])
+    liveness = free_port()  # the pod's ports, moved off the fixed ones another process on this machine may hold
+    args = [a.replace("$(POD_NAME)", files.env["POD_NAME"]) for a in template["spec"]["containers"][0]["args"]
+            if not a.startswith("--liveness-port=")] + [f"--liveness-port={liveness}"]
+    environ = {**files.env, "SPECDECODE_METRICS_PORT": str(free_port()),
+               "SPECDECODE_TUNE_INTERVAL_SCALE": str(SCALE),
+               # where the operator reads its token in the pod (its default), as the chart's mount places it
+               "SPECDECODE_CONTROL_TOKEN_FILE": files.path(OperatorConfig().control_token_file)}
+    return ChartOperator(kubeconfig, tmp_path / "operator.log", args, environ, liveness)
+
+
+def runtime_pod(env, cluster: Cluster, name: str, tmp_path, ip: str) -> tuple[subprocess.Popen, RuntimeConfig, object]:
+    """The runtime container of the Deployment the operator rendered, as kubelet would start it."""
+    template = cluster.get("apps/v1", "deployments", name)["spec"]["template"]
+    files = start_container(env, NS, f"{name}-0", template, tmp_path / "runtime-pod")
+    config_file = files.path(f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}")
+    cfg = RuntimeConfig.from_yaml(open(config_file).read())
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(scenario_doc(HIGH_ACCEPTANCE)))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "SPECDECODE_", "KUBERNETES_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "tests.k8s.runtime_pod", "--ip", ip, "--config", config_file,
+         "--scenario", str(scenario), "--speed", str(SPEED), "--token-file", files.path(cfg.server.token_file)],
+        env={**base, **files.env}, cwd=ROOT, stdout=open(tmp_path / "runtime.log", "ab"), stderr=subprocess.STDOUT)
+    wait_for(lambda: proc.poll() is not None or "serving on" in (tmp_path / "runtime.log").read_text(), timeout=30,
+             what="the runtime pod listening")
+    assert proc.poll() is None, (tmp_path / "runtime.log").read_text()
+    return proc, cfg, files
+
+
+def pod_address() -> str:
+    """A non-loopback IPv4 address of this machine (EndpointSlices refuse loopback ones) for the runtime pod."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.254", 9))  # no packet is sent: this only picks the address of the outgoing route
+            ip = s.getsockname()[0]
+        except OSError:
+            ip = ""
+    if not ip or ip.startswith(("127.", "169.254.")):
+        pytest.skip("no non-loopback IPv4 address to give the runtime pod (EndpointSlices refuse loopback)")
+    return ip
+
+
+def publish_ready_endpoint(cluster: Cluster, name: str, pod: str, ip: str, cfg: RuntimeConfig) -> None:
+    """What the Deployment and EndpointSlice controllers would write once the pod is ready."""
+    cluster.make_ready("apps/v1", "deployments", name)
+    cluster.create("discovery.k8s.io/v1", "endpointslices", {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": f"{names.headless_service(name)}-0",
+                     "labels": {"kubernetes.io/service-name": names.headless_service(name)}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": True},
+                       "targetRef": {"kind": "Pod", "name": pod, "namespace": cluster.namespace}}],
+        "ports": [{"name": "http", "port": cfg.server.port, "protocol": "TCP"},
+                  {"name": "control", "port": cfg.server.control_port, "protocol": "TCP"}],
+    })
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, tmp_path):
+    tools.run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace",
+              kubeconfig=env.kubeconfig, home=tmp_path / "helm")
+    with operator_as_the_chart_deploys_it(env, tmp_path) as op:
+        # a namespace made after the install: only the ServiceAccount its controller would create
+        env.service_account_kubeconfig(NS, "default")
+        cluster = Cluster(env.configuration(), NS)
+        port = free_port()
+        cluster.create_sdd(sdd("live", "Live", 3, port))
+        wait_for(lambda: cluster.get("apps/v1", "deployments", "live"), timeout=SLACK, interval=0.2,
+                 what=f"the runtime Deployment:\n{op.log_tail()}")
+        ip = pod_address()
+        proc, cfg, files = runtime_pod(env, cluster, "live", tmp_path, ip)
+        try:
+            publish_ready_endpoint(cluster, "live", "live-0", ip, cfg)
+            log = tmp_path / "runtime.log"
+            try:
+                wait_for(lambda: f"PUT {STEPS_PATH} HTTP/1.1 200" in log.read_text(), timeout=SLACK, interval=0.2,
+                         what="an accepted step-table PUT")
+            except AssertionError as e:
+                raise AssertionError(f"{e}\nruntime:\n{log.read_text()[-3000:]}\noperator:\n{op.log_tail()}\n"
+                                     f"status: {cluster.get_sdd('live').get('status')}") from None
+            pushes = [line for line in log.read_text().splitlines() if line.startswith(f"PUT {STEPS_PATH}")]
+            assert pushes and all(line.endswith(" 200") for line in pushes), pushes
+            # the runtime runs the table the tuner reports, moved from the rendered 3 steps
+            operator_token = token_request(env, OPERATOR_NS, f"{RELEASE}-specdecode-operator",
+                                           files.env["SPECDECODE_CONTROL_AUDIENCE"], 600)
+
+            def same_table():
+                req = urllib.request.Request(f"http://{ip}:{cfg.server.control_port}{STEPS_PATH}",
+                                             headers={"Authorization": f"Bearer {operator_token}"})
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    running = json.loads(r.read())["table"]
+                reported = ((cluster.get_sdd("live").get("status") or {}).get("speculative") or {}).get("stepTable")
+                steps = lambda t: [(b["minBatch"], b["steps"]) for b in t or []]  # noqa: E731
+                return running if steps(running) == steps(reported) else None
+
+            running = wait_for(same_table, timeout=SLACK, interval=0.2, what="status and runtime agree")
+            assert running[0]["steps"] != 3, running
+            # nothing but the ServiceAccount token could have been accepted: the shared token's file is absent
+            assert not os.path.exists(files.path(cfg.server.token_file))
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        events = cluster.list("v1", "events")
+        reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == "live"}
+        assert not reasons & {"ControlTokenUnavailable", "StepTablePushFailed"}, reasons
+        assert cluster.list("v1", "secrets") == [], "Live step control made a Secret"
+        assert condition(cluster.get_sdd("live"), "SpecValid")["status"] == "True"
+        cluster.close()
