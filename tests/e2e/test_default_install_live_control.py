@@ -9,6 +9,10 @@ with nothing but its ``default`` ServiceAccount, a Live SpecDecodeDeployment's r
 own projected token, verifying the operator's token against the API server's issuer keys. The test plays the
 Deployment and EndpointSlice controllers (ready replica, the pod's address); the tuner then moves the step table and
 the runtime accepts the PUT (200), with no ControlTokenUnavailable or StepTablePushFailed Event and no Secret.
+The operator's /metrics, secured as the chart configures it, answers 401 without a token, 403 to a ServiceAccount
+without the chart's metrics-reader ClusterRole and 200 to one bound to it, and counts the accepted PUTs.
+
+The same install with ``nameOverride`` and ``fullnameOverride`` (other object and ServiceAccount names) tunes too.
 
 Clocks as in test_tuner_e2e.py: the operator's tuner runs 10x (``SPECDECODE_TUNE_INTERVAL_SCALE=0.1``, a
 test-only knob) and the runtime simulates at speed 10.
@@ -18,18 +22,25 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import pytest
 import yaml
-
 from specdecode_operator.config import OperatorConfig
 from specdecode_operator.render import names
-from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, RuntimeConfig
+from specdecode_runtime.contract.config import (
+    CONFIG_FILE_NAME,
+    CONFIG_MOUNT_DIR,
+    RuntimeConfig,
+)
 from specdecode_runtime.contract.step_table import STEPS_PATH
+
 from tests.e2e.test_tuner_e2e import HIGH_ACCEPTANCE, scenario_doc, sdd
 from tests.k8s import tools
 from tests.k8s.apiserver import CHART, OperatorProcess
@@ -75,18 +86,61 @@ def get(env, path: str) -> dict:
 
 
 def operator_as_the_chart_deploys_it(env, tmp_path) -> ChartOperator:
-    deployment = get(env, f"/apis/apps/v1/namespaces/{OPERATOR_NS}/deployments/{RELEASE}-specdecode-operator")
-    template = deployment["spec"]["template"]
+    listed = get(env, f"/apis/apps/v1/namespaces/{OPERATOR_NS}/deployments?labelSelector="
+                      "app.kubernetes.io/component%3Doperator")["items"]
+    assert len(listed) == 1, [d["metadata"]["name"] for d in listed]
+    template = listed[0]["spec"]["template"]
     files = start_container(env, OPERATOR_NS, f"{RELEASE}-operator-0", template, tmp_path / "operator-pod")
     kubeconfig = env.service_account_kubeconfig(OPERATOR_NS, template["spec"]["serviceAccountName"])
     liveness = free_port()  # the pod's ports, moved off the fixed ones another process on this machine may hold
     args = [a.replace("$(POD_NAME)", files.env["POD_NAME"]) for a in template["spec"]["containers"][0]["args"]
             if not a.startswith("--liveness-port=")] + [f"--liveness-port={liveness}"]
+    assert files.env["SPECDECODE_METRICS_PORT"] != "0"
     environ = {**files.env, "SPECDECODE_METRICS_PORT": str(free_port()),
                "SPECDECODE_TUNE_INTERVAL_SCALE": str(SCALE),
                # where the operator reads its token in the pod (its default), as the chart's mount places it
                "SPECDECODE_CONTROL_TOKEN_FILE": files.path(OperatorConfig().control_token_file)}
-    return ChartOperator(kubeconfig, tmp_path / "operator.log", args, environ, liveness)
+    op = ChartOperator(kubeconfig, tmp_path / "operator.log", args, environ, liveness)
+    op.metrics_port = int(environ["SPECDECODE_METRICS_PORT"])
+    op.service_account = template["spec"]["serviceAccountName"]
+    return op
+
+
+def scrape(port: int, token: str | None) -> tuple[int, str]:
+    """GET the operator's /metrics over HTTPS (its self-signed certificate: the ServiceMonitor skips verification)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    req = urllib.request.Request(f"https://127.0.0.1:{port}/metrics",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=context) as r:
+            return r.status, r.read(1 << 20).decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+
+
+def check_metrics_access(env, op: ChartOperator) -> float:
+    """The operator's /metrics as the chart serves it: 401 without a token, 403 for a ServiceAccount not bound to the
+    chart's metrics-reader ClusterRole, 200 for one bound to it. Returns the count of step-table PUTs that succeeded."""
+    (reader,) = [r["metadata"]["name"] for r in
+                 get(env, "/apis/rbac.authorization.k8s.io/v1/clusterroles?labelSelector="
+                          "app.kubernetes.io/managed-by%3DHelm")["items"] if r["metadata"]["name"].endswith("-metrics-reader")]
+    for name in ("prometheus", "intruder"):
+        env.service_account_kubeconfig("monitoring", name)
+    status, out = env.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "prometheus-specdecode"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]})
+    assert status == 201, out
+    assert scrape(op.metrics_port, None)[0] == 401
+    assert scrape(op.metrics_port, token_request(env, "monitoring", "intruder", None, 600))[0] == 403
+    status, text = scrape(op.metrics_port, token_request(env, "monitoring", "prometheus", None, 600))
+    assert status == 200
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "specdecode_tuner_table_pushes_total" and s.labels.get("result") == "ok")
 
 
 def runtime_pod(env, cluster: Cluster, name: str, tmp_path, ip: str) -> tuple[subprocess.Popen, RuntimeConfig, object]:
@@ -94,14 +148,15 @@ def runtime_pod(env, cluster: Cluster, name: str, tmp_path, ip: str) -> tuple[su
     template = cluster.get("apps/v1", "deployments", name)["spec"]["template"]
     files = start_container(env, NS, f"{name}-0", template, tmp_path / "runtime-pod")
     config_file = files.path(f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}")
-    cfg = RuntimeConfig.from_yaml(open(config_file).read())
+    cfg = RuntimeConfig.from_yaml(pathlib.Path(config_file).read_text())
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(scenario_doc(HIGH_ACCEPTANCE)))
     base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "SPECDECODE_", "KUBERNETES_"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "tests.k8s.runtime_pod", "--ip", ip, "--config", config_file,
-         "--scenario", str(scenario), "--speed", str(SPEED), "--token-file", files.path(cfg.server.token_file)],
-        env={**base, **files.env}, cwd=ROOT, stdout=open(tmp_path / "runtime.log", "ab"), stderr=subprocess.STDOUT)
+    with open(tmp_path / "runtime.log", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "tests.k8s.runtime_pod", "--ip", ip, "--config", config_file,
+             "--scenario", str(scenario), "--speed", str(SPEED), "--token-file", files.path(cfg.server.token_file)],
+            env={**base, **files.env}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     wait_for(lambda: proc.poll() is not None or "serving on" in (tmp_path / "runtime.log").read_text(), timeout=30,
              what="the runtime pod listening")
     assert proc.poll() is None, (tmp_path / "runtime.log").read_text()
@@ -121,6 +176,10 @@ def pod_address() -> str:
     return ip
 
 
+def pairs(table: list[dict] | None) -> list[tuple[int, int]]:
+    return [(b["minBatch"], b["steps"]) for b in table or []]
+
+
 def publish_ready_endpoint(cluster: Cluster, name: str, pod: str, ip: str, cfg: RuntimeConfig) -> None:
     """What the Deployment and EndpointSlice controllers would write once the pod is ready."""
     cluster.make_ready("apps/v1", "deployments", name)
@@ -138,8 +197,10 @@ def publish_ready_endpoint(cluster: Cluster, name: str, pod: str, ip: str, cfg: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, tmp_path):
-    tools.run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace",
+@pytest.mark.parametrize("overrides", [(), ("--set", "nameOverride=sd-ops", "--set", "fullnameOverride=platform-sd")],
+                         ids=["defaults", "name-overrides"])
+def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, tmp_path, overrides):
+    tools.run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace", *overrides,
               kubeconfig=env.kubeconfig, home=tmp_path / "helm")
     with operator_as_the_chart_deploys_it(env, tmp_path) as op:
         # a namespace made after the install: only the ServiceAccount its controller would create
@@ -163,7 +224,7 @@ def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, t
             pushes = [line for line in log.read_text().splitlines() if line.startswith(f"PUT {STEPS_PATH}")]
             assert pushes and all(line.endswith(" 200") for line in pushes), pushes
             # the runtime runs the table the tuner reports, moved from the rendered 3 steps
-            operator_token = token_request(env, OPERATOR_NS, f"{RELEASE}-specdecode-operator",
+            operator_token = token_request(env, OPERATOR_NS, op.service_account,
                                            files.env["SPECDECODE_CONTROL_AUDIENCE"], 600)
 
             def same_table():
@@ -172,13 +233,15 @@ def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, t
                 with urllib.request.urlopen(req, timeout=5) as r:
                     running = json.loads(r.read())["table"]
                 reported = ((cluster.get_sdd("live").get("status") or {}).get("speculative") or {}).get("stepTable")
-                steps = lambda t: [(b["minBatch"], b["steps"]) for b in t or []]  # noqa: E731
+                steps = lambda t: [(b["minBatch"], b["steps"]) for b in t or []]
                 return running if steps(running) == steps(reported) else None
 
             running = wait_for(same_table, timeout=SLACK, interval=0.2, what="status and runtime agree")
             assert running[0]["steps"] != 3, running
             # nothing but the ServiceAccount token could have been accepted: the shared token's file is absent
             assert not os.path.exists(files.path(cfg.server.token_file))
+            # the operator counts them as it should, on the /metrics the chart secures
+            assert check_metrics_access(env, op) >= len(pushes)
         finally:
             proc.terminate()
             proc.wait(10)
