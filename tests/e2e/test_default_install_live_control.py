@@ -122,9 +122,10 @@ def scrape(port: int, token: str | None) -> tuple[int, str]:
 def check_metrics_access(env, op: ChartOperator) -> float:
     """The operator's /metrics as the chart serves it: 401 without a token, 403 for a ServiceAccount not bound to the
     chart's metrics-reader ClusterRole, 200 for one bound to it. Returns the count of step-table PUTs that succeeded."""
-    (reader,) = [r["metadata"]["name"] for r in
-                 get(env, "/apis/rbac.authorization.k8s.io/v1/clusterroles?labelSelector="
-                          "app.kubernetes.io/managed-by%3DHelm")["items"] if r["metadata"]["name"].endswith("-metrics-reader")]
+    readers = [r["metadata"]["name"] for r in get(env, "/apis/rbac.authorization.k8s.io/v1/clusterroles")["items"]
+               if r["metadata"]["name"].endswith("-metrics-reader")]
+    assert len(readers) == 1, f"a default install has one metrics-reader ClusterRole (metrics.secure): {readers}"
+    reader = readers[0]
     for name in ("prometheus", "intruder"):
         env.service_account_kubeconfig("monitoring", name)
     status, out = env.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
