@@ -11,8 +11,11 @@ in-container path (a default compiled into the program).
 from __future__ import annotations
 
 import pathlib
+import time
 import urllib.parse
 from dataclasses import dataclass, field
+
+CONFIG_MAP_WAIT = 30.0  # seconds a missing ConfigMap volume is waited for
 
 
 @dataclass
@@ -63,7 +66,11 @@ def start_container(env, namespace: str, pod_name: str, template: dict, root: pa
                 raise NotImplementedError(f"projected source {source}")
         config_map = volume.get("configMap")
         if config_map is not None:
-            status, out = env.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{config_map['name']}")
+            path = f"/api/v1/namespaces/{namespace}/configmaps/{config_map['name']}"
+            deadline = time.monotonic() + CONFIG_MAP_WAIT
+            while (got := env.request("GET", path))[0] == 404 and time.monotonic() < deadline:
+                time.sleep(0.1)  # kubelet, too, waits for a ConfigMap applied after the workload that mounts it
+            status, out = got
             if status != 200:
                 raise RuntimeError(f"ConfigMap {config_map['name']}: {status}: the pod would not start")
             for key, text in (out.get("data") or {}).items():
