@@ -187,6 +187,20 @@ def pod_address() -> str:
     return ip
 
 
+def two_free_ports(ip: str) -> int:
+    """A port P on ``ip`` with P + 1 free too."""
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind((ip, 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind((ip, port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no two consecutive free ports on {ip}")
+
+
 def pairs(table: list[dict] | None) -> list[tuple[int, int]]:
     return [(b["minBatch"], b["steps"]) for b in table or []]
 
@@ -211,17 +225,17 @@ def publish_ready_endpoint(cluster: Cluster, name: str, pod: str, ip: str, cfg: 
 @pytest.mark.parametrize("overrides", [(), ("--set", "nameOverride=sd-ops", "--set", "fullnameOverride=platform-sd")],
                          ids=["defaults", "name-overrides"])
 def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, tmp_path, overrides):
+    ip = pod_address()
     tools.run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace", *overrides,
               kubeconfig=env.kubeconfig, home=tmp_path / "helm")
     with operator_as_the_chart_deploys_it(env, tmp_path) as op:
         # a namespace made after the install: only the ServiceAccount its controller would create
         env.service_account_kubeconfig(NS, "default")
         cluster = Cluster(env.configuration(), NS)
-        port = free_port()
+        port = two_free_ports(ip)  # the runtime's port and control port (the next one)
         cluster.create_sdd(sdd("live", "Live", 3, port))
         wait_for(lambda: cluster.get("apps/v1", "deployments", "live"), timeout=SLACK, interval=0.2,
                  what=f"the runtime Deployment:\n{op.log_tail()}")
-        ip = pod_address()
         proc, cfg, files = runtime_pod(env, cluster, "live", tmp_path, ip)
         try:
             publish_ready_endpoint(cluster, "live", "live-0", ip, cfg)
