@@ -1,0 +1,100 @@
+"""The load harness and summary of the trained-model GPU run (bench/gpu/trained/live_tune.py, summarize_load.py):
+the arithmetic its figures rest on, against a loopback HTTP server and the committed raw reports."""
+
+import importlib.util
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINED = ROOT / "bench/gpu/trained"
+RAW = ROOT / "bench/results/gpu_h200/trained_live"
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(name, TRAINED / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+live_tune = _module("live_tune")
+summarize_load = _module("summarize_load")
+
+
+@pytest.fixture
+def server():
+    """/generate answers max_new_tokens ids after 20 ms; a prompt "fail" gets a 500."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if body.get("text") == "fail":
+                self.send_response(500)
+                self.end_headers()
+                return
+            n = body["sampling_params"]["max_new_tokens"]
+            time.sleep(0.02)
+            out = json.dumps({"output_ids": list(range(n)), "meta_info": {"completion_tokens": n}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_window_tokens_are_counted_pro_rata_over_each_requests_lifetime():
+    load = live_tune.Load("http://unused", ["x"], 1, 10)
+    load.records = [(0.0, 2.0, 100), (1.0, 3.0, 40), (5.0, 6.0, 10)]
+    # window [1, 3]: half of the first request (50) + all of the second (40), over 2 s
+    assert load.tokens_per_s(1.0, 3.0) == pytest.approx(45.0)
+    assert load.tokens_per_s(3.0, 5.0) == 0.0
+    assert load.tokens_per_s(0.0, 6.0) == pytest.approx(150 / 6)
+
+
+def test_replay_sends_the_fixed_set_and_counts_every_token(server):
+    tps = live_tune.replay(server, ["a", "b", "c"], batch=3, per_thread=4, max_new_tokens=50)
+    # 12 requests of 50 tokens, 3 at a time, each >= 20 ms: at most 3 * 50 / 0.02 tok/s
+    assert 0 < tps <= 3 * 50 / 0.02
+
+
+def test_replay_refuses_to_report_a_figure_when_requests_failed(server):
+    with pytest.raises(RuntimeError, match="requests failed"):
+        live_tune.replay(server, ["fail"], batch=2, per_thread=1, max_new_tokens=5)
+
+
+def test_interval_noise_uses_the_longest_unchanged_run_without_its_first_interval():
+    trace = [{"table": [[1, 3]], "tokens_per_s": 999.0}]  # the start of the load: left out
+    trace += [{"table": [[1, 4]], "tokens_per_s": x} for x in (50.0, 100.0, 100.0, 100.0, 100.0)]
+    trace += [{"table": [[1, 5]], "tokens_per_s": x} for x in (10.0, 20.0)]
+    got = summarize_load.interval_noise(trace)
+    assert got == {"intervals": 4, "mean_tokens_per_s": 100.0, "cv": 0.0}  # the 50 is the interval it landed in
+
+
+def test_the_committed_run_summarizes_to_the_figures_the_readme_quotes():
+    s = summarize_load.summarize(RAW)
+    live = json.loads((RAW / "live.json").read_text())
+    nospec = json.loads((RAW / "nospec.json").read_text())
+    b1 = live["batches"]["1"]["static"]
+    assert s["speedup_over_nospec"]["b1_k7"] == round(b1["7"] / nospec["batches"]["1"]["tokens_per_s"], 3)
+    assert s["best_static"]["b1"]["steps"] == int(max(b1, key=b1.get))
+    assert all(s["tokens_identical"].values())
+    assert set(s["live_over_best_static"]) == {"b1", "b8", "b32"}
+    assert s["planner_over_measured"]["min"] <= s["planner_over_measured"]["max"]
+    md = summarize_load.markdown(s)
+    assert f"**Batch 1: {s['best_static']['b1']['speedup_over_nospec']}x no speculation**" in md
+    committed = json.loads((ROOT / "bench/results/gpu_h200_trained_load.json").read_text())
+    assert committed["speedup_over_nospec"] == s["speedup_over_nospec"]
