@@ -11,10 +11,12 @@ the probe's per-bucket profile, never the served figures it is compared with).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+import summary_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,8 +31,6 @@ def _point(row: dict) -> str:
 
 
 def _probe_batches() -> dict[str, int]:
-    import sys
-
     sys.path.insert(0, str(ROOT / "runtime"))
     from specdecode_runtime.cost_probe import probe_batch
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
@@ -167,17 +167,9 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--raw", default=str(ROOT / "bench/results/gpu_h200"))
-    ap.add_argument("--out", default=str(ROOT / "bench/results"))
-    args = ap.parse_args()
-    s = summarize(Path(args.raw))
-    out = Path(args.out)
-    (out / "gpu_h200_tp1.json").write_text(json.dumps(s, indent=2) + "\n")
-    (out / "gpu_h200_tp1.md").write_text(markdown(s))
-    print(json.dumps({k: s[k] for k in ("probe_over_served", "patched_over_stock", "scenario_costs")}, indent=1))
+def main() -> int:
+    return summary_cli.main(__doc__, "gpu_h200_tp1", "bench/results/gpu_h200", summarize, markdown, ("probe_over_served", "patched_over_stock", "scenario_costs"))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,13 +12,15 @@ online-refined costs and live acceptance, over each measured static point) and `
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "runtime"))
+sys.path.insert(0, str(ROOT / "bench/gpu"))
+
+import summary_cli  # noqa: E402
 
 from specdecode_runtime.contract.goodput import expected_tokens  # noqa: E402
 
@@ -185,15 +187,7 @@ def markdown(s: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--raw", default=str(ROOT / "bench/results/gpu_h200/trained_live"))
-    ap.add_argument("--out", default=str(ROOT / "bench/results"))
-    args = ap.parse_args()
-    s = summarize(Path(args.raw))
-    (Path(args.out) / "gpu_h200_trained_load.json").write_text(json.dumps(s, indent=2) + "\n")
-    (Path(args.out) / "gpu_h200_trained_load.md").write_text(markdown(s))
-    print(json.dumps({k: s[k] for k in ("best_static", "live_over_best_static", "patched_over_stock")}, indent=1))
-    return 0
+    return summary_cli.main(__doc__, "gpu_h200_trained_load", "bench/results/gpu_h200/trained_live", summarize, markdown, ("best_static", "live_over_best_static", "patched_over_stock"))
 
 
 if __name__ == "__main__":

@@ -11,13 +11,15 @@ did not measure (``live_over_best_static``, ``patched_over_stock``) as null with
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "runtime"))
+sys.path.insert(0, str(ROOT / "bench/gpu"))
+
+import summary_cli  # noqa: E402
 
 from specdecode_runtime.contract.goodput import CycleCost, goodput  # noqa: E402
 from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
@@ -119,17 +121,9 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--raw", default=str(ROOT / "bench/results/gpu_h200"))
-    ap.add_argument("--out", default=str(ROOT / "bench/results"))
-    args = ap.parse_args()
-    s = summarize(Path(args.raw))
-    (Path(args.out) / "gpu_h200_trained.json").write_text(json.dumps(s, indent=2) + "\n")
-    (Path(args.out) / "gpu_h200_trained.md").write_text(markdown(s))
-    print(json.dumps({k: s[k] for k in ("speedup_over_nospec", "planner_over_measured", "best_speedup_per_batch")},
-                     indent=1))
+def main() -> int:
+    return summary_cli.main(__doc__, "gpu_h200_trained", "bench/results/gpu_h200", summarize, markdown, ("speedup_over_nospec", "planner_over_measured", "best_speedup_per_batch"))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
