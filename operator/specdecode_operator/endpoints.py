@@ -17,7 +17,7 @@ from typing import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from specdecode_runtime.http_limits import SERVER_LIMITS
+from specdecode_runtime.contract.http_limits import SERVER_LIMITS
 
 HealthFn = Callable[[], tuple[bool, dict]]  # -> (healthy, details for the JSON body)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .api.validate import InvalidSpec, parse, validate_object
+from .render.runtime_config import serving_problems
 
 OWN_WRITES_KEPT = 2  # the resourceVersions of our last status writes (the reconciler's and the tuner's)
 
@@ -86,7 +87,10 @@ def validated(body: dict, state: ObjectState, *, check_rules: bool = False) -> t
     if not problems:
         try:
             sdd = parse(obj, validated=True)  # the rules ran at admission (or just above)
+            problems = [str(p) for p in serving_problems(sdd)]  # what the pods' launcher would refuse
         except InvalidSpec as e:
             problems = [str(p) for p in e.problems]
+        if problems:
+            sdd = None
     state.validation = Validation(gen, sdd, problems)
     return sdd, problems

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 from .contract.input_files import InputError, read_text
 from .contract.step_table import MAX_TABLE_ENTRIES, STEPS_PATH, StepTable, StepTableError, parse_step_table
-from .http_limits import MAX_BODY_BYTES, BodyError, read_json
+from .contract.http_limits import MAX_BODY_BYTES, BodyError, read_json
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Engine-side wiring inside each SGLang scheduler process: metrics, live step control and the NCCL preflight.
 
-SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.sglang_patch.bootstrap_from_env` builds one
+SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.scheduler_process.bootstrap_from_env` builds one
 :class:`EngineRuntime` per process and registers its methods on the patch's hook points:
 
 * **worker ready** (wrapped ``EAGLEWorkerV2.init_cuda_graphs``, every rank, after every tier is captured and before
@@ -56,12 +56,13 @@ class EngineSettings:
     @classmethod
     def from_runtime_config(cls, cfg: Any) -> "EngineSettings":
         from .contract.config import CostProbeConfig
-        from .contract.derived import captured_steps, live
+        from .contract.capabilities import step_candidates
+        from .contract.derived import live
 
         probe = getattr(cfg, "cost_probe", None) or CostProbeConfig()
         return cls(
             num_steps=int(cfg.speculative.num_steps),
-            captured=tuple(captured_steps(cfg)),
+            captured=tuple(step_candidates(cfg)),
             live=live(cfg),
             buckets=tuple(cfg.server.buckets),
             draft_tp=int(cfg.draft.tensor_parallel_size),
@@ -92,7 +93,7 @@ class ControlServer:
 
         from aiohttp import web
 
-        from .http_limits import SERVER_LIMITS
+        from .contract.http_limits import SERVER_LIMITS
 
         ready = threading.Event()
 

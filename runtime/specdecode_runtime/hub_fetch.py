@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_common import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from .contract.cli_common import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
 PROG = "specdecode-runtime fetch-models"
 

@@ -2,7 +2,7 @@
 (``specdecode_candidate_steps``), in Rollout the values a restart renders as they are (never 0, which a restart
 cannot render: SGLang needs ``--speculative-num-steps`` >= 1)."""
 
-from specdecode_runtime.contract.derived import autotune_steps
+from specdecode_runtime.contract.capabilities import autotune_steps
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_operator.api.models import Autotune
 from specdecode_operator.tuner.policy import PolicyConfig

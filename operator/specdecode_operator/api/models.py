@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from specdecode_runtime.contract.capabilities import DEFAULT_ALGORITHM, Algorithm
 
 from . import rules
 
@@ -80,8 +81,8 @@ class Draft(_Model):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.DRAFT_RULES, *rules.DRAFT_MODEL_RULES))
 
     model: str = Field(min_length=1, max_length=1024, description=MODEL_DESCRIPTION.format(what="draft"))
-    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = Field(
-        default="EAGLE3", description="Speculative algorithm (SGLang --speculative-algorithm)."
+    algorithm: Algorithm = Field(
+        default=DEFAULT_ALGORITHM, description="Speculative algorithm (SGLang --speculative-algorithm)."
     )
     tensorParallelSize: int = Field(
         ge=1,

@@ -9,7 +9,7 @@ import glob
 import json
 import sys
 
-from specdecode_runtime.cli_common import UsageError
+from specdecode_runtime.contract.cli_common import UsageError
 
 MAX_STEPS = 16
 

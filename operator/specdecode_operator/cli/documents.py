@@ -35,10 +35,12 @@ def _add_file_argument(p: argparse.ArgumentParser) -> None:
 
 
 def parse_file(path: str) -> list:
-    """Every SpecDecodeDeployment in the file, validated as the API server would (schema + CEL)."""
+    """Every SpecDecodeDeployment in the file, validated as the API server would (schema + CEL) and refused where the
+    runtime would refuse to serve it."""
     from ..api.documents import load_sdds
+    from ..render.runtime_config import serving_problems
 
-    return load_sdds(path)
+    return load_sdds(path, serving_problems)
 
 
 def render(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import logging
 import os
 import urllib.parse
 
-from specdecode_runtime.cli_common import UsageError, check_can_listen, check_port, float_in
+from specdecode_runtime.contract.cli_common import UsageError, check_can_listen, check_port, float_in
 
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:

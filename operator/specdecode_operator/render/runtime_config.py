@@ -12,10 +12,13 @@ from specdecode_runtime.contract.config import (
     TargetConfig,
     TopologyConfig,
 )
-from specdecode_runtime.contract.derived import autotune_steps, draft_tokens_per_cycle
+from specdecode_runtime.contract.capabilities import autotune_steps
+from specdecode_runtime.contract.capabilities import serving_problems as contract_serving_problems
+from specdecode_runtime.contract.derived import draft_tokens_per_cycle
 from specdecode_runtime.contract.nccl import resolve_profile
 
 from ..api.models import SpecDecodeDeployment
+from ..api.validate import Problem
 
 
 def nodes_of(sdd: SpecDecodeDeployment) -> int:
@@ -63,3 +66,18 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
         ),
         extraArgs=list(spec.runtime.extraArgs),
     )
+
+
+def serving_problems(sdd: SpecDecodeDeployment) -> list[Problem]:
+    """What the specdecode launcher would refuse for this object's pods, as spec field problems: the same
+    :func:`~specdecode_runtime.contract.capabilities.serving_problems` ``specdecode-runtime launch`` runs, on the
+    ``runtime.yaml`` rendered here, so ``specdecode validate`` and the operator never accept what a pod refuses.
+    A stock SGLang image (``runtime.launcher: sglang``) runs without the launcher and its refusals."""
+    if sdd.spec.runtime.launcher != "specdecode":
+        return []
+    return [Problem(_spec_field(p.field), p.message) for p in contract_serving_problems(runtime_config(sdd))]
+
+
+def _spec_field(runtime_field: str) -> str:
+    """The SpecDecodeDeployment field a ``runtime.yaml`` field is rendered from."""
+    return "spec.runtime.extraArgs" if runtime_field == "extraArgs" else f"spec.{runtime_field}"

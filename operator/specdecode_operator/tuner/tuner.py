@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable, Literal, Mapping
 
-from specdecode_runtime import cost_probe
-from specdecode_runtime.contract.derived import tuner_steps
+from specdecode_runtime.contract import cost_profile
+from specdecode_runtime.contract.capabilities import tuner_steps
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput
 from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 from specdecode_runtime.contract.step_table import StepTable
@@ -206,8 +206,8 @@ class Tuner:
                 self._pod_costs[snap.pod] = dict(snap.costs)
                 changed = True
         if changed:
-            points = [p for costs in self._pod_costs.values() for p in cost_probe.points_from_samples(costs)]
-            self.measured = cost_probe.fit_profile(points)
+            points = [p for costs in self._pod_costs.values() for p in cost_profile.points_from_samples(costs)]
+            self.measured = cost_profile.fit_profile(points)
         for label in report.bucket_cycles:
             d = self.estimator.last_interval.get(label)
             if d is None or d.cycles <= 0 or d.busy_s <= 0:

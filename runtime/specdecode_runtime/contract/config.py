@@ -8,6 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from .capabilities import DEFAULT_ALGORITHM, Algorithm
 from .input_files import InputError, load_documents, parse_yaml_documents, validate_model
 from .metric_names import DEFAULT_BUCKETS
 
@@ -33,7 +34,7 @@ class TargetConfig(_Model):
 
 class DraftConfig(_Model):
     model: str
-    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = "EAGLE3"
+    algorithm: Algorithm = DEFAULT_ALGORITHM
     tensor_parallel_size: int = Field(alias="tensorParallelSize")
     ranks: list[int] | None = None
 

@@ -136,7 +136,7 @@ def _engine_class(opts: Options):
     if opts.device == "cpu":
         from ..cpu.scheduler import run_scheduler_process
     else:
-        from ..sglang_patch.bootstrap import run_scheduler_process
+        from ..scheduler_process import run_scheduler_process
 
     class SelftestEngine(Engine):
         run_scheduler_process_func = staticmethod(run_scheduler_process)

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..contract.step_table import StepTable
 from ..control import add_step_routes
-from ..http_limits import MAX_BODY_BYTES
+from ..contract.http_limits import MAX_BODY_BYTES
 from .engine import SimEngine
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)

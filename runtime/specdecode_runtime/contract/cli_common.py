@@ -26,7 +26,7 @@ def package_version() -> str:
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        from . import __version__
+        from .. import __version__  # the package's own __init__, which imports nothing
 
         return __version__
 
@@ -132,7 +132,7 @@ def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse
 def _is_input_error(error: Exception) -> bool:
     """Whether ``error`` is the input reader's (a file that cannot be used). Imported here, on the error path only,
     so that a command that reads no file never loads PyYAML and pydantic."""
-    from .contract.input_files import InputError
+    from .input_files import InputError
 
     return isinstance(error, InputError)
 
