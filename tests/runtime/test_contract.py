@@ -2,8 +2,8 @@
 
 import pytest
 
-from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.capabilities import autotune_steps, candidate_steps, step_candidates
+from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.derived import (
     draft_is_split,
     draft_tokens_per_cycle,
@@ -12,6 +12,7 @@ from specdecode_runtime.contract.derived import (
     num_draft_tokens,
 )
 from specdecode_runtime.contract.step_table import StepTable, StepTableError, parse_step_table
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 from specdecode_runtime.draft_group import DraftGroupError, choose_draft_ranks
 from specdecode_runtime.launch import unsupported_reasons
 
@@ -102,7 +103,7 @@ def test_launcher_and_rank_choice_apply_the_same_rule(target, draft, ranks):
     cfg = config(**{"tensorParallelSize: 8": f"tensorParallelSize: {target}",
                     "{model: /d, tensorParallelSize: 2}": f"{{model: /d, tensorParallelSize: {draft}, ranks: {ranks}}}"
                     if ranks else f"{{model: /d, tensorParallelSize: {draft}}}"})
-    reasons = unsupported_reasons(cfg, [], "0.5.23")
+    reasons = unsupported_reasons(cfg, [], SGLANG_VERSION)
     assert [r for r in reasons if r.startswith("draft.tensorParallelSize: ")] == [
         f"draft.tensorParallelSize: {p}" for p in problems]
 

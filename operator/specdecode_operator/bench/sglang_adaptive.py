@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from specdecode_runtime.contract.derived import draft_tokens_per_cycle
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 INSTALL_HINT = (
     "SGLang's AdaptiveController could not be imported. Install the wheel without its GPU stack into the venv:\n"
-    "  .venv/bin/python -m pip install --no-deps sglang==0.5.23 orjson psutil triton\n"
+    f"  .venv/bin/python -m pip install --no-deps sglang=={SGLANG_VERSION} orjson psutil triton\n"
     "(the benchmark refuses to run without it rather than silently skip the comparison)"
 )
 
