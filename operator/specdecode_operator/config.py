@@ -90,7 +90,7 @@ class OperatorConfig:
         return out
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "OperatorConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> OperatorConfig:
         env = os.environ if env is None else env
         values: dict = {}
 

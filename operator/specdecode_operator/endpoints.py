@@ -55,7 +55,7 @@ class Endpoints:
         self._runners.append(runner)
         self.ports[name] = int(runner.addresses[0][1])
 
-    async def start(self) -> "Endpoints":
+    async def start(self) -> Endpoints:
         if self.metrics_port:
             await self._serve("metrics", self.metrics_port, "/metrics", self._metrics, self.metrics_tls)
         if self.health_port:

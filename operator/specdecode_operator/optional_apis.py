@@ -70,7 +70,7 @@ class Discovery:
         return kind in await self.kinds(api_version)
 
 
-_DISCOVERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_DISCOVERIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def discovery_for(client, recheck_seconds: float = 60.0) -> Discovery:

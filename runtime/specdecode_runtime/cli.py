@@ -11,7 +11,9 @@ import sys
 from typing import Sequence
 
 from .contract import cli_common
-from .contract.cli_common import EXIT_INVALID as EXIT_UNSUPPORTED  # SGLang missing or another version: the environment is the input
+from .contract.cli_common import (
+    EXIT_INVALID as EXIT_UNSUPPORTED,  # SGLang missing or another version: the environment is the input
+)
 
 # Commands defined in their own modules, each exposing add_parser(subparsers); the help shown when another command
 # runs (tests/runtime/test_launch.py checks it is the module's own).

@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
+from .contract.http_limits import MAX_BODY_BYTES, BodyError, read_json
 from .contract.input_files import InputError, read_text
 from .contract.step_table import MAX_TABLE_ENTRIES, STEPS_PATH, StepTable, StepTableError, parse_step_table
-from .contract.http_limits import MAX_BODY_BYTES, BodyError, read_json
 
 log = logging.getLogger(__name__)
 

@@ -54,9 +54,9 @@ class EngineSettings:
     cost_budget_ms: float = 2.0  # time budget per probe point
 
     @classmethod
-    def from_runtime_config(cls, cfg: Any) -> "EngineSettings":
-        from .contract.config import CostProbeConfig
+    def from_runtime_config(cls, cfg: Any) -> EngineSettings:
         from .contract.capabilities import step_candidates
+        from .contract.config import CostProbeConfig
         from .contract.derived import live
 
         probe = getattr(cfg, "cost_probe", None) or CostProbeConfig()
@@ -88,7 +88,7 @@ class ControlServer:
     bound_port: int | None = None
     error: BaseException | None = None
 
-    def start(self, timeout: float = 30.0) -> "ControlServer":
+    def start(self, timeout: float = 30.0) -> ControlServer:
         import asyncio
 
         from aiohttp import web
@@ -164,7 +164,7 @@ class EngineRuntime:
 
     # ---- start-up ----------------------------------------------------------------------------------------------
     def start(self, *, tp_rank: int, tp_size: int, cpu_group=None, src: int = 0, device_group=None, device=None,
-              registry=None, serve: bool = True) -> "EngineRuntime":
+              registry=None, serve: bool = True) -> EngineRuntime:
         """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
         ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
         from .contract.step_table import StepTable

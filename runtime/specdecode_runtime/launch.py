@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Sequence
 
 from . import SGLANG_VERSION, model_paths
-from .contract.config import RuntimeConfig, load_runtime_config
 from .contract.capabilities import serving_problems, step_candidates
+from .contract.config import RuntimeConfig, load_runtime_config
 from .contract.derived import draft_is_split, live, nccl_environment
 from .contract.input_files import InputError
 from .contract.server_args import expand_env_refs, sglang_cli_args, unexpanded_refs

@@ -13,6 +13,7 @@ import copy
 
 import pytest
 import yaml
+
 from specdecode_operator.api.models import SpecDecodeDeployment
 from specdecode_operator.api.validate import apply_defaults
 from specdecode_operator.cli import main as specdecode
@@ -27,7 +28,6 @@ from specdecode_runtime.contract.capabilities import (
     rule_names,
     serving_problems,
 )
-
 from tests.cli.clitest import EXAMPLE
 
 BASE = yaml.safe_load(EXAMPLE.read_text())  # target TP 8, draft TP 1 (split), EAGLE3, autotune Live

@@ -10,8 +10,8 @@ import asyncio
 import json
 import time
 
-import pytest
 import aiohttp
+import pytest
 from aiohttp import web
 
 from specdecode_runtime.contract import http_limits

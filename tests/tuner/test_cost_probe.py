@@ -5,18 +5,16 @@ target's verify and the draft's forward do, so a fit that misreads the tier or t
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
+from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime import cost_probe
 from specdecode_runtime.cost_probe import ProbePoint
 from specdecode_runtime.metrics import SpecMetrics
-
-from specdecode_operator.tuner.snapshot import parse_metrics
 
 
 class TorchStages:

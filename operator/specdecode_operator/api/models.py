@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from specdecode_runtime.contract.capabilities import DEFAULT_ALGORITHM, Algorithm
 
 from . import rules

@@ -44,7 +44,8 @@ def parse_file(path: str) -> list:
 
 
 def render(args: argparse.Namespace) -> int:
-    from ..render import RenderOptions, render as render_manifests, to_json, to_yaml
+    from ..render import RenderOptions, to_json, to_yaml
+    from ..render import render as render_manifests
 
     options = RenderOptions(
         default_image=args.default_image, operator_namespace=args.operator_namespace, tuned_steps=None

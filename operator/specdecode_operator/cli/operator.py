@@ -79,7 +79,7 @@ def _liveness_override(args) -> tuple[bool, str | None]:
     return False, None
 
 
-def config_from_args(args) -> "OperatorConfig":
+def config_from_args(args) -> OperatorConfig:
     """Flags over SPECDECODE_* over defaults. Every override is honoured, including the ones that turn a server off
     (``--metrics-port 0``, ``--liveness-port 0``, ``--liveness off``)."""
     from ..config import OperatorConfig

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aiohttp import web
 
-from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.capabilities import step_candidates
+from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.scenario import Scenario
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.simulate.server import create_app
@@ -74,7 +73,7 @@ class SimulatedKubelet:
         self.errors: list[str] = []
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "SimulatedKubelet":
+    def __enter__(self) -> SimulatedKubelet:
         self._thread.start()
         return self
 

@@ -195,7 +195,7 @@ class Reconciler:
         await self._delete_stale(p, {children.key_of(c) for c in desired})
         await rollout.observe(self.client, body, state, obs, self.config.rollout_blocked_seconds)
 
-    async def _control_secret(self, p: "_Pass") -> list[dict]:
+    async def _control_secret(self, p: _Pass) -> list[dict]:
         """The control-token Secret to apply this pass: [] unless it was read now and is ours or missing.
 
         It is not watched (Secret access is per namespace), so it is read at most every SECRET_RECHECK_SECONDS; a
@@ -228,7 +228,7 @@ class Reconciler:
         return [children.with_owner(control_token.control_secret(p.name, p.ns, children.expand(secret_live)),
                                     p.body)]
 
-    async def _sync_child(self, p: "_Pass", child: dict, full: Callable[[], dict]) -> None:
+    async def _sync_child(self, p: _Pass, child: dict, full: Callable[[], dict]) -> None:
         """One desired child: skip a foreign name, repair keys another client added, apply when it differs."""
         key = children.key_of(child)
         kind = key[1]
@@ -250,7 +250,7 @@ class Reconciler:
         if kind in WORKLOAD_KINDS:
             p.obs.workload = current
 
-    def _report_replicas_override(self, p: "_Pass", child: dict, current: dict | None) -> None:
+    def _report_replicas_override(self, p: _Pass, child: dict, current: dict | None) -> None:
         overridden = children.replicas_overridden(child, current)
         if overridden is None:
             return
@@ -261,7 +261,7 @@ class Reconciler:
                     f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
                     "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)")
 
-    async def _remove_added_keys(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict) -> dict:
+    async def _remove_added_keys(self, p: _Pass, key: tuple, plural: str, child: dict, current: dict) -> dict:
         """Server-side apply leaves keys another client added to a map we own; remove them (one merge patch)."""
         added = children.added_keys(child, current)
         if not added:
@@ -275,7 +275,7 @@ class Reconciler:
                     + "; ".join(f"{'.'.join(path)}: {', '.join(k)}" for path, k in sorted(added.items())))
         return current
 
-    async def _apply_child(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict | None) -> dict:
+    async def _apply_child(self, p: _Pass, key: tuple, plural: str, child: dict, current: dict | None) -> dict:
         # What the server answered is what we sent plus defaults: keep identity, replica counts and the input hash,
         # not a compressed copy of the fields (the pass marks this version checked; a later drift has a newer one).
         written = children.cache_record(await self.client.apply(child, plural), fields=False)
@@ -288,7 +288,7 @@ class Reconciler:
             events.emit(p.body, "RolloutStarted", f"updated {kind} {key[2]}: pods roll to the new template")
         return written
 
-    def _report_pass(self, p: "_Pass") -> None:
+    def _report_pass(self, p: _Pass) -> None:
         if p.created:  # one Event per pass, not one per child: 7 POSTs per new object would double its API calls
             events.emit(p.body, "Created", "created " + ", ".join(sorted(p.created)))
         if p.obs.collisions:
@@ -298,7 +298,7 @@ class Reconciler:
         else:
             events.forget(p.state, "NameCollision")
 
-    async def _delete_stale(self, p: "_Pass", desired_keys: set) -> None:
+    async def _delete_stale(self, p: _Pass, desired_keys: set) -> None:
         for old in children.stale(p.live.values(), desired_keys, p.uid):
             key = children.key_of(old)
             await self.client.delete(key[0], children.PLURALS[(key[0], key[1])], p.ns, key[2], old["metadata"]["uid"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, RuntimeConfig, TOKEN_MOUNT_DIR
+from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, TOKEN_MOUNT_DIR, RuntimeConfig
 from specdecode_runtime.contract.nccl import profile_env
 
 from ..api.models import SpecDecodeDeployment

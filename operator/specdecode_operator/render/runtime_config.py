@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specdecode_runtime.contract.capabilities import autotune_steps
+from specdecode_runtime.contract.capabilities import serving_problems as contract_serving_problems
 from specdecode_runtime.contract.config import (
     AutotuneConfig,
     DraftConfig,
@@ -12,8 +14,6 @@ from specdecode_runtime.contract.config import (
     TargetConfig,
     TopologyConfig,
 )
-from specdecode_runtime.contract.capabilities import autotune_steps
-from specdecode_runtime.contract.capabilities import serving_problems as contract_serving_problems
 from specdecode_runtime.contract.derived import draft_tokens_per_cycle
 from specdecode_runtime.contract.nccl import resolve_profile
 

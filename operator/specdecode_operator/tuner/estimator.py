@@ -32,7 +32,7 @@ class BucketDelta:
     accepted: dict[int, float] = field(default_factory=dict)
     phase_s: dict[str, float] = field(default_factory=dict)
 
-    def add(self, other: "BucketDelta") -> None:
+    def add(self, other: BucketDelta) -> None:
         self.cycles += other.cycles
         self.requests += other.requests
         self.draft_steps += other.draft_steps

@@ -86,7 +86,7 @@ class Aggregate:
     share: float
 
 
-def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float, agg: "Aggregate | None") -> float:
+def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float, agg: Aggregate | None) -> float:
     """Relative change of the deployment's throughput when one bucket moves from (tok_cur, sec_cur) per cycle to
     (tok_new, sec_new), the other buckets unchanged, divided by the bucket's time share (so hysteresis and noise margins
     keep meaning "per cent of this bucket's work"). Without ``agg`` (or with the bucket alone) it is exactly the
@@ -178,7 +178,7 @@ class Round:
 
     @classmethod
     def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CycleCost, batch: float, now: float,
-           allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> "Round":
+           allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> Round:
         cur = state.steps
         # Censoring: a step count past the deepest observed position + 1 would rest entirely on extrapolation.
         reach = cfg.reach_after_change if workload_changed else cfg.reach

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Callable, Literal, Mapping
 
 from specdecode_runtime.contract import cost_profile
@@ -59,7 +59,7 @@ class TunerConfig:
         candidates: list[int] | None = None,
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
         restart_s: float = 300.0,
-    ) -> "TunerConfig":
+    ) -> TunerConfig:
         """From the CRD's ``spec.speculative.autotune`` (api.models.Autotune). Cooldown defaults to two intervals
         in Live mode, so a change is judged on at least one clean interval before the next one."""
         interval = float(autotune.intervalSeconds)
@@ -116,7 +116,7 @@ class Decision:
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Tuner:

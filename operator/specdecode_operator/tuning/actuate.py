@@ -13,8 +13,8 @@ from typing import Callable
 
 import aiohttp
 
-from ..kube_client import ApiError
 from .. import control_identity, control_token
+from ..kube_client import ApiError
 from ..render import names
 from ..tuner.tuner import Decision, Tuner
 from .pod_client import push_all

@@ -109,7 +109,7 @@ class RuntimeConfig(_Model):
         return yaml.dump(data, Dumper=_DUMPER, sort_keys=True)
 
     @classmethod
-    def from_yaml(cls, text: str, source: str = CONFIG_FILE_NAME) -> "RuntimeConfig":
+    def from_yaml(cls, text: str, source: str = CONFIG_FILE_NAME) -> RuntimeConfig:
         """Parsed with the bounded loader; problems raise ``InputError`` with ``field.path: message`` lines."""
         docs = parse_yaml_documents(text, source)
         return _validate(docs[0] if len(docs) == 1 else docs or None, source)

@@ -42,7 +42,7 @@ class ChildWatch:
         self._seen: dict[int, multiprocessing.process.BaseProcess] = {}
         self._thread = threading.Thread(target=self._run, name="selftest-child-watch", daemon=True)
 
-    def start(self) -> "ChildWatch":
+    def start(self) -> ChildWatch:
         self._thread.start()
         return self
 

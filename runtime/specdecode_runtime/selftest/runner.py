@@ -8,13 +8,11 @@ is the front end: SGLang's offline ``Engine`` instead of its HTTP server, so the
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

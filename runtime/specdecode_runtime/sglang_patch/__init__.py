@@ -36,8 +36,6 @@ from .patch_points import EW2, PATCH_POINTS, PatchPoint
 from .patch_set import PatchSet
 from .process_state import SplitConfig, _SplitState, split_config
 
-
-
 __all__ = [
     "PATCH_POINTS",
     "PatchPoint",

@@ -25,7 +25,7 @@ class SplitConfig:
     use_topology: bool = True
 
     @classmethod
-    def from_runtime_config(cls, cfg: Any) -> "SplitConfig":
+    def from_runtime_config(cls, cfg: Any) -> SplitConfig:
         ranks = tuple(cfg.draft.ranks) if cfg.draft.ranks else None
         return cls(draft_tp=int(cfg.draft.tensor_parallel_size), draft_ranks=ranks)
 
@@ -49,7 +49,7 @@ class _SplitState:
 
 
 split: _SplitState | None = None  # set by EAGLEWorkerV2.__init__ when this rank's TP group is split
-active: "PatchSet | None" = None  # the installed patches (apply_patches is idempotent)
+active: PatchSet | None = None  # the installed patches (apply_patches is idempotent)
 verify_cb: Callable[[list[int], int, int, dict[str, float]], None] | None = None
 step_cb: Callable[[int], int | None] | None = None
 iteration_cb: Callable[[], None] | None = None
