@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 # The one SGLang pin (tests/test_sglang_pin.py checks every other mention against it)
 SGLANG_VERSION := $(shell sed -n 's/^SGLANG_VERSION = "\(.*\)"$$/\1/p' runtime/specdecode_runtime/contract/versions.py)
 
-.PHONY: demo test venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
+.PHONY: demo test lint venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,7 +36,13 @@ demo: deps-demo
 tools:
 	envtest/fetch-tools.sh
 
-test: deps-test tools envtest registry promtool
+# ruff (lint) and mypy (strict on the contract and the tuner), configured in pyproject.toml; `make test` runs it
+# first. `ruff format --check` is configured too but not yet part of it.
+lint: deps-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: deps-test lint tools envtest registry promtool
 	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest -q
 
 # A real kube-apiserver + etcd (envtest/): built from Go modules once into ~/.cache/specdecode/envtest/<hash>/bin

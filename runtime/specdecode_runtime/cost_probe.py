@@ -148,7 +148,8 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
                                                   graph_sizes=sizes):
         failure: list[BaseException] = []
 
-        def run(stage=stage, steps=steps, batch=batch) -> None:
+        def run(stage: str = stage, steps: int = steps, batch: int = batch,
+                failure: list[BaseException] = failure) -> None:
             if failure:
                 return
             try:
@@ -156,7 +157,7 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
             except Exception as exc:  # a missing tier or stage must not stop the pod from serving
                 failure.append(exc)
 
-        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda: bool(failure),
+        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda failure=failure: bool(failure),
                          timer=timer, warmup=warmup, min_samples=min_samples)
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count

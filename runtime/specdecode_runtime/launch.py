@@ -27,7 +27,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from . import SGLANG_VERSION, model_paths
 from .contract.capabilities import serving_problems, step_candidates
@@ -66,9 +66,9 @@ def adaptive_config(cfg: RuntimeConfig) -> dict:
     return {"1": {"candidate_steps": step_candidates(cfg), "warmup_batches": NEVER, "update_interval": 1}}
 
 
-def adaptive_config_path(environ: dict[str, str] | None = None) -> str:
-    environ = os.environ if environ is None else environ
-    return str(Path(environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR) / ADAPTIVE_CONFIG_NAME)
+def adaptive_config_path(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return str(Path(env.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR) / ADAPTIVE_CONFIG_NAME)
 
 
 def prepare_metrics_dir(path: str | os.PathLike[str]) -> int:

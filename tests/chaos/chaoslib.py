@@ -401,7 +401,7 @@ class Proxy:
 
     def drop(self) -> None:
         def run():
-            for conn, cw, sw, tasks in list(self._conns):
+            for _conn, cw, sw, tasks in list(self._conns):
                 for t in tasks:
                     t.cancel()
                 cw.transport.abort()

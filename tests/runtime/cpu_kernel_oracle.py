@@ -232,7 +232,7 @@ def check_verify_mask(rng, case):
     parents, sel, seq_lens = tree_inputs(rng, bs, topk, steps, ndt)
     tree = build_tree(spec_tree.sgl_build_tree_kernel_triton, parents, sel, seq_lens, topk, steps, ndt, 0, fill=True)
     offset, ok = 0, True
-    for b, L in enumerate(seq_lens.tolist()):
+    for L in seq_lens.tolist():
         m = A.verify_mask(L, ndt, tree["tree_mask"], offset, torch.device("cpu"))
         full = tree["tree_mask"][offset:offset + ndt * (L + ndt)].view(ndt, L + ndt)
         # every row sees the prefix, the root and itself, and exactly the cells the kernel set

@@ -15,7 +15,7 @@ import sys
 from typing import Callable, Iterable
 
 from specdecode_runtime.contract import cli_common
-from specdecode_runtime.contract.cli_common import EXIT_INVALID, CliError, CommandFailed, UsageError
+from specdecode_runtime.contract.cli_common import CliError, CommandFailed, UsageError
 
 __all__ = ["main", "build_parser", "CliError", "CommandFailed", "UsageError", "COMMANDS"]
 

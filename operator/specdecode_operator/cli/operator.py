@@ -11,8 +11,12 @@ import argparse
 import logging
 import os
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from specdecode_runtime.contract.cli_common import UsageError, check_can_listen, check_port, float_in
+
+if TYPE_CHECKING:
+    from ..config import OperatorConfig
 
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:

@@ -37,34 +37,34 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
         name=sdd.metadata.name,
         target=TargetConfig(
             model=spec.target.model,
-            tensorParallelSize=spec.target.tensorParallelSize,
+            tensor_parallel_size=spec.target.tensorParallelSize,
             quantization=spec.target.quantization,
-            contextLength=spec.target.contextLength,
+            context_length=spec.target.contextLength,
         ),
         draft=DraftConfig(
             model=spec.draft.model,
             algorithm=spec.draft.algorithm,
-            tensorParallelSize=spec.draft.tensorParallelSize,
+            tensor_parallel_size=spec.draft.tensorParallelSize,
             ranks=spec.draft.ranks,
         ),
         speculative=SpeculativeConfig(
-            numSteps=steps,
-            eagleTopK=spec.speculative.eagleTopK,
-            numDraftTokens=num_draft_tokens,
-            candidateSteps=candidates,
-            autotune=AutotuneConfig(mode=at.mode, minSteps=at.minSteps, maxSteps=at.maxSteps),
+            num_steps=steps,
+            eagle_top_k=spec.speculative.eagleTopK,
+            num_draft_tokens=num_draft_tokens,
+            candidate_steps=candidates,
+            autotune=AutotuneConfig(mode=at.mode, min_steps=at.minSteps, max_steps=at.maxSteps),
         ),
         nccl=NcclConfig(
             profile=resolve_profile(spec.nccl.profile, spec.placement.interconnect),
             env=dict(sorted(spec.nccl.env.items())),
         ),
-        server=ServerConfig(port=spec.runtime.port, controlPort=spec.runtime.controlPort),
+        server=ServerConfig(port=spec.runtime.port, control_port=spec.runtime.controlPort),
         topology=TopologyConfig(
             nodes=nodes_of(sdd),
-            gpusPerNode=spec.placement.gpusPerNode,
+            gpus_per_node=spec.placement.gpusPerNode,
             interconnect=spec.placement.interconnect,
         ),
-        extraArgs=list(spec.runtime.extraArgs),
+        extra_args=list(spec.runtime.extraArgs),
     )
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
-from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput, inter_token_latency_ms
+from specdecode_runtime.contract.goodput import CostModel, expected_tokens, goodput, inter_token_latency_ms
 
 from .estimator import Acceptance
 
@@ -103,7 +103,7 @@ def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float,
     return ((1.0 + wt * (tok_new / tok_cur - 1.0)) / (1.0 + w * (sec_new / sec_cur - 1.0)) - 1.0) / w
 
 
-def predict(acc: Acceptance, cost: CycleCost, batch: float, candidates: Sequence[int],
+def predict(acc: Acceptance, cost: CostModel, batch: float, candidates: Sequence[int],
             optimistic: bool = False) -> dict[int, float]:
     alphas = acc.upper if optimistic else acc.alphas
     if optimistic:  # optimism only for unobserved positions; observed ones stay at their estimate
@@ -111,13 +111,14 @@ def predict(acc: Acceptance, cost: CycleCost, batch: float, candidates: Sequence
     return {steps: goodput(alphas, cost, steps, batch) for steps in candidates}
 
 
-def _objective_best(cfg: PolicyConfig, g: dict[int, float], acc: Acceptance, cost: CycleCost, batch: float,
+def _objective_best(cfg: PolicyConfig, g: dict[int, float], acc: Acceptance, cost: CostModel, batch: float,
                     score: dict[int, float] | None = None) -> int:
     candidates = sorted(g)
     score = score if score is not None else g
     if cfg.objective == "Latency":
         itl = {steps: inter_token_latency_ms(acc.alphas, cost, steps, batch) for steps in candidates}
-        feasible = [steps for steps in candidates if itl[steps] <= cfg.max_itl_ms]
+        limit = cfg.max_itl_ms if cfg.max_itl_ms is not None else math.inf
+        feasible = [steps for steps in candidates if itl[steps] <= limit]
         if not feasible:
             return min(candidates, key=lambda steps: (itl[steps], steps))
         candidates = feasible
@@ -129,7 +130,7 @@ def choose(
     cfg: PolicyConfig,
     state: BucketState,
     acc: Acceptance,
-    cost: CycleCost,
+    cost: CostModel,
     batch: float,
     samples: float,
     now: float,
@@ -167,7 +168,7 @@ class Round:
     cfg: PolicyConfig
     state: BucketState
     acc: Acceptance
-    cost: CycleCost
+    cost: CostModel
     batch: float
     now: float
     allowed: list[int]
@@ -177,7 +178,7 @@ class Round:
     score: dict[int, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CycleCost, batch: float, now: float,
+    def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CostModel, batch: float, now: float,
            allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> Round:
         cur = state.steps
         # Censoring: a step count past the deepest observed position + 1 would rest entirely on extrapolation.
@@ -213,7 +214,7 @@ class Round:
         gain = self.score[best]
         if cfg.objective == "Latency":
             itl_cur = inter_token_latency_ms(self.acc.alphas, self.cost, cur, self.batch)
-            if itl_cur > cfg.max_itl_ms and best != cur:
+            if cfg.max_itl_ms is not None and itl_cur > cfg.max_itl_ms and best != cur:
                 gain = max(gain, cfg.hysteresis + 1e-9)
         doubt = (self.cost.relative_sd(best, cur, self.batch)
                  if best != cur and hasattr(self.cost, "relative_sd") else 0.0)

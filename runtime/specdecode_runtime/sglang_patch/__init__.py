@@ -37,16 +37,22 @@ from .patch_set import PatchSet
 from .process_state import SplitConfig, _SplitState, split_config
 
 __all__ = [
+    "EW2",
     "PATCH_POINTS",
     "PatchPoint",
     "PatchSet",
     "SGLANG_VERSION",
+    "CheckResult",
     "SplitConfig",
+    "_SplitState",
+    "active_patches",
     "apply_patches",
     "check_patch_points",
+    "draft_layout",
+    "installed_sglang_version",
     "patched",
+    "process_state",
     "remove_patches",
-    "run_scheduler_process",
     "set_iteration_callback",
     "set_step_control",
     "set_verify_callback",

@@ -4,7 +4,6 @@ Both return float32 probabilities, as the real ops do, and accept either one thr
 per row.
 """
 
-from typing import Union
 
 import torch
 

@@ -14,7 +14,6 @@
 # ==============================================================================
 
 import functools
-from typing import Dict, Tuple
 
 import torch
 
