@@ -121,7 +121,6 @@ PACKAGES = {"specdecode_runtime", "specdecode_operator"}  # module names, not me
 
 def _table_and_operator_names() -> set[str]:
     from specdecode_runtime.contract.metric_names import METRICS, sample_names
-
     from tests.chart.exported_metrics import operator_names
 
     operator = operator_names()
@@ -138,6 +137,7 @@ def unknown_metric_mentions(text: str, known: set[str]) -> set[str]:
 
 def test_the_runtime_exporter_declares_exactly_the_metric_table():
     from prometheus_client import CollectorRegistry
+
     from specdecode_runtime.contract.metric_names import METRICS, sample_names
     from specdecode_runtime.metrics import SpecMetrics
 
