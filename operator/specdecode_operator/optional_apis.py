@@ -82,7 +82,7 @@ def discovery_for(client, recheck_seconds: float = 60.0) -> Discovery:
 
 
 def _key(child: dict) -> tuple[str, str]:
-    return child.get("apiVersion"), child.get("kind")
+    return child.get("apiVersion") or "", child.get("kind") or ""
 
 
 async def unserved(discovery: Discovery, desired: list[dict]) -> list[Optional_]:

@@ -86,7 +86,9 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     if verifier is None and os.environ.get("SPECDECODE_CONTROL_ISSUER", "").strip():
         from . import sa_token_auth  # PyJWT: needed only where ServiceAccount tokens are accepted
 
-        verifier = sa_token_auth.ServiceAccountVerifier(sa_token_auth.settings_from_env())
+        settings = sa_token_auth.settings_from_env()
+        if settings is not None:
+            verifier = sa_token_auth.ServiceAccountVerifier(settings)
 
     def _unauthorized(why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
                                  "Secret, or the operator's ServiceAccount token>)") -> web.Response:

@@ -25,6 +25,7 @@ Stages (label ``stage`` of ``specdecode_cost_seconds{stage,steps,bucket,batch}``
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -157,7 +158,7 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
             except Exception as exc:  # a missing tier or stage must not stop the pod from serving
                 failure.append(exc)
 
-        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda failure=failure: bool(failure),
+        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=functools.partial(bool, failure),
                          timer=timer, warmup=warmup, min_samples=min_samples)
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count

@@ -79,7 +79,7 @@ class SglangAdaptive:
         self.controller.init_states(cuda_graph_bs=spec_cuda_graph_bs(max_bs))
         self.max_bs = max_bs
         self.changes = 0
-        self._table = None
+        self._table: list[tuple[int, int]] | None = None
         self._sync_table()
         engine.set_candidates(self.params.candidate_steps)
         engine.observe(self._on_cycle)
@@ -87,7 +87,8 @@ class SglangAdaptive:
     def _sync_table(self) -> bool:
         """SGLang routes each batch through ``activate_step_by_batch``; with per-slot state that is a pure function
         of the batch size, i.e. a step table, which the engine applies from the next cycle."""
-        pairs, last = [], None
+        pairs: list[tuple[int, int]] = []
+        last = None
         for bs in range(1, self.max_bs + 1):
             steps = self.params.get_steps_for_batch(bs)
             if steps != last:

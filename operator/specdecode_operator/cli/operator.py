@@ -93,8 +93,9 @@ def config_from_args(args) -> OperatorConfig:
         "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds", "rollout_blocked_seconds",
         "api_recheck_seconds", "metrics_secure", "metrics_cert_dir", "check_spec_rules")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    if overrides.get("metrics_port") is not None:
-        check_port("--metrics-port", overrides["metrics_port"])
+    metrics_port = overrides.get("metrics_port")
+    if metrics_port is not None:
+        check_port("--metrics-port", metrics_port)
     if getattr(args, "all_namespaces", False):
         overrides["namespaces"] = ()
     elif getattr(args, "namespaces", None):
