@@ -170,9 +170,10 @@ def test_cycle_finder_reports_a_lazy_cycle():
 
 
 def test_graph_sees_imports_inside_functions():
-    # engine imports the contract only inside EngineSettings.from_runtime_config
-    assert "specdecode_runtime.contract.derived" in internal_graph()["specdecode_runtime.engine"]
+    # engine imports SGLang's hooks only inside EngineRuntime.install (the scheduler process, after SGLang loaded)
     assert "specdecode_runtime.sglang_patch.engine_hooks" in internal_graph()["specdecode_runtime.engine"]
+    planted = imports_of("specdecode_runtime.engine", "def f():\n    from .launch import plan_launch\n")
+    assert planted == {"specdecode_runtime.launch"}
 
 
 # ---------------------------------------------------------------------------------------------------- the rules

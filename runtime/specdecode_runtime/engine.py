@@ -28,6 +28,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from .contract.capabilities import step_candidates
+from .contract.config import CostProbeConfig
+from .contract.derived import is_split_draft, live
+from .contract.http_limits import SERVER_LIMITS
+from .contract.step_table import StepTable
+
 log = logging.getLogger("specdecode.engine")
 
 # A table submitted on rank 0 travels in the next exchange; exchanging every 4th iteration costs one small gloo
@@ -55,10 +61,6 @@ class EngineSettings:
 
     @classmethod
     def from_runtime_config(cls, cfg: Any) -> EngineSettings:
-        from .contract.capabilities import step_candidates
-        from .contract.config import CostProbeConfig
-        from .contract.derived import live
-
         probe = getattr(cfg, "cost_probe", None) or CostProbeConfig()
         return cls(
             num_steps=int(cfg.speculative.num_steps),
@@ -92,8 +94,6 @@ class ControlServer:
         import asyncio
 
         from aiohttp import web
-
-        from .contract.http_limits import SERVER_LIMITS
 
         ready = threading.Event()
 
@@ -167,7 +167,6 @@ class EngineRuntime:
               registry=None, serve: bool = True) -> EngineRuntime:
         """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
         ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
-        from .contract.step_table import StepTable
         from .control import StepControlChannel
 
         s = self.settings
@@ -197,7 +196,6 @@ class EngineRuntime:
                 log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
         if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
             from . import cost_probe
-            from .contract.derived import is_split_draft
 
             self.cost_points = cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
                                                          split_draft=is_split_draft(s.draft_tp, tp_size), sync=self.cost_sync,

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from ..contract.metric_names import COST_SECONDS
 from .options import Options
 from .rank_probe import CORRUPT_ENV, DIR_ENV, events, read_records
 from .served import put_steps as _put_steps
@@ -233,7 +234,6 @@ def _cost_profile(metrics_dir: Path) -> tuple[dict[str, dict[str, float]], str |
     from prometheus_client.multiprocess import MultiProcessCollector
 
     from .. import cost_probe
-    from ..contract.metric_names import COST_SECONDS
 
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(metrics_dir))

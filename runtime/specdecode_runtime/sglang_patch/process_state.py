@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..contract.derived import draft_is_split
+
 if TYPE_CHECKING:
     from .patch_set import PatchSet
 
@@ -32,7 +34,6 @@ class SplitConfig:
 
 def split_config(cfg: Any) -> SplitConfig | None:
     """The patches' view of a runtime config; None when the draft runs on the whole target group."""
-    from ..contract.derived import draft_is_split
 
     return SplitConfig.from_runtime_config(cfg) if draft_is_split(cfg) else None
 
