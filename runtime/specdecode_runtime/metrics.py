@@ -48,7 +48,7 @@ class _BulkSummary(Summary):
 
     The simulator aggregates thousands of identical-cost cycles per batch; observing them one by one would cost more
     than simulating them. prometheus-client has no public bulk observe, so this uses the two value objects Summary
-    itself increments in ``observe`` (tests/sim/test_metrics.py fails loudly if that internal ever changes).
+    itself increments in ``observe`` (tests/sim/test_spec_metrics.py fails loudly if that internal ever changes).
     """
 
     def observe_bulk(self, count: float, total: float) -> None:
