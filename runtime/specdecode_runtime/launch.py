@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import SGLANG_VERSION, model_paths
+from . import SGLANG_VERSION, model_paths, sglang_patch
 from .contract.capabilities import serving_problems, step_candidates
 from .contract.config import RuntimeConfig, load_runtime_config
 from .contract.derived import draft_is_split, live, nccl_environment
 from .contract.input_files import InputError
 from .contract.server_args import expand_env_refs, sglang_cli_args, unexpanded_refs
+from .draft_group import DraftGroupError, choose_draft_ranks
 
 EXIT_UNSUPPORTED = 2
 
@@ -117,9 +119,6 @@ class LaunchPlan:
 def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, str] | None = None,
                 sglang_version: str | None = "__detect__") -> LaunchPlan:
     """Everything ``launch`` will do, computed without importing SGLang (``--dry-run`` prints it)."""
-    from .draft_group import DraftGroupError, choose_draft_ranks
-    from .sglang_patch import installed_sglang_version
-
     cfg = model_paths.resolve(load_runtime_config(str(config_path)))  # pvc:// and hf:// -> local directories
     environ = dict(os.environ if environ is None else environ)
     env = nccl_environment(cfg)
@@ -127,14 +126,14 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
     env[METRICS_DIR_ENV] = environ.get(METRICS_DIR_ENV) or DEFAULT_METRICS_DIR
     args = expand_env_refs(sglang_cli_args(cfg, list(extra)), environ)
     if cfg.target_device == "cpu":  # real SGLang on a CPU with the runtime's kernel stand-ins (specdecode_runtime.cpu)
-        from .cpu import DEVICE_ENV
+        from .cpu import DEVICE_ENV  # CPU runs only: the stand-ins' package patches on import
         from .cpu.engine import CLI_FLAGS
 
         args = [*CLI_FLAGS, *args]
         env[DEVICE_ENV] = "cpu"
     files: dict[str, str] = {}
     # Refusal checks see the user's arguments only (our own adaptive flags are appended after them).
-    reasons = unsupported_reasons(cfg, args, installed_sglang_version() if sglang_version == "__detect__"
+    reasons = unsupported_reasons(cfg, args, sglang_patch.installed_sglang_version() if sglang_version == "__detect__"
                                   else sglang_version)
     if live(cfg):
         path = adaptive_config_path(environ)
@@ -175,8 +174,6 @@ def format_plan(plan: LaunchPlan) -> str:
 
 
 def _quote(a: str) -> str:
-    import shlex
-
     return shlex.quote(a)
 
 
@@ -213,6 +210,7 @@ def write_launch_files(plan: LaunchPlan) -> None:
 def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a model
     write_launch_files(plan)
     os.environ.update(plan.env)  # before SGLang (and prometheus-client) is imported
+    # imported after os.environ holds the NCCL profile and the metrics directory (the order of the module docstring)
     from .scheduler_process import run_scheduler_process
     from .sglang_patch import apply_patches, split_config
 
@@ -223,7 +221,7 @@ def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a mode
 
         prepare_launch(cfg.target.tensor_parallel_size)
     apply_patches(split_config(cfg), nccl_environment(cfg), main_process=True)  # env re-apply + hooks
-    from sglang.srt.entrypoints.http_server import launch_server
+    from sglang.srt.entrypoints.http_server import launch_server  # SGLang (and torch) only in the pod's start
     from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(plan.args)
