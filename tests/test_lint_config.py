@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE_MAX = 28  # modules skipped when mypy was introduced; lower this as modules are fixed, never raise it
+BASELINE_MAX = 26  # modules skipped when mypy was introduced; lower this as modules are fixed, never raise it
 STRICT = ("specdecode_runtime.contract", "specdecode_operator.tuner")
 
 

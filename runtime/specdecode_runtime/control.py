@@ -30,7 +30,8 @@ MAX_TOKEN_BYTES = 4096  # a Secret's token is 64 hex characters
 class StepTableSink(Protocol):
     """What the endpoint drives: the simulator's engine, or the real runtime's StepControlChannel."""
 
-    candidates: Sequence[int]
+    @property
+    def candidates(self) -> Sequence[int]: ...  # the tiers served now (read only: a restarted pod may serve others)
 
     def current_table(self) -> StepTable: ...
 
