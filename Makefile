@@ -1,13 +1,15 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   - install the operator, runtime and demo extras into .venv and run `specdecode demo`
-#   make test   - install everything the tests need (incl. CPU torch 2.13.0 and sglang 0.5.23 for contract tests)
+#   make test   - install everything the tests need (incl. CPU torch 2.13.0 and the pinned sglang for contract tests)
 #                 into .venv and run the test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
+# The one SGLang pin (tests/test_sglang_pin.py checks every other mention against it)
+SGLANG_VERSION := $(shell sed -n 's/^SGLANG_VERSION = "\(.*\)"$$/\1/p' runtime/specdecode_runtime/contract/versions.py)
 
-.PHONY: demo test venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
+.PHONY: demo test lint venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,8 +24,9 @@ deps-test: venv
 	$(PIP) install -q -e '.[operator,runtime,demo,test]'
 	# CPU torch from the local wheel (never an unpinned torch: that pulls a multi-GB CUDA build)
 	$(PIP) install -q torch==2.13.0
-	# sglang 0.5.23 for contract tests against its real source: --no-deps plus the small packages it imports
-	$(PIP) install -q --no-deps sglang==0.5.23
+	# sglang (the version of runtime/specdecode_runtime/contract/versions.py) for contract tests against its real
+	# source: --no-deps plus the small packages it imports
+	$(PIP) install -q --no-deps sglang==$(SGLANG_VERSION)
 	if [ -f requirements/sglang-cpu.txt ]; then $(PIP) install -q --no-deps -r requirements/sglang-cpu.txt; fi
 
 demo: deps-demo
@@ -33,7 +36,13 @@ demo: deps-demo
 tools:
 	envtest/fetch-tools.sh
 
-test: deps-test tools envtest registry promtool
+# ruff (lint) and mypy (strict on the contract and the tuner), configured in pyproject.toml; `make test` runs it
+# first. `ruff format --check` is configured too but not yet part of it.
+lint: deps-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: deps-test lint tools envtest registry promtool
 	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest -q
 
 # A real kube-apiserver + etcd (envtest/): built from Go modules once into ~/.cache/specdecode/envtest/<hash>/bin

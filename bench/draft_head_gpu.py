@@ -66,7 +66,7 @@ class HeadShape:
     layers: int = 1
 
     @classmethod
-    def tiny(cls) -> "HeadShape":
+    def tiny(cls) -> HeadShape:
         return cls(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, draft_vocab=96, target_vocab=128)
 
     def weight_bytes(self, elem: int = 2) -> int:

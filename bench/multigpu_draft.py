@@ -95,7 +95,7 @@ class Shape:
     verify_ffn: int = 18432  # the verify stand-in's layer: qkv-sized + o-sized + MLP, dense, TP-sharded
 
     @classmethod
-    def tiny(cls) -> "Shape":
+    def tiny(cls) -> Shape:
         return cls(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, draft_vocab=96, target_vocab=128, ctx=16,
                    verify_ffn=128)
 

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import yaml
 
+from specdecode_operator.tuner import planner
 from specdecode_runtime.contract.goodput import goodput
 from specdecode_runtime.contract.scenario import cost_for_draft_tp, parse_scenario
 from specdecode_runtime.simulate.engine import SimEngine
-
-from specdecode_operator.tuner import planner
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "pcie8-seed.yaml"
 STEPS_MS = (0.95, 1.2, 1.40, 1.70, 2.0, 2.5)  # 0.95: 1.7 GB at the full 1.79 TB/s; 1.40: the derived value

@@ -15,12 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from specdecode_runtime.contract.scenario import load_scenario
-from specdecode_runtime.simulate.engine import SimEngine
-
 from specdecode_operator.bench import tuner_benchmark
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_operator.tuner.tuner import Tuner
+from specdecode_runtime.contract.scenario import load_scenario
+from specdecode_runtime.simulate.engine import SimEngine
 
 DEFAULT = Path(__file__).resolve().parent / "scenarios" / "unseen" / "ramp-up-down.yaml"
 

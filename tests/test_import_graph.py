@@ -19,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"specdecode_operator": ROOT / "operator", "specdecode_runtime": ROOT / "runtime"}
 CONTRACT = "specdecode_runtime.contract"
-CONTRACT_THIRD_PARTY = {"yaml", "pydantic", "pydantic_core", "typing_extensions"}
+# argcomplete: imported by contract/cli_common.py only when a shell asks for completions (a base dependency).
+CONTRACT_THIRD_PARTY = {"yaml", "pydantic", "pydantic_core", "typing_extensions", "argcomplete"}
+RUNTIME_ROOT = "specdecode_runtime"  # the package itself: its __init__ holds the version and imports nothing
 TUNER = "specdecode_operator.tuner"
 TUNER_FORBIDDEN = {"aiohttp", "kopf", "kubernetes", "kubernetes_asyncio"}
 
@@ -48,25 +50,42 @@ def _resolve_relative(module: str, is_package: bool, level: int, target: str | N
     return ".".join(base + ([target] if target else []))
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """Ids of the nodes under ``if TYPE_CHECKING:``: imports for annotations only, never executed."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def imports_of(name: str, source: str, mods: dict[str, Path] | None = None, is_package: bool = False) -> set[str]:
+    """Every module name ``source`` (the text of module ``name``) imports, top level or lazy."""
+    mods = modules() if mods is None else mods
+    tree = ast.parse(source, name)
+    skip = _type_checking_only(tree)
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = (_resolve_relative(name, is_package, node.level, node.module) if node.level
+                    else node.module or "")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in mods else base)
+    return targets
+
+
 @lru_cache(maxsize=1)
 def imports() -> dict[str, set[str]]:
     """Every module of both packages -> every module name it imports (ours and foreign, top level or lazy)."""
     mods = modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in mods.items():
-        is_package = path.name == "__init__.py"
-        targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = (_resolve_relative(name, is_package, node.level, node.module) if node.level
-                        else node.module or "")
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}"
-                    targets.add(sub if sub in mods else base)
-        graph[name] = targets
-    return graph
+    return {name: imports_of(name, path.read_text(), mods, path.name == "__init__.py") for name, path in mods.items()}
 
 
 def internal_graph() -> dict[str, set[str]]:
@@ -151,9 +170,10 @@ def test_cycle_finder_reports_a_lazy_cycle():
 
 
 def test_graph_sees_imports_inside_functions():
-    # engine imports the contract only inside EngineSettings.from_runtime_config
-    assert "specdecode_runtime.contract.derived" in internal_graph()["specdecode_runtime.engine"]
+    # engine imports SGLang's hooks only inside EngineRuntime.install (the scheduler process, after SGLang loaded)
     assert "specdecode_runtime.sglang_patch.engine_hooks" in internal_graph()["specdecode_runtime.engine"]
+    planted = imports_of("specdecode_runtime.engine", "def f():\n    from .launch import plan_launch\n")
+    assert planted == {"specdecode_runtime.launch"}
 
 
 # ---------------------------------------------------------------------------------------------------- the rules
@@ -185,7 +205,7 @@ def test_contract_imports_only_itself_the_standard_library_yaml_and_pydantic():
             continue
         for t in sorted(targets):
             top = t.split(".")[0]
-            if _within(t, CONTRACT) or top in stdlib or top in CONTRACT_THIRD_PARTY:
+            if _within(t, CONTRACT) or t == RUNTIME_ROOT or top in stdlib or top in CONTRACT_THIRD_PARTY:
                 continue
             bad.append(f"{module} imports {t}")
     assert not bad, "the contract must stay importable without the runtime's dependencies:\n" + "\n".join(bad)
@@ -219,7 +239,7 @@ def test_tuner_imports_no_network_or_kubernetes_client():
     assert not bad, "\n".join(sorted(bad))
 
 
-@pytest.mark.parametrize("module", ["specdecode_runtime.engine", "specdecode_runtime.sglang_patch.bootstrap"])
+@pytest.mark.parametrize("module", ["specdecode_runtime.engine", "specdecode_runtime.scheduler_process"])
 def test_scheduler_process_code_never_reaches_the_launcher(module):
     """A scheduler process reads runtime.yaml through the contract; the launcher sits above it, not beside it."""
     path = _reachable(module, internal_graph())
@@ -229,3 +249,109 @@ def test_scheduler_process_code_never_reaches_the_launcher(module):
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_every_module_is_in_the_graph(package):
     assert any(_within(m, package) for m in modules()), package
+
+
+# ---------------------------------------------------------------------------------------------------- docs/architecture.md
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+TABLE_SECTIONS = {"## Operator: where new code goes": "specdecode_operator", "## Runtime": "specdecode_runtime"}
+ANYTHING = "*"
+
+
+def _ticked(cell: str) -> list[str]:
+    return [t for t in cell.split("`")[1::2]]
+
+
+def _module_prefix(token: str, package: str) -> str:
+    """`api/` -> specdecode_operator.api, `kube_client.py` -> specdecode_operator.kube_client, a dotted name as is."""
+    if token.startswith(("specdecode_operator", "specdecode_runtime")) and "/" not in token:
+        return token
+    return package + "." + token.removesuffix("/").removesuffix(".py").replace("/", ".")
+
+
+def parse_layer_tables(text: str) -> dict[str, list[tuple[list[str], list[str]]]]:
+    """package -> rows of (homes, allowed imports) from the "may import" tables, in order; each as module prefixes.
+    "everything above" expands to the homes of the rows above; "anything" is :data:`ANYTHING`."""
+    tables: dict[str, list[tuple[list[str], list[str]]]] = {}
+    package = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            package = TABLE_SECTIONS.get(line.strip())
+            continue
+        if package is None or not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[2] == "may import":
+            continue
+        rows = tables.setdefault(package, [])
+        homes = [_module_prefix(t, package) for t in _ticked(cells[1])]
+        allowed = [_module_prefix(t, package) for t in _ticked(cells[2])]
+        if "everything above" in cells[2]:
+            allowed += [m for row_homes, row_allowed in rows for m in (*row_homes, *row_allowed) if m != ANYTHING]
+        if cells[2].startswith("anything"):
+            allowed = [ANYTHING]
+        rows.append((homes, homes + list(dict.fromkeys(allowed))))  # the homes of one row import each other
+    return tables
+
+
+def _home_of(module: str, rows: list[tuple[list[str], list[str]]]) -> tuple[str, list[str]] | None:
+    """The most specific home of ``module`` (``reconcile/events.py`` before ``reconcile/``) and what it may import."""
+    best = None
+    for homes, allowed in rows:
+        for h in homes:
+            if _within(module, h) and (best is None or len(h) > len(best[0])):
+                best = (h, allowed)
+    return best
+
+
+def layer_violations(graph: dict[str, set[str]], tables: dict) -> list[str]:
+    bad = []
+    for module, targets in sorted(graph.items()):
+        package = module.split(".")[0]
+        if module == package:
+            continue  # the package's __init__
+        home = _home_of(module, tables[package])
+        if home is None:
+            bad.append(f"{module}: no row of docs/architecture.md names its home")
+            continue
+        own, allowed = home
+        if ANYTHING in allowed:
+            continue
+        for t in sorted(targets):
+            if t in TABLE_SECTIONS.values() or _within(t, own) or any(_within(t, a) for a in allowed):
+                continue
+            if _within(t, package) and _home_of(t, tables[package]) and _home_of(t, tables[package])[0] == own:
+                continue
+            bad.append(f"{module} imports {t}: {own} may import only {', '.join(allowed) or 'nothing of ours'}")
+    return bad
+
+
+def test_every_import_keeps_the_documented_layers():
+    """The "may import" tables of docs/architecture.md are the rule; a new import that crosses them fails here
+    until the table (and so the design) says otherwise."""
+    tables = parse_layer_tables(ARCHITECTURE.read_text())
+    assert set(tables) == set(TABLE_SECTIONS.values()), tables.keys()
+    bad = layer_violations(internal_graph(), tables)
+    assert not bad, "imports the architecture table does not allow:\n" + "\n".join(bad)
+
+
+def test_layer_check_catches_a_planted_upward_import():
+    """A render module importing the reconciler (a planted upward import, lazily inside a function) and an operator
+    module importing a runtime module outside the contract are both reported."""
+    tables = parse_layer_tables(ARCHITECTURE.read_text())
+    graph = {m: set(ts) for m, ts in internal_graph().items()}
+    planted = imports_of("specdecode_operator.render.pod", "def f():\n    from ..reconcile import reconciler\n",
+                         is_package=False)
+    graph["specdecode_operator.render.pod"] |= planted
+    graph["specdecode_operator.tuner.tuner"].add("specdecode_runtime.cost_probe")
+    bad = layer_violations(graph, tables)
+    assert any(b.startswith("specdecode_operator.render.pod imports specdecode_operator.reconcile.reconciler")
+               for b in bad), bad
+    assert any(b.startswith("specdecode_operator.tuner.tuner imports specdecode_runtime.cost_probe") for b in bad), bad
+    graph["specdecode_operator.brand_new"] = set()
+    assert "specdecode_operator.brand_new: no row of docs/architecture.md names its home" in layer_violations(
+        graph, tables)
+
+
+def test_annotation_only_imports_are_not_dependencies():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .config import RuntimeConfig\n"
+    assert imports_of("specdecode_runtime.contract.derived", source) == {"typing"}

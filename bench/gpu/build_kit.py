@@ -24,7 +24,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -38,7 +37,16 @@ KIT = ROOT / ".gpu-kit"
 STANDIN = Path(__file__).resolve().parent / "standin"
 MAX_BYTES = 56 * 1024 * 1024  # the repository (~5 MB) and the kit travel together under 64 MiB
 
-SGLANG_VERSION = "0.5.23"
+
+
+def _pinned_sglang() -> str:
+    """The runtime's one SGLang pin (runtime/specdecode_runtime/contract/versions.py), read without importing it."""
+    tree = ast.parse((ROOT / "runtime/specdecode_runtime/contract/versions.py").read_text())
+    return next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", None) == "SGLANG_VERSION")
+
+
+SGLANG_VERSION = _pinned_sglang()
 SGLANG_PLATFORM = ["--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux_2_34_x86_64"]
 TARGET_PLATFORM = ["--python-version", "3.12", "--implementation", "cp"] + [
     arg
@@ -242,8 +250,8 @@ def repack_sglang(source: Path, dest_dir: Path) -> Path:
     for path in (DUAL_GEMM, FLASHMLA):
         compile(entries[path], path, "exec")
     entries[f"{dist_info}/WHEEL"] = (
-        "Wheel-Version: 1.0\nGenerator: specdecode bench/gpu/build_kit.py\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n").encode()
+        b"Wheel-Version: 1.0\nGenerator: specdecode bench/gpu/build_kit.py\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n")
     out = dest_dir / f"sglang-{SGLANG_VERSION}-py3-none-any.whl"
     rows = [record_line(name, data) for name, data in sorted(entries.items())]
     rows.append([f"{dist_info}/RECORD", "", ""])

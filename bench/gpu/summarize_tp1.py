@@ -30,10 +30,19 @@ def _point(row: dict) -> str:
     return f"b{row['batch']}_k{row['steps']}"
 
 
+def _sglang_version() -> str:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "runtime"))
+    from specdecode_runtime.contract.versions import SGLANG_VERSION
+
+    return SGLANG_VERSION
+
+
 def _probe_batches() -> dict[str, int]:
     sys.path.insert(0, str(ROOT / "runtime"))
-    from specdecode_runtime.cost_probe import probe_batch
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
+    from specdecode_runtime.cost_probe import probe_batch
 
     sizes = (1, 4, 8, 16, 32)  # the live8b run's --cuda-graph-bs-decode
     return {bucket_label(lo): probe_batch(DEFAULT_BUCKETS, i, 32, sizes) for i, lo in enumerate(DEFAULT_BUCKETS)}
@@ -82,7 +91,7 @@ def summarize(raw: Path) -> dict:
     switch = {f"to_k{r['steps']}": r["switch_latency_ms"] for r in sharded["served"] if "switch_latency_ms" in r}
     tiers = sharded["graphs"]
     out: dict = {
-        "device": "1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang 0.5.23 + the runtime's patches",
+        "device": f"1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang {_sglang_version()} + the runtime's patches",
         "model": "Llama-3-8B shape (32 layers, hidden 4096, GQA 32/8, vocab 128256), dummy bf16 weights; EAGLE-3 "
                  "head (1 layer), triton attention, CUDA graphs for batch 1/4/8/16/32, overlap scheduler on",
         "probe_over_served": {**probe, "max": max(probe.values()), "min": min(probe.values())},

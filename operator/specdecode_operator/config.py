@@ -90,7 +90,7 @@ class OperatorConfig:
         return out
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "OperatorConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> OperatorConfig:
         env = os.environ if env is None else env
         values: dict = {}
 
@@ -130,7 +130,7 @@ class OperatorConfig:
             values["standalone"] = get("STANDALONE").lower() in ("1", "true", "yes")
         values.update(overrides)  # None is a value too: liveness_endpoint=None turns the endpoint off
         config = cls(**values)
-        config.labels  # fail early on a selector kopf cannot express
+        _ = config.labels  # fail early on a selector kopf cannot express
         if config.control_auth not in ("ServiceAccount", "Secret"):
             raise ValueError(f"SPECDECODE_CONTROL_AUTH must be ServiceAccount or Secret, got {config.control_auth!r}")
         if config.tune_interval_scale <= 0:

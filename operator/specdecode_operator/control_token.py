@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from typing import Any
 
 from .render import content_hash, names
 
@@ -19,7 +20,7 @@ def control_secret(name: str, namespace: str, existing: dict | None) -> dict:
     if not token:
         token = base64.b64encode(secrets.token_urlsafe(32).encode()).decode()
     labels = names.labels(name, "control-token")
-    manifest = {
+    manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",

@@ -17,7 +17,7 @@ from typing import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from specdecode_runtime.http_limits import SERVER_LIMITS
+from specdecode_runtime.contract.http_limits import SERVER_LIMITS
 
 HealthFn = Callable[[], tuple[bool, dict]]  # -> (healthy, details for the JSON body)
 
@@ -55,7 +55,7 @@ class Endpoints:
         self._runners.append(runner)
         self.ports[name] = int(runner.addresses[0][1])
 
-    async def start(self) -> "Endpoints":
+    async def start(self) -> Endpoints:
         if self.metrics_port:
             await self._serve("metrics", self.metrics_port, "/metrics", self._metrics, self.metrics_tls)
         if self.health_port:

@@ -109,7 +109,7 @@ class TimedLeaseLock(LeaseLock):
         spec = self.lease_reference.spec
         spec.holder_identity = None
         spec.lease_duration_seconds = 1
-        spec.renew_time = datetime.datetime.now(datetime.timezone.utc)
+        spec.renew_time = datetime.datetime.now(datetime.UTC)
         try:
             self.api_instance.replace_namespaced_lease(name=self.name, namespace=self.namespace,
                                                        body=self.lease_reference, _request_timeout=self.timeout)
@@ -180,7 +180,7 @@ class LeaderElector:
         self._on_lost()
 
     # ------------------------------------------------------------------ threads
-    def start(self) -> "LeaderElector":
+    def start(self) -> LeaderElector:
         election = leaderelection.LeaderElection(self.config)
         for target, name in ((election.run, "leader-election"), (self._watchdog, "leader-fence")):
             thread = threading.Thread(target=target, name=name, daemon=True)

@@ -89,7 +89,7 @@ def self_signed(directory: pathlib.Path, names: list[str]) -> tuple[pathlib.Path
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    sans = []
+    sans: list[x509.GeneralName] = []
     for n in names:
         try:
             sans.append(x509.IPAddress(ipaddress.ip_address(n)))

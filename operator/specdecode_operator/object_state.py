@@ -11,11 +11,48 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from .api.validate import InvalidSpec, parse, validate_object
+from .render.runtime_config import serving_problems
 
 OWN_WRITES_KEPT = 2  # the resourceVersions of our last status writes (the reconciler's and the tuner's)
+
+
+class StatusWrite(NamedTuple):
+    """Our last status write: compared with (and the basis of) the next pass's status until the watch shows it."""
+
+    at: float  # monotonic time
+    status: dict[str, Any]
+    resource_version: str | None
+
+
+class AppliedWrite(NamedTuple):
+    """Our last write of a child, kept until the watch shows it or a newer version."""
+
+    at: float  # monotonic time
+    obj: dict[str, Any]
+
+
+class CheckedVersion(NamedTuple):
+    """A child version found (or made) up to date for one input hash: nothing to compare while both hold."""
+
+    resource_version: str | None
+    input_hash: str
+
+
+class RenderedChildren(NamedTuple):
+    """The child stubs rendered for one (uid, generation, tuned steps)."""
+
+    key: tuple[str, int | None, int | None]
+    stubs: list[dict[str, Any]]
+
+
+class SecretCheck(NamedTuple):
+    """When the control-token Secret was last checked, and what was found."""
+
+    at: float  # monotonic time
+    result: Literal["ok", "forbidden", "collision"]
 
 
 @dataclass
@@ -33,12 +70,11 @@ class ObjectState:
     # Validation, once per generation, shared by the reconciler and the tuning loop.
     validation: Validation | None = None
     # The reconciler (reconcile/reconciler.py): caches whose loss costs a read or a write, never a wrong one.
-    status_written: tuple | None = None  # (monotonic time, status written, its resourceVersion)
-    # child key -> (monotonic time, record of our last write), until the watch shows that write or a newer one
-    applied: dict = field(default_factory=dict)
-    checked: dict = field(default_factory=dict)  # child key -> (resourceVersion, input hash) found up to date
-    rendered: tuple | None = None  # ((uid, generation, tuned steps), child stubs)
-    secret_checked: tuple | None = None  # (monotonic time, "ok" | "forbidden" | "collision")
+    status_written: StatusWrite | None = None
+    applied: dict[tuple[str, ...], AppliedWrite] = field(default_factory=dict)  # child key -> our last write
+    checked: dict[tuple[str, ...], CheckedVersion] = field(default_factory=dict)  # child key -> version up to date
+    rendered: RenderedChildren | None = None
+    secret_checked: SecretCheck | None = None
     reported: dict[str, str] = field(default_factory=dict)  # Event reason -> the last message posted (events.once)
     rollout_blocked: object | None = None  # status.rollout.Blocked while a rollout pod stays unschedulable
     # The tuning loop (tuning/): what it hands the reconciler.
@@ -86,7 +122,10 @@ def validated(body: dict, state: ObjectState, *, check_rules: bool = False) -> t
     if not problems:
         try:
             sdd = parse(obj, validated=True)  # the rules ran at admission (or just above)
+            problems = [str(p) for p in serving_problems(sdd)]  # what the pods' launcher would refuse
         except InvalidSpec as e:
             problems = [str(p) for p in e.problems]
+        if problems:
+            sdd = None
     state.validation = Validation(gen, sdd, problems)
     return sdd, problems

@@ -70,7 +70,7 @@ class Discovery:
         return kind in await self.kinds(api_version)
 
 
-_DISCOVERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_DISCOVERIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def discovery_for(client, recheck_seconds: float = 60.0) -> Discovery:
@@ -82,7 +82,7 @@ def discovery_for(client, recheck_seconds: float = 60.0) -> Discovery:
 
 
 def _key(child: dict) -> tuple[str, str]:
-    return child.get("apiVersion"), child.get("kind")
+    return child.get("apiVersion") or "", child.get("kind") or ""
 
 
 async def unserved(discovery: Discovery, desired: list[dict]) -> list[Optional_]:

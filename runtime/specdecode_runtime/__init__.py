@@ -5,4 +5,6 @@ pure-Python parts (the contract in :mod:`specdecode_runtime.contract`, the simul
 """
 
 __version__ = "0.1.0"
-SGLANG_VERSION = "0.5.23"
+from .contract.versions import SGLANG_VERSION  # the one pin; importing the contract loads nothing heavy
+
+__all__ = ["SGLANG_VERSION", "__version__"]

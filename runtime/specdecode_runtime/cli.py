@@ -10,8 +10,10 @@ import contextlib
 import sys
 from typing import Sequence
 
-from . import cli_common
-from .cli_common import EXIT_INVALID as EXIT_UNSUPPORTED  # SGLang missing or another version: the environment is the input
+from .contract import cli_common
+from .contract.cli_common import (
+    EXIT_INVALID as EXIT_UNSUPPORTED,  # SGLang missing or another version: the environment is the input
+)
 
 # Commands defined in their own modules, each exposing add_parser(subparsers); the help shown when another command
 # runs (tests/runtime/test_launch.py checks it is the module's own).

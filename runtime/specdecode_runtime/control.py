@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
+from .contract.http_limits import MAX_BODY_BYTES, BodyError, read_json
 from .contract.input_files import InputError, read_text
 from .contract.step_table import MAX_TABLE_ENTRIES, STEPS_PATH, StepTable, StepTableError, parse_step_table
-from .http_limits import MAX_BODY_BYTES, BodyError, read_json
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ MAX_TOKEN_BYTES = 4096  # a Secret's token is 64 hex characters
 class StepTableSink(Protocol):
     """What the endpoint drives: the simulator's engine, or the real runtime's StepControlChannel."""
 
-    candidates: Sequence[int]
+    @property
+    def candidates(self) -> Sequence[int]: ...  # the tiers served now (read only: a restarted pod may serve others)
 
     def current_table(self) -> StepTable: ...
 
@@ -86,7 +87,9 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     if verifier is None and os.environ.get("SPECDECODE_CONTROL_ISSUER", "").strip():
         from . import sa_token_auth  # PyJWT: needed only where ServiceAccount tokens are accepted
 
-        verifier = sa_token_auth.ServiceAccountVerifier(sa_token_auth.settings_from_env())
+        settings = sa_token_auth.settings_from_env()
+        if settings is not None:
+            verifier = sa_token_auth.ServiceAccountVerifier(settings)
 
     def _unauthorized(why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
                                  "Secret, or the operator's ServiceAccount token>)") -> web.Response:

@@ -7,9 +7,10 @@ point, which gives a complete profile of this box before the first request. A wa
 workload (context lengths, KV-cache occupancy, contention differ), so the tuner treats the result as a prior and
 refines it online from live cycle timings (operator ``tuner/cost_refine.py``).
 
-Everything here is pure over a ``run_step(stage, steps, batch)`` callable that launches one replay of the named
-stage, a ``sync()`` that waits for the device and a clock, so the same code runs on a GPU after capture, on CPU with
-torch in the tests, and in the simulator with a simulated clock.
+The fit (points -> ``CycleCost``, also the tuner's) is :mod:`.contract.cost_profile`. Everything here is pure over
+a ``run_step(stage, steps, batch)`` callable that launches one replay of the named stage, a ``sync()`` that waits
+for the device and a clock, so the same code runs on a GPU after capture, on CPU with torch in the tests, and in
+the simulator with a simulated clock.
 
 Stages (label ``stage`` of ``specdecode_cost_seconds{stage,steps,bucket,batch}``):
 
@@ -24,32 +25,24 @@ Stages (label ``stage`` of ``specdecode_cost_seconds{stage,steps,bucket,batch}``
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
-from .contract.goodput import CycleCost
+from .contract.cost_profile import STAGES, ProbePoint, fit_bucket, fit_profile, points_from_samples
 from .contract.metric_names import DEFAULT_BUCKETS, bucket_label
+
+# The points and their fit are the contract's (the tuner fits the scraped points with the same code).
+__all__ = ["GRAPH", "EAGER", "RunStep", "STAGES", "ProbePoint", "fit_bucket", "fit_profile", "points_from_samples", "probe_batch", "plan_points",
+           "run_probe", "export", "summary", "probe_at_start", "cuda_event_timer", "time_stage"]
 
 log = logging.getLogger("specdecode.cost_probe")
 
-STAGES = ("draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast")
 GRAPH, EAGER = "graph", "eager"  # how a runner launches a stage: replaying captured CUDA graphs, or eager forwards
 RunStep = Callable[[str, int, int], None]  # (stage, steps, batch): launch one replay of that stage
-
-
-@dataclass(frozen=True)
-class ProbePoint:
-    """Median seconds of one stage at one tier and batch size."""
-
-    stage: str
-    steps: int
-    bucket: str
-    batch: int
-    seconds: float
 
 
 def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None,
@@ -156,7 +149,8 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
                                                   graph_sizes=sizes):
         failure: list[BaseException] = []
 
-        def run(stage=stage, steps=steps, batch=batch) -> None:
+        def run(stage: str = stage, steps: int = steps, batch: int = batch,
+                failure: list[BaseException] = failure) -> None:
             if failure:
                 return
             try:
@@ -164,7 +158,7 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
             except Exception as exc:  # a missing tier or stage must not stop the pod from serving
                 failure.append(exc)
 
-        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=lambda: bool(failure),
+        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=functools.partial(bool, failure),
                          timer=timer, warmup=warmup, min_samples=min_samples)
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count
@@ -173,65 +167,6 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
             log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, why)
             continue
         out.append(ProbePoint(stage, steps, label, batch, sec))
-    return out
-
-
-def _line(xs: Sequence[float], ys: Sequence[float], clamp: bool = True) -> tuple[float, float]:
-    """Least-squares (intercept, slope), both clamped at >= 0 unless ``clamp`` is false (then only the slope);
-    one distinct x gives slope 0."""
-    n = len(xs)
-    if n == 0:
-        return 0.0, 0.0
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx <= 0:
-        return (max(my, 0.0) if clamp else my), 0.0
-    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx, 0.0)
-    base = my - slope * mx
-    return (max(base, 0.0) if clamp else base), slope
-
-
-def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
-    """One bucket's ``CycleCost`` in milliseconds from its points. The verify and draft-extend per-token costs come
-    from how the time grows with the tier at the probed batch (``batch * (steps + 1)`` tokens), the draft step is
-    the measured forward at that batch. None without a plain-decode verify point (nothing to anchor k = 0), and None
-    when speculative tiers were probed without a draft step (a runner that measures only the verify: the tuner then
-    keeps its per-cycle phase averages rather than a profile with free drafting)."""
-    pts = list(points)
-    by = {st: [p for p in pts if p.stage == st] for st in STAGES}
-    if not by["verify"]:
-        return None
-    if not by["draft_step"] and not by["draft"] and any(p.steps > 0 for p in by["verify"]):
-        return None  # verify alone would price drafting at zero and push the tuner to its largest k
-
-    def ms(p: ProbePoint) -> float:
-        return 1000.0 * p.seconds
-
-    vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
-    eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
-    draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
-    if by["draft"]:
-        # A tier's whole draft phase D(k) = a + b*k: b is the cost of one draft step; a (negative when the first
-        # proposal comes from the draft-extend, as in SGLang's EAGLE, whose tier 1 runs no draft forward) is paid
-        # once per speculative cycle, as the extend is, so it joins the extend's base cost.
-        da, draft = _line([p.steps for p in by["draft"]], [ms(p) for p in by["draft"]], clamp=False)
-        eb = max(eb + da, 0.0)
-    overhead = statistics.median(ms(p) for p in by["overhead"]) if by["overhead"] else 0.0
-    bcast = statistics.median(ms(p) for p in by["broadcast"]) if by["broadcast"] else 0.0
-    return CycleCost(verify_base=vb, verify_per_token=vpt, draft_base=draft, draft_per_seq=0.0, extend_base=eb,
-                     extend_per_token=ept, overhead=overhead, broadcast=bcast)
-
-
-def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:
-    """Per-bucket costs (bucket label -> ``CycleCost``) from the points of one or more pods."""
-    by_bucket: dict[str, list[ProbePoint]] = {}
-    for p in points:
-        by_bucket.setdefault(p.bucket, []).append(p)
-    out = {}
-    for label, pts in by_bucket.items():
-        cost = fit_bucket(pts)
-        if cost is not None:
-            out[label] = cost
     return out
 
 
@@ -248,12 +183,6 @@ def summary(points: Iterable[ProbePoint]) -> str:
         rows.setdefault(f"{p.bucket}@b{p.batch}", {}).setdefault(p.stage, []).append(f"{1000 * p.seconds:.3f}")
     return "; ".join(f"{b}: " + " ".join(f"{st}={'/'.join(v)}" for st, v in stages.items())
                      for b, stages in rows.items())
-
-
-def points_from_samples(samples: Mapping[tuple[str, int, str, int], float]) -> list[ProbePoint]:
-    """``ProbePoint``s from scraped ``(stage, steps, bucket, batch) -> seconds`` (the tuner's side of the metric)."""
-    return [ProbePoint(st, k, bucket, b, sec) for (st, k, bucket, b), sec in samples.items()
-            if st in STAGES and sec >= 0 and sec == sec]
 
 
 def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int], metrics=None,

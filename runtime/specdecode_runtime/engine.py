@@ -1,6 +1,6 @@
 """Engine-side wiring inside each SGLang scheduler process: metrics, live step control and the NCCL preflight.
 
-SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.sglang_patch.bootstrap_from_env` builds one
+SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.scheduler_process.bootstrap_from_env` builds one
 :class:`EngineRuntime` per process and registers its methods on the patch's hook points:
 
 * **worker ready** (wrapped ``EAGLEWorkerV2.init_cuda_graphs``, every rank, after every tier is captured and before
@@ -28,6 +28,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from .contract.capabilities import step_candidates
+from .contract.config import CostProbeConfig
+from .contract.derived import is_split_draft, live
+from .contract.http_limits import SERVER_LIMITS
+from .contract.step_table import StepTable
+
 log = logging.getLogger("specdecode.engine")
 
 # A table submitted on rank 0 travels in the next exchange; exchanging every 4th iteration costs one small gloo
@@ -54,14 +60,11 @@ class EngineSettings:
     cost_budget_ms: float = 2.0  # time budget per probe point
 
     @classmethod
-    def from_runtime_config(cls, cfg: Any) -> "EngineSettings":
-        from .contract.config import CostProbeConfig
-        from .contract.derived import captured_steps, live
-
+    def from_runtime_config(cls, cfg: Any) -> EngineSettings:
         probe = getattr(cfg, "cost_probe", None) or CostProbeConfig()
         return cls(
             num_steps=int(cfg.speculative.num_steps),
-            captured=tuple(captured_steps(cfg)),
+            captured=tuple(step_candidates(cfg)),
             live=live(cfg),
             buckets=tuple(cfg.server.buckets),
             draft_tp=int(cfg.draft.tensor_parallel_size),
@@ -87,12 +90,10 @@ class ControlServer:
     bound_port: int | None = None
     error: BaseException | None = None
 
-    def start(self, timeout: float = 30.0) -> "ControlServer":
+    def start(self, timeout: float = 30.0) -> ControlServer:
         import asyncio
 
         from aiohttp import web
-
-        from .http_limits import SERVER_LIMITS
 
         ready = threading.Event()
 
@@ -163,10 +164,9 @@ class EngineRuntime:
 
     # ---- start-up ----------------------------------------------------------------------------------------------
     def start(self, *, tp_rank: int, tp_size: int, cpu_group=None, src: int = 0, device_group=None, device=None,
-              registry=None, serve: bool = True) -> "EngineRuntime":
+              registry=None, serve: bool = True) -> EngineRuntime:
         """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
         ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
-        from .contract.step_table import StepTable
         from .control import StepControlChannel
 
         s = self.settings
@@ -196,7 +196,6 @@ class EngineRuntime:
                 log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
         if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
             from . import cost_probe
-            from .contract.derived import is_split_draft
 
             self.cost_points = cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
                                                          split_draft=is_split_draft(s.draft_tp, tp_size), sync=self.cost_sync,

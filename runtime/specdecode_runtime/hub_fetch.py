@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_common import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from .contract import model_source as ms
+from .contract.cli_common import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from .contract.config import load_runtime_config
+from .contract.input_files import InputError
 
 PROG = "specdecode-runtime fetch-models"
 
@@ -36,10 +39,6 @@ def _reason(err: BaseException) -> str:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from .contract import model_source as ms
-    from .contract.config import load_runtime_config
-    from .contract.input_files import InputError
-
     try:
         cfg = load_runtime_config(ns.config)
         sources = ms.hub_sources(cfg.target.model, cfg.draft.model)

@@ -17,7 +17,7 @@ aggregates the files with ``MultiProcessCollector``.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summary, generate_latest
 
@@ -28,6 +28,7 @@ from .contract.metric_names import (
     DEFAULT_BUCKETS,
     DRAFT_STEPS,
     DRAFT_TP,
+    METRICS,
     NCCL_LATENCY,
     NUM_STEPS,
     PHASES,
@@ -47,7 +48,7 @@ class _BulkSummary(Summary):
 
     The simulator aggregates thousands of identical-cost cycles per batch; observing them one by one would cost more
     than simulating them. prometheus-client has no public bulk observe, so this uses the two value objects Summary
-    itself increments in ``observe`` (tests/sim/test_metrics.py fails loudly if that internal ever changes).
+    itself increments in ``observe`` (tests/sim/test_spec_metrics.py fails loudly if that internal ever changes).
     """
 
     def observe_bulk(self, count: float, total: float) -> None:
@@ -74,49 +75,29 @@ class SpecMetrics:
         self.buckets = tuple(sorted(buckets))
         self.max_positions = max_positions
         self._const = dict(const_labels or {})
-        extra = tuple(self._const)
-        reg = registry
-        b, bp, bph = ("bucket",) + extra, ("bucket", "position") + extra, ("bucket", "phase") + extra
-        self.verify_cycles = Counter(VERIFY_CYCLES, "Verify (decode) cycles per batch-size bucket", b, registry=reg)
-        self.position_attempts = Counter(
-            POSITION_ATTEMPTS, "Requests whose draft position was attempted (1..min(accepted+1, steps))", bp, registry=reg
-        )
-        self.position_accepted = Counter(
-            POSITION_ACCEPTED, "Requests whose draft position was accepted (1..accepted)", bp, registry=reg
-        )
-        self.cycle_seconds = _BulkSummary(
-            CYCLE_SECONDS, "Time per cycle spent in each phase (draft|verify|draft_extend|other)", bph, registry=reg
-        )
-        self.draft_steps = Counter(DRAFT_STEPS, "Draft steps run (sum of steps over cycles)", b, registry=reg)
-        self.requests_verified = Counter(
-            REQUESTS_VERIFIED, "Requests verified (sum of batch size over cycles)", b, registry=reg
-        )
-        self.num_steps = Gauge(
-            NUM_STEPS, "Active speculative steps for the bucket (0 = no speculation)", b, registry=reg,
-            multiprocess_mode="mostrecent",
-        )
-        self.candidate_steps = Gauge(
-            CANDIDATE_STEPS, "Info: 1 for every captured candidate step count", ("steps",) + extra, registry=reg,
-            multiprocess_mode="mostrecent",
-        )
-        self.draft_tp = Gauge(
-            DRAFT_TP, "Tensor-parallel size of the draft model's process group", extra, registry=reg,
-            multiprocess_mode="mostrecent",
-        )
-        self.tokens_generated = Counter(
-            TOKENS_GENERATED, "Tokens emitted by decode cycles (accepted drafts + bonus)", extra, registry=reg
-        )
-        self.nccl_latency = Gauge(
-            NCCL_LATENCY, "Startup preflight: mean latency of one collective on the TP group", ("op", "bytes") + extra,
-            registry=reg, multiprocess_mode="mostrecent",
-        )
-        self.cost_seconds = Gauge(
-            COST_SECONDS, "Start-up cost probe: median seconds of one stage (draft_step|verify|draft_extend|overhead|"
-            "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture",
-            ("stage", "steps", "bucket", "batch") + extra, registry=reg, multiprocess_mode="mostrecent",
-        )
+        self._registry = registry
+        self.verify_cycles = self._declare(Counter, VERIFY_CYCLES)
+        self.position_attempts = self._declare(Counter, POSITION_ATTEMPTS)
+        self.position_accepted = self._declare(Counter, POSITION_ACCEPTED)
+        self.cycle_seconds = self._declare(_BulkSummary, CYCLE_SECONDS)
+        self.draft_steps = self._declare(Counter, DRAFT_STEPS)
+        self.requests_verified = self._declare(Counter, REQUESTS_VERIFIED)
+        self.num_steps = self._declare(Gauge, NUM_STEPS, multiprocess_mode="mostrecent")
+        self.candidate_steps = self._declare(Gauge, CANDIDATE_STEPS, multiprocess_mode="mostrecent")
+        self.draft_tp = self._declare(Gauge, DRAFT_TP, multiprocess_mode="mostrecent")
+        self.tokens_generated = self._declare(Counter, TOKENS_GENERATED)
+        self.nccl_latency = self._declare(Gauge, NCCL_LATENCY, multiprocess_mode="mostrecent")
+        self.cost_seconds = self._declare(Gauge, COST_SECONDS, multiprocess_mode="mostrecent")
         self._children: dict[tuple, object] = {}
         self.registry = registry
+
+    def _declare(self, kind: Any, name: str, **kwargs: Any) -> Any:
+        """One metric of the contract's table: its type, help and labels from the row, the constant labels after."""
+        row = METRICS[name]
+        expected = {Counter: "counter", Gauge: "gauge", _BulkSummary: "summary"}[kind]
+        if row.kind != expected:
+            raise TypeError(f"{name} is a {row.kind} in the metric table, declared as a {expected}")
+        return kind(name, row.help, (*row.labels, *self._const), registry=self._registry, **kwargs)
 
     # -- child cache: .labels() takes a lock and builds a tuple each call; the hot path avoids that ----------------
     def _child(self, metric, *values: str):

@@ -75,7 +75,7 @@ def run_preflight(
         if nbytes < elem:
             raise ValueError(f"all-reduce size must be >= {elem} bytes, got {nbytes}")
         buf = torch.ones(nbytes // elem, dtype=dtype, device=device)
-        mean = _time_op(lambda: dist.all_reduce(buf, group=group), iterations, warmup, device)
+        mean = _time_op(lambda buf=buf: dist.all_reduce(buf, group=group), iterations, warmup, device)
         results.append(CollectiveTiming("all_reduce", int(nbytes), _agree(mean), iterations))
 
     tokens = torch.zeros(broadcast_shape, dtype=torch.int64, device=device)

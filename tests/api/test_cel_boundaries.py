@@ -5,8 +5,8 @@ API server)."""
 from __future__ import annotations
 
 import pytest
-
 from cel_boundaries import BOUNDARIES
+
 from specdecode_operator.api import rules
 from specdecode_operator.api.validate import validate_object
 

@@ -23,9 +23,10 @@ for p in (TESTS / "api", TESTS / "render"):
         sys.path.insert(0, str(p))
 
 from cel_corpus import corpus  # noqa: E402
-from tests.k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
-from specdecode_operator.api.validate import InvalidSpec, parse  # noqa: E402
 from test_property import documents  # noqa: E402
+
+from specdecode_operator.api.validate import InvalidSpec, parse  # noqa: E402
+from tests.k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
 
 NAMESPACE = "parity"
 CRD_FILE = TESTS.parent / "crds" / "specdecode.io_specdecodedeployments.yaml"

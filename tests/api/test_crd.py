@@ -6,8 +6,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from specdecode_operator.api.crd import crd, crd_yaml
 from specdecode_operator.api import rules
+from specdecode_operator.api.crd import crd, crd_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"

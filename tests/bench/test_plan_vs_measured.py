@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import plan_vs_measured as pvm  # noqa: E402
+
 from specdecode_runtime.contract.scenario import load_scenario  # noqa: E402
 
 MEASURED = ROOT / "bench" / "results" / "multigpu_draft_h200x2.json"

@@ -22,8 +22,8 @@ from typing import Any, Callable
 import kubernetes
 import yaml
 
-from tests.k8s.cluster import Cluster, minimal_sdd, wait_for
 from specdecode_operator.testbed.runner import EmulatorServer, standard_emulator
+from tests.k8s.cluster import Cluster, minimal_sdd, wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
@@ -290,7 +290,7 @@ def sdds(bed: Bed, count: int, prefix: str = "c", tp: int = 8) -> list[str]:
 
 
 def time_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
-               bed: "Bed | None" = None) -> float:
+               bed: Bed | None = None) -> float:
     started = time.monotonic()
     try:
         wait_for(predicate, timeout=timeout, interval=interval, what=what)
@@ -401,7 +401,7 @@ class Proxy:
 
     def drop(self) -> None:
         def run():
-            for conn, cw, sw, tasks in list(self._conns):
+            for _conn, cw, sw, tasks in list(self._conns):
                 for t in tasks:
                     t.cancel()
                 cw.transport.abort()
@@ -423,7 +423,7 @@ class Proxy:
             self._frozen.clear()
         self._call(run)
 
-    def kubeconfig(self, bed: "Bed", name: str) -> pathlib.Path:
+    def kubeconfig(self, bed: Bed, name: str) -> pathlib.Path:
         path = bed.tmp / f"kubeconfig-{name}"
         cfg = yaml.safe_load(bed.kubeconfig.read_text())
         cfg["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{self.port}"

@@ -38,7 +38,7 @@ def test_chart_defaults_one_replica_acts_and_a_killed_leader_is_replaced(bed, ki
             leader.kill()
             name = f"after{k}"
             bed.cluster.create_sdd(minimal_sdd(name, tp=8))
-            pool.wait(lambda: bed.converged([name]), FAILOVER_LIMIT_S + 30, "takeover")
+            pool.wait(lambda name=name: bed.converged([name]), FAILOVER_LIMIT_S + 30, "takeover")
             failovers.append(time.monotonic() - killed_at)
             assert bed.lease_holder(LEASE) not in (None, leader.identity)
             names.append(name)

@@ -1,8 +1,7 @@
 """The chart's crds/ carries the repository's CRD byte for byte, and both match the models."""
 
-from tests.chart.chartlib import CHART, ROOT
-
 from specdecode_operator.api.crd import crd_yaml
+from tests.chart.chartlib import CHART, ROOT
 
 NAME = "specdecode.io_specdecodedeployments.yaml"
 

@@ -3,6 +3,7 @@ prometheus-operator CRD; the dashboard ConfigMap is provisionable."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from tests.chart.chartlib import CHART, COMBOS, one, render
 from tests.chart.exported_metrics import exported, runtime_names
 from tests.upstream_schemas import validate_custom
 
+ROOT_DIR = Path(__file__).resolve().parents[2]
 # What the runtime, the operator and SGLang really export (read from their exporters: tests/chart/exported_metrics.py)
 CONTRACT = exported()
 PROMQL_WORDS = {
@@ -109,3 +111,54 @@ def test_dashboard_configmap_carries_the_json_and_the_sidecar_label():
     cm = one(render(COMBOS["monitoring-on"]), "ConfigMap")
     assert cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["specdecode-overview.json"]) == json.loads((CHART / "dashboards" / "specdecode-overview.json").read_text())
+
+
+# ---- the metric table (contract/metric_names.py) drives the exporter; rules, panels and docs name only its rows --
+DOCS = [ROOT_DIR / "README.md", *sorted((ROOT_DIR / "docs").glob("*.md")), *sorted(CHART.rglob("*.yaml")),
+        *sorted(CHART.rglob("*.json"))]
+PACKAGES = {"specdecode_runtime", "specdecode_operator"}  # module names, not metrics
+
+
+def _table_and_operator_names() -> set[str]:
+    from specdecode_runtime.contract.metric_names import METRICS, sample_names
+    from tests.chart.exported_metrics import operator_names
+
+    operator = operator_names()
+    bases = {re.sub(r"_(total|sum|count|bucket)$", "", n) for n in operator}
+    return set(METRICS) | sample_names() | operator | bases
+
+
+def unknown_metric_mentions(text: str, known: set[str]) -> set[str]:
+    """``specdecode_*`` metric names in a text that neither the metric table nor the operator's exporter has
+    (module paths such as ``specdecode_runtime.contract`` are not metric names)."""
+    found = {m.group(1) for m in re.finditer(r"\b(specdecode_[a-z0-9_]+)\b(?![./\w])", text)}
+    return {n for n in found if n not in PACKAGES and n not in known}
+
+
+def test_the_runtime_exporter_declares_exactly_the_metric_table():
+    from prometheus_client import CollectorRegistry
+
+    from specdecode_runtime.contract.metric_names import METRICS, sample_names
+    from specdecode_runtime.metrics import SpecMetrics
+
+    assert runtime_names() == sample_names()
+    registry = CollectorRegistry()
+    metrics = SpecMetrics(registry=registry, const_labels={"simulated": "true"})
+    metrics.record_cycle(batch_size=3, steps=2, accepted_per_req=[1, 2, 0], phase_seconds={"verify": 0.01})
+    for family in registry.collect():
+        row = METRICS[family.name]
+        assert family.documentation == row.help and family.type == row.kind
+        for sample in family.samples:
+            assert set(sample.labels) <= {*row.labels, "simulated", "quantile"}, (family.name, sample.labels)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT_DIR)))
+def test_rules_panels_and_docs_name_only_metrics_of_the_table(path):
+    bad = unknown_metric_mentions(path.read_text(), _table_and_operator_names())
+    assert not bad, f"{path.relative_to(ROOT_DIR)} names metrics the table lacks: {sorted(bad)}"
+
+
+def test_a_planted_unknown_metric_is_reported():
+    known = _table_and_operator_names()
+    text = "rate(specdecode_verify_cycles_total[5m]) / rate(specdecode_verify_cycle_total[5m]); see specdecode_runtime.metrics"
+    assert unknown_metric_mentions(text, known) == {"specdecode_verify_cycle_total"}

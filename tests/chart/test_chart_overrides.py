@@ -12,7 +12,8 @@ import yaml
 
 from specdecode_operator.api.validate import parse
 from specdecode_operator.config import OperatorConfig
-from specdecode_operator.render import RenderOptions, render as render_sdd
+from specdecode_operator.render import RenderOptions
+from specdecode_operator.render import render as render_sdd
 from tests.chart.chartlib import NAMESPACE, one, render
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -56,10 +56,11 @@ def test_base_images_are_pinned(stage):
     assert not image.endswith(":latest")
 
 
-def test_runtime_is_built_from_sglang_0_5_23():
+def test_runtime_is_built_from_the_pinned_sglang():
     from specdecode_operator.images import SGLANG_IMAGE
+    from specdecode_runtime.contract.versions import SGLANG_VERSION
 
-    assert stages()["runtime"]["from"] == SGLANG_IMAGE == "lmsysorg/sglang:v0.5.23"
+    assert stages()["runtime"]["from"] == SGLANG_IMAGE == f"lmsysorg/sglang:v{SGLANG_VERSION}"
 
 
 def test_operator_runs_as_non_root_with_uid_matching_the_chart():

@@ -17,7 +17,7 @@ import yaml
 
 from tests.chart.chartlib import CHART, COMBOS
 from tests.k8s import tools
-from tests.k8s.realapi import ApiServer, Refusal, started_environment
+from tests.k8s.realapi import ApiServer, started_environment
 
 TESTS = Path(__file__).resolve().parents[1]
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.chartlib import COMBOS, one, render
-from tests.chart.pod_security import violations
-
 from specdecode_operator.api.validate import parse
 from specdecode_operator.render import RenderOptions
 from specdecode_operator.render import render as render_sdd
+from tests.chart.chartlib import COMBOS, one, render
+from tests.chart.pod_security import violations
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -33,7 +33,7 @@ def test_shipped_runtime_yaml_is_what_render_prints():
 @pytest.mark.parametrize("prog, run", [("specdecode", specdecode), ("specdecode-runtime", runtime)])
 def test_completion_script_and_protocol(tmp_path, prog, run):
     script = run("completion", "bash")
-    assert script.returncode == 0 and f"complete -o nospace -o default -o bashdefault -F" in script.stdout
+    assert script.returncode == 0 and "complete -o nospace -o default -o bashdefault -F" in script.stdout
     assert prog in script.stdout
     # What the shell does on <TAB>: argcomplete's protocol, answered by the real parser.
     out = tmp_path / "completions"
@@ -74,9 +74,9 @@ def _operator_args(*flags: str) -> argparse.Namespace:
     (("--liveness", "http://127.0.0.1:9101/healthz"), "http://127.0.0.1:9101/healthz"),
 ])
 def test_liveness_overrides_are_honoured(flags, endpoint, monkeypatch):
-    from specdecode_operator.cli.operator import config_from_args
-
     import os
+
+    from specdecode_operator.cli.operator import config_from_args
 
     for var in [v for v in os.environ if v.startswith("SPECDECODE_")]:
         monkeypatch.delenv(var)

@@ -17,9 +17,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cli.clitest import EXAMPLE, RUNTIME_EXAMPLE, SEED
 from specdecode_operator import cli as operator_cli
 from specdecode_runtime import cli as runtime_cli
+from tests.cli.clitest import EXAMPLE, RUNTIME_EXAMPLE, SEED
 
 BASES = {
     "sdd": yaml.safe_load(EXAMPLE.read_text()),

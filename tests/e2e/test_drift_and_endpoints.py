@@ -125,7 +125,7 @@ def test_objects_get_no_finalizer_and_an_earlier_versions_finalizer_is_removed_o
     old["metadata"]["finalizers"] = [FINALIZER]
     cluster.create_sdd(old)
     for name in ("fresh", "inherited"):
-        wait_for(lambda: (cluster.get_sdd(name).get("status") or {}).get("observedGeneration") == 1,
+        wait_for(lambda name=name: (cluster.get_sdd(name).get("status") or {}).get("observedGeneration") == 1,
                  what=f"{name} reconciled")
     wait_for(lambda: not cluster.get_sdd("inherited")["metadata"].get("finalizers"), what="the old finalizer removed")
     cluster.wait_passes(4)

@@ -11,16 +11,16 @@ import time
 
 import pytest
 
+from specdecode_operator.operator_process import OperatorProcess
 from tests.k8s.cluster import minimal_sdd, wait_for
 from tests.k8s.fixtures import operator_config
-from specdecode_operator.operator_process import OperatorProcess
 
 LEASE_NS, LEASE = "specdecode-system", "specdecode-operator"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases"
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Replica:
@@ -125,9 +125,9 @@ def test_a_replica_that_lost_the_lease_writes_nothing():
     """The fence: every write of the API client is refused once the Lease is not provably held."""
     import asyncio
 
-    from specdecode_operator.kube_client import ApiError, KubeClient
-
     import kubernetes
+
+    from specdecode_operator.kube_client import ApiError, KubeClient
 
     cfg = kubernetes.client.Configuration()
     cfg.host = "http://127.0.0.1:9"  # nothing listens: a write that got past the fence would fail differently

@@ -34,9 +34,9 @@ def bare_api(tmp_path):
 
 
 def _get(env, path: str):
-    from tests.k8s.cluster import raw_call
-
     import kubernetes
+
+    from tests.k8s.cluster import raw_call
 
     api = kubernetes.client.ApiClient(env.configuration())
     try:

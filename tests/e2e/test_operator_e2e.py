@@ -5,8 +5,6 @@ Each test states the behaviour a user or a GitOps tool relies on."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from tests.k8s.cluster import ApiFailure, condition, wait_for

@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import pytest
 import yaml
 
 from specdecode_operator.api.validate import parse
@@ -32,7 +31,8 @@ def pods() -> list[tuple[str, dict]]:
                 out.append((f"{path.stem}", m["spec"]["template"]))
             elif m["kind"] == "LeaderWorkerSet":
                 out.append((f"{path.stem}-worker", m["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
-    from tests.chart.chartlib import one, render as render_chart
+    from tests.chart.chartlib import one
+    from tests.chart.chartlib import render as render_chart
 
     out.append(("operator", one(render_chart(), "Deployment")["spec"]["template"]))
     return out

@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from tests.k8s.cluster import minimal_sdd, wait_for
-from tests.k8s.fixtures import operator_config
 from specdecode_operator import rbac
 from specdecode_operator.operator_process import OperatorProcess
 from specdecode_operator.registry import FINALIZER
+from tests.k8s.cluster import minimal_sdd, wait_for
+from tests.k8s.fixtures import operator_config
 
 APPS, LWS = "apps/v1", "leaderworkerset.x-k8s.io/v1"
 

@@ -22,10 +22,9 @@ import kubernetes
 import pytest
 import yaml
 
-from tests.k8s.cluster import condition, wait_for
-from specdecode_runtime.contract.scenario import parse_scenario
-
 from specdecode_operator.demo.kubelet import SimulatedKubelet
+from specdecode_runtime.contract.scenario import parse_scenario
+from tests.k8s.cluster import condition, wait_for
 
 APPS = "apps/v1"
 SPEED = 10.0

@@ -98,7 +98,7 @@ class ApiServerBed:
         self.operator_kubeconfig: pathlib.Path | None = None
         self.operator_user = ""
 
-    def prepare(self) -> "ApiServerBed":
+    def prepare(self) -> ApiServerBed:
         admin = self.env.kubeconfig
         kubectl(admin, "apply", "--server-side", "--field-manager=e2e-setup", "-f", str(CRDS))
         kubectl(admin, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-", input=third_party_crds())
@@ -183,7 +183,7 @@ class OperatorProcess:
                 env["SPECDECODE_" + field.upper()] = str(self.config[field])
         return env
 
-    def __enter__(self) -> "OperatorProcess":
+    def __enter__(self) -> OperatorProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(self.command(), env=self.environment(), stdin=subprocess.DEVNULL,
                                      stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT)

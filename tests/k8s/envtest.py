@@ -97,7 +97,7 @@ class CertificateAuthority:
         self._x509, self._hashes, self._ec, self._oid = x509, hashes, ec, NameOID
         self.key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -118,14 +118,15 @@ class CertificateAuthority:
     def issue(self, common_name: str, organizations: Iterable[str] = (), *, server: bool = False) -> tuple[bytes, bytes]:
         """A leaf certificate and its key (PEM). Client: CN is the user name, O the groups (how the API server reads
         them). Server: valid for 127.0.0.1 and localhost."""
-        from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
         import ipaddress
+
+        from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
         x509, oid = self._x509, self._oid
         key = self._ec.generate_private_key(self._ec.SECP256R1())
         attrs = [x509.NameAttribute(oid.ORGANIZATION_NAME, o) for o in organizations]
         attrs.append(x509.NameAttribute(oid.COMMON_NAME, common_name))
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(self.cert.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -186,7 +187,7 @@ class Environment:
         self._ssl: ssl.SSLContext | None = None
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self, *, detach: bool = False) -> "Environment":
+    def start(self, *, detach: bool = False) -> Environment:
         """Start etcd and kube-apiserver and wait until the API server is ready. ``detach``: the processes get their
         own session and outlive this Python process (``envtest up``)."""
         t0 = time.monotonic()
@@ -232,7 +233,7 @@ class Environment:
              f"--tls-cert-file={pki / 'apiserver.crt'}",
              f"--tls-private-key-file={pki / 'apiserver.key'}",
              f"--client-ca-file={self.ca_file}", f"--token-auth-file={pki / 'tokens.csv'}",
-             f"--service-account-issuer=https://kubernetes.default.svc",
+             "--service-account-issuer=https://kubernetes.default.svc",
              f"--service-account-key-file={pki / 'sa.key'}",
              f"--service-account-signing-key-file={pki / 'sa.key'}",
              f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
@@ -288,7 +289,7 @@ class Environment:
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "Environment":
+    def __enter__(self) -> Environment:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -331,7 +332,7 @@ class Environment:
                                    expiration_seconds: int = 86400) -> pathlib.Path:
         """A kubeconfig holding a token the API server issues for ServiceAccount ``namespace/name`` (created, with
         its namespace, if missing): the credentials a pod of that ServiceAccount would mount."""
-        for path_, body in ((f"/api/v1/namespaces",
+        for path_, body in (("/api/v1/namespaces",
                              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
                             (f"/api/v1/namespaces/{namespace}/serviceaccounts",
                              {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})):

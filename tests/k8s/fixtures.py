@@ -51,7 +51,7 @@ def operator_config(**overrides) -> OperatorConfig:
 @pytest.fixture(scope="session")
 def envtest_environment(tmp_path_factory):
     """A real kube-apiserver + etcd for the whole session (a few seconds to start once built)."""
-    from .envtest import EnvtestUnavailable, Environment
+    from .envtest import Environment, EnvtestUnavailable
 
     try:
         # `make envtest` (a dependency of `make test`) builds the binaries; a test run only reuses them

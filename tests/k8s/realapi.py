@@ -6,7 +6,6 @@ import re
 import time
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
 from specdecode_operator.api.models import GROUP, PLURAL, VERSION
 
@@ -91,7 +90,7 @@ def started_environment(workdir):
 
     import pytest
 
-    from .envtest import EnvtestUnavailable, Environment
+    from .envtest import Environment, EnvtestUnavailable
 
     try:
         return Environment(workdir=workdir).start()

@@ -52,7 +52,7 @@ class Registry:
     def url(self) -> str:
         return f"oci://{self.host}/charts"
 
-    def start(self) -> "Registry":
+    def start(self) -> Registry:
         exe = binary()
         config = self.workdir / "config.yml"
         config.write_text(

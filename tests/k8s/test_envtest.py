@@ -12,7 +12,7 @@ import pytest
 
 from tests.k8s.apiserver import kubectl
 from tests.k8s.cluster import wait_for
-from tests.k8s.envtest import ROOT, EnvtestUnavailable, Environment
+from tests.k8s.envtest import ROOT, Environment, EnvtestUnavailable
 
 
 @pytest.fixture(scope="module")

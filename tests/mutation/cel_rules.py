@@ -67,6 +67,7 @@ def verdicts(crd: dict, rows) -> list[frozenset]:
 def main() -> int:
     sys.path.insert(0, str(ROOT / "tests" / "api"))
     from cel_boundaries import BOUNDARIES
+
     from specdecode_operator.api.crd import crd as generated
 
     base = generated()

@@ -2,7 +2,8 @@
 exception."""
 
 import kubernetes_validate
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specdecode_operator.api.validate import InvalidSpec, parse
 from specdecode_operator.render import render

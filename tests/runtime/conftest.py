@@ -1,9 +1,5 @@
-import os
-import sys
-from pathlib import Path
 
 import pytest
-
 from runtime_testlib import RUNTIME, RUNTIME_YAML, sglang_or_skip  # noqa: F401
 
 

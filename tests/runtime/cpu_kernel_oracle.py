@@ -22,14 +22,14 @@ import torch  # noqa: E402
 from specdecode_runtime.cpu import import_paths  # noqa: E402
 
 import_paths.install_in_process()
-from specdecode_runtime.cpu import attention as A  # noqa: E402
-from specdecode_runtime.cpu import kernels as K  # noqa: E402
-from specdecode_runtime.cpu.rotary import rotary_embedding  # noqa: E402
-
 from sglang.kernels.ops.speculative import cache_locs, eagle, spec_tree  # noqa: E402
 from sglang.srt.mem_cache import allocation  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import move_kv_cache_native  # noqa: E402
 from sglang.srt.utils import next_power_of_2  # noqa: E402
+
+from specdecode_runtime.cpu import attention as A  # noqa: E402
+from specdecode_runtime.cpu import kernels as K  # noqa: E402
+from specdecode_runtime.cpu.rotary import rotary_embedding  # noqa: E402
 
 CASES = int(os.environ.get("ORACLE_CASES", "12"))
 results: dict[str, dict] = {}
@@ -232,7 +232,7 @@ def check_verify_mask(rng, case):
     parents, sel, seq_lens = tree_inputs(rng, bs, topk, steps, ndt)
     tree = build_tree(spec_tree.sgl_build_tree_kernel_triton, parents, sel, seq_lens, topk, steps, ndt, 0, fill=True)
     offset, ok = 0, True
-    for b, L in enumerate(seq_lens.tolist()):
+    for L in seq_lens.tolist():
         m = A.verify_mask(L, ndt, tree["tree_mask"], offset, torch.device("cpu"))
         full = tree["tree_mask"][offset:offset + ndt * (L + ndt)].view(ndt, L + ndt)
         # every row sees the prefix, the root and itself, and exactly the cells the kernel set

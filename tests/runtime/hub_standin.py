@@ -54,7 +54,7 @@ class HubStandIn:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "HubStandIn":
+    def __enter__(self) -> HubStandIn:
         self.thread.start()
         return self
 

@@ -15,13 +15,14 @@ if str(RUNTIME) not in sys.path:
 def sglang_or_skip():
     """Import sglang's worker stack (torchvision stubbed on CPU), or skip; with SPECDECODE_REQUIRE_SGLANG set a
     missing sglang is a failure, never a skip (CI sets it)."""
-    from specdecode_runtime.sglang_patch import installed_sglang_version
+    from specdecode_runtime import SGLANG_VERSION
     from specdecode_runtime.cpu.torchvision_stub import install
+    from specdecode_runtime.sglang_patch import installed_sglang_version
 
     if installed_sglang_version() is None:
         if os.environ.get("SPECDECODE_REQUIRE_SGLANG"):
             pytest.fail("SPECDECODE_REQUIRE_SGLANG is set but sglang is not installed "
-                        "(pip install --no-deps sglang==0.5.23 -r requirements/sglang-cpu.txt)")
+                        f"(pip install --no-deps sglang=={SGLANG_VERSION} -r requirements/sglang-cpu.txt)")
         pytest.skip("sglang is not installed and SPECDECODE_REQUIRE_SGLANG is unset")
     install()
     import sglang.srt.speculative.eagle_worker_v2  # noqa: F401

@@ -2,11 +2,9 @@
 
 import pytest
 
+from specdecode_runtime.contract.capabilities import autotune_steps, candidate_steps, step_candidates
 from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.derived import (
-    autotune_steps,
-    candidate_steps,
-    captured_steps,
     draft_is_split,
     draft_tokens_per_cycle,
     draft_tp_problems,
@@ -14,6 +12,7 @@ from specdecode_runtime.contract.derived import (
     num_draft_tokens,
 )
 from specdecode_runtime.contract.step_table import StepTable, StepTableError, parse_step_table
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 from specdecode_runtime.draft_group import DraftGroupError, choose_draft_ranks
 from specdecode_runtime.launch import unsupported_reasons
 
@@ -47,7 +46,7 @@ def test_autotune_steps_clamps_into_the_range_and_spreads_candidates(mode):
 
 
 def test_the_tuner_chooses_only_steps_a_rendered_pod_serves():
-    from specdecode_runtime.contract.derived import tuner_steps
+    from specdecode_runtime.contract.capabilities import tuner_steps
 
     assert tuner_steps("Live", 1, 7, 3) == autotune_steps("Live", 1, 7, 3)[1] == [0, 1, 2, 3, 4, 5, 6, 7]
     assert tuner_steps("Rollout", 1, 7, 3) == autotune_steps("Rollout", 1, 7, 3)[1] == [1, 2, 3, 4, 5, 6, 7]
@@ -67,9 +66,9 @@ def test_split_decision():
     assert draft_is_split(config()) and not draft_is_split(config(**{"tensorParallelSize: 2": "tensorParallelSize: 8"}))
 
 
-def test_captured_steps_are_the_candidates_in_live_mode_only():
-    assert captured_steps(config()) == [1, 3, 5]
-    assert captured_steps(config(**{"mode: Live": "mode: Rollout"})) == [3]
+def test_step_candidates_are_the_candidates_in_live_mode_only():
+    assert step_candidates(config()) == [1, 3, 5]
+    assert step_candidates(config(**{"mode: Live": "mode: Rollout"})) == [3]
 
 
 @pytest.mark.parametrize("target, draft, ranks, fragment", [
@@ -104,8 +103,9 @@ def test_launcher_and_rank_choice_apply_the_same_rule(target, draft, ranks):
     cfg = config(**{"tensorParallelSize: 8": f"tensorParallelSize: {target}",
                     "{model: /d, tensorParallelSize: 2}": f"{{model: /d, tensorParallelSize: {draft}, ranks: {ranks}}}"
                     if ranks else f"{{model: /d, tensorParallelSize: {draft}}}"})
-    reasons = unsupported_reasons(cfg, [], "0.5.23")
-    assert [r for r in reasons if r in problems] == problems
+    reasons = unsupported_reasons(cfg, [], SGLANG_VERSION)
+    assert [r for r in reasons if r.startswith("draft.tensorParallelSize: ")] == [
+        f"draft.tensorParallelSize: {p}" for p in problems]
 
 
 def test_step_table_serialises_in_the_wire_format_and_parses_back():
@@ -123,15 +123,14 @@ def test_a_live_pod_serves_the_target_only_tier_and_a_rollout_pod_refuses_it():
     with 0; the same config in Rollout captures numSteps only and refuses 0 naming what it serves."""
     from pathlib import Path
 
-    from specdecode_runtime.contract.derived import captured_steps
     from specdecode_runtime.contract.step_table import StepTable, StepTableError
     from specdecode_runtime.control import StepControlChannel
 
     text = (Path(__file__).resolve().parents[2] / "examples/runtime/pcie8-glm5-eagle3.runtime.yaml").read_text()
     live = RuntimeConfig.from_yaml(text)
-    assert captured_steps(live)[0] == 0
-    StepControlChannel(candidates=captured_steps(live)).submit(StepTable.from_pairs([(1, 3), (64, 0)]))
+    assert step_candidates(live)[0] == 0
+    StepControlChannel(candidates=step_candidates(live)).submit(StepTable.from_pairs([(1, 3), (64, 0)]))
     rollout = RuntimeConfig.from_yaml(text.replace("mode: Live", "mode: Rollout"))
     with pytest.raises(StepTableError) as err:
-        StepControlChannel(candidates=captured_steps(rollout)).submit(StepTable.single(0))
+        StepControlChannel(candidates=step_candidates(rollout)).submit(StepTable.single(0))
     assert err.value.allowed == [live.speculative.num_steps]

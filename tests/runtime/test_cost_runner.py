@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-
 from runtime_testlib import RUNTIME_YAML  # noqa: F401  (puts runtime/ on sys.path)
 
 from specdecode_runtime import cost_probe
 from specdecode_runtime.contract.config import RuntimeConfig
-from specdecode_runtime.engine import EngineRuntime, EngineSettings
 from specdecode_runtime.contract.input_files import InputError
+from specdecode_runtime.engine import EngineRuntime, EngineSettings
 from specdecode_runtime.sglang_patch.cost_runner import SGLangStageRunner, StageUnavailable
 
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from runtime_testlib import sglang_or_skip
 
 ORACLE = Path(__file__).with_name("cpu_kernel_oracle.py")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from runtime_testlib import RUNTIME  # noqa: F401 - puts the runtime package on sys.path
 
 from specdecode_runtime.selftest import draft_checks as dc  # noqa: E402

@@ -18,6 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from tiny_draft import TinyConfig, TinyDraft, full_weights  # noqa: E402
+
 from specdecode_runtime.draft_group import (  # noqa: E402
     DraftGroupError,
     DraftPlacement,
@@ -26,7 +28,6 @@ from specdecode_runtime.draft_group import (  # noqa: E402
     choose_draft_ranks,
     parse_nvidia_smi_topo,
 )
-from tiny_draft import TinyConfig, TinyDraft, full_weights  # noqa: E402
 
 WORLD = 4
 STEPS = 3
@@ -53,6 +54,8 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
     sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_draft import TinyDraft, full_weights, shard_weights
+
     from specdecode_runtime.draft_group import (
         CollectiveCounter,
         DraftGroups,
@@ -62,7 +65,6 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         SubsetCollectiveError,
         draft_only_scope,
     )
-    from tiny_draft import TinyDraft, full_weights, shard_weights
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)

@@ -19,8 +19,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from runtime_testlib import RUNTIME, RUNTIME_YAML, sglang_or_skip
+
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 LIVE_YAML = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}",
                                  "candidateSteps: [1, 3, 5], autotune: {mode: Live}}")
@@ -32,7 +33,7 @@ def test_live_plan_adds_adaptive_flags_and_config(runtime_yaml, tmp_path):
     from specdecode_runtime.launch import NEVER, format_plan, plan_launch
 
     plan = plan_launch(runtime_yaml(LIVE_YAML), environ={"SPECDECODE_STATE_DIR": str(tmp_path / "st")},
-                       sglang_version="0.5.23")
+                       sglang_version=SGLANG_VERSION)
     assert plan.reasons == []
     path = str(tmp_path / "st" / "adaptive-config.json")
     assert plan.args[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", path]
@@ -52,7 +53,7 @@ def test_off_and_rollout_capture_only_num_steps(runtime_yaml):
 
     for mode in ("Off", "Rollout"):
         yaml = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}", f"candidateSteps: [1, 3, 5], autotune: {{mode: '{mode}'}}}}")
-        plan = plan_launch(runtime_yaml(yaml), sglang_version="0.5.23")
+        plan = plan_launch(runtime_yaml(yaml), sglang_version=SGLANG_VERSION)
         assert plan.reasons == [] and plan.files == {} and plan.captured == [3]
         assert "--speculative-adaptive" not in plan.args
 
@@ -63,7 +64,7 @@ def test_dry_run_writes_nothing_and_is_truthful(runtime_yaml, tmp_path, monkeypa
     monkeypatch.setenv("SPECDECODE_STATE_DIR", str(tmp_path / "st"))
     import specdecode_runtime.sglang_patch as sp
 
-    monkeypatch.setattr(sp, "installed_sglang_version", lambda: "0.5.23")
+    monkeypatch.setattr(sp, "installed_sglang_version", lambda: SGLANG_VERSION)
     assert launch.launch(runtime_yaml(LIVE_YAML), dry_run=True) == 0
     out = capsys.readouterr().out
     assert "--speculative-adaptive --speculative-adaptive-config" in out
@@ -79,7 +80,7 @@ def test_dry_run_writes_nothing_and_is_truthful(runtime_yaml, tmp_path, monkeypa
 def test_live_refusals(runtime_yaml, change, extra, needle):
     from specdecode_runtime.launch import plan_launch
 
-    plan = plan_launch(runtime_yaml(LIVE_YAML, **change), extra, sglang_version="0.5.23")
+    plan = plan_launch(runtime_yaml(LIVE_YAML, **change), extra, sglang_version=SGLANG_VERSION)
     assert any(needle in r for r in plan.reasons), plan.reasons
 
 
@@ -88,7 +89,7 @@ def test_user_adaptive_flags_refused_in_every_mode(runtime_yaml):
 
     for yaml in (RUNTIME_YAML, LIVE_YAML):
         for extra in (["--speculative-adaptive"], ["--speculative-adaptive-config", "/x.json"]):
-            plan = plan_launch(runtime_yaml(yaml), extra, sglang_version="0.5.23")
+            plan = plan_launch(runtime_yaml(yaml), extra, sglang_version=SGLANG_VERSION)
             assert any("writes SGLang's adaptive config itself" in r for r in plan.reasons), (extra, plan.reasons)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 
 import pytest
+from runtime_testlib import RUNTIME_YAML
+
 from specdecode_runtime import cli
 from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.server_args import (
@@ -14,9 +16,8 @@ from specdecode_runtime.contract.server_args import (
     flag_value,
     sglang_cli_args,
 )
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 from specdecode_runtime.launch import EXIT_UNSUPPORTED, launch, plan_launch
-
-from runtime_testlib import RUNTIME_YAML
 
 
 def _cfg(**replace: str) -> RuntimeConfig:
@@ -50,7 +51,7 @@ def test_tree_and_multinode_args():
 def test_dry_run_prints_env_and_args(runtime_yaml, capsys):
     path = runtime_yaml()
     out = io.StringIO()
-    plan = plan_launch(path, ["--mem-fraction-static", "0.8"], sglang_version="0.5.23")
+    plan = plan_launch(path, ["--mem-fraction-static", "0.8"], sglang_version=SGLANG_VERSION)
     assert plan.reasons == [] and plan.split and plan.draft_ranks == (0,)
     assert plan.env["NCCL_PROTO"] == "^LL128" and plan.env["NCCL_NVLS_ENABLE"] == "0"
     assert plan.env["NCCL_DEBUG"] == "WARN"  # nccl.env overrides are carried
@@ -76,32 +77,33 @@ def test_dry_run_prints_env_and_args(runtime_yaml, capsys):
     ],
 )
 def test_unsupported_configs_refused(runtime_yaml, extra, replace, needle):
-    plan = plan_launch(runtime_yaml(**replace), extra, environ={}, sglang_version="0.5.23")
+    plan = plan_launch(runtime_yaml(**replace), extra, environ={}, sglang_version=SGLANG_VERSION)
     assert any(needle in r for r in plan.reasons), plan.reasons
 
 
 def test_draft_group_outside_target_refused(runtime_yaml):
     path = runtime_yaml(**{"tensorParallelSize: 8, quantization": "tensorParallelSize: 2, quantization",
                            "tensorParallelSize: 1}": "tensorParallelSize: 4}"})
-    plan = plan_launch(path, [], sglang_version="0.5.23")
+    plan = plan_launch(path, [], sglang_version=SGLANG_VERSION)
     assert any("inside the target group" in r for r in plan.reasons)
 
 
 def test_split_only_refusals_do_not_apply_on_full_tp(runtime_yaml):
     path = runtime_yaml(**{"tensorParallelSize: 1}": "tensorParallelSize: 8}"})
-    plan = plan_launch(path, ["--enable-dp-attention"], sglang_version="0.5.23")
+    plan = plan_launch(path, ["--enable-dp-attention"], sglang_version=SGLANG_VERSION)
     assert plan.reasons == [] and not plan.split
 
 
 def test_wrong_sglang_version_refused(runtime_yaml):
-    assert any("unsupported sglang 0.5.22" in r for r in plan_launch(runtime_yaml(), [], sglang_version="0.5.22").reasons)
+    other = "0.0.1"
+    assert any(f"unsupported sglang {other}" in r for r in plan_launch(runtime_yaml(), [], sglang_version=other).reasons)
     assert any("not installed" in r for r in plan_launch(runtime_yaml(), [], sglang_version=None).reasons)
 
 
 def test_cli_exit_codes(runtime_yaml, capsys, monkeypatch):
     import specdecode_runtime.sglang_patch as sp
 
-    monkeypatch.setattr(sp, "installed_sglang_version", lambda: "0.5.23")
+    monkeypatch.setattr(sp, "installed_sglang_version", lambda: SGLANG_VERSION)
     path = runtime_yaml()
     assert cli.main(["launch", "--config", path, "--dry-run", "--", "--mem-fraction-static", "0.8"]) == 0
     out = capsys.readouterr().out

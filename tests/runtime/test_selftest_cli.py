@@ -8,10 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-
 from runtime_testlib import RUNTIME  # noqa: F401 - puts the runtime package on sys.path
 
 from specdecode_runtime.selftest import hang, report  # noqa: E402

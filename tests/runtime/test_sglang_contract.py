@@ -9,7 +9,6 @@ import types
 
 import pytest
 import torch
-
 from runtime_testlib import RUNTIME_YAML, sglang_or_skip
 
 
@@ -74,6 +73,7 @@ def test_patches_apply_and_remove_cleanly():
 
 def test_parser_accepts_translated_args():
     from sglang.srt.server_args import prepare_server_args
+
     from specdecode_runtime.contract.config import RuntimeConfig
     from specdecode_runtime.contract.server_args import expand_env_refs, sglang_cli_args
 
@@ -91,6 +91,7 @@ def test_parser_accepts_translated_args():
 def test_refused_flags_are_real_sglang_flags(runtime_yaml):
     """The launcher refuses flags SGLang itself accepts: the refusal is ours, with our message."""
     from sglang.srt.server_args import prepare_server_args
+
     from specdecode_runtime.launch import plan_launch
 
     path = runtime_yaml()
@@ -102,6 +103,7 @@ def test_refused_flags_are_real_sglang_flags(runtime_yaml):
 
 def test_hooks_reach_callbacks():
     import sglang.srt.speculative.eagle_worker_v2 as ew2
+
     from specdecode_runtime import sglang_patch as sp
 
     seen, activated = [], []
@@ -127,6 +129,7 @@ def test_layout_third_case_and_proposal_broadcast_on_s(monkeypatch):
     """On S the layout names the draft group; build_eagle_verify_input receives the broadcast tokens."""
     import sglang.srt.speculative.eagle_worker_v2 as ew2
     from sglang.srt.configs.draft_parallel import DraftParallelLayout
+
     from specdecode_runtime import sglang_patch as sp
 
     calls = []
@@ -161,6 +164,7 @@ def test_layout_third_case_and_proposal_broadcast_on_s(monkeypatch):
 
 def test_draft_only_guard_answers_memory_probe_locally():
     import sglang.srt.utils.common as common
+
     from specdecode_runtime import sglang_patch as sp
     from specdecode_runtime.draft_group import draft_only_scope
 

@@ -28,6 +28,7 @@ def test_width_check_fails_for_the_old_single_step_tree_width(monkeypatch):
 def test_order_check_reports_a_reordered_scheduler(monkeypatch):
     sglang_or_skip()
     from sglang.srt.managers.scheduler import Scheduler
+
     from specdecode_runtime.sglang_patch.behaviour import _in_order
 
     ok, detail = _in_order(Scheduler.init_model_worker, "init_memory_pools()", "maybe_init_draft_worker()")

@@ -15,6 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from runtime_testlib import sglang_or_skip  # noqa: E402
+
 from specdecode_runtime.draft_group import ProposalLayout  # noqa: E402
 
 

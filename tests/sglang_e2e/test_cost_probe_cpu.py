@@ -58,6 +58,7 @@ def probed(tmp_path_factory):
 
 def test_every_stage_is_measured_and_positive_in_every_bucket(probed):
     from cost_profile import STAGES_EVERY_POD, by_bucket
+
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 
     run, samples, log = probed
@@ -102,6 +103,7 @@ def test_the_operator_fits_a_per_bucket_cost_from_it(probed):
     """The operator's scrape parser and tuner turn the pod's probe into a measured cycle cost for every bucket:
     no bucket is left on per-cycle phase averages, and every part of the cycle is priced."""
     from cost_profile import tuner_costs
+
     from specdecode_operator.tuner.tuner import MEASURED
     from specdecode_runtime import cost_probe
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS

@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ def _require_sglang() -> None:
         pytest.skip("sglang is not installed")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reference(target: str, prompts: tuple[tuple[int, ...], ...], n: int) -> list[list[int]]:
     """The target's greedy continuation, computed by transformers (no SGLang, no speculation)."""
     import torch
@@ -65,11 +65,11 @@ def _reference(target: str, prompts: tuple[tuple[int, ...], ...], n: int) -> lis
 
 @dataclass
 class SplitRun:
-    opts: "Options"
+    opts: Options
     report: dict
     run: dict
     ranks: dict[int, list[dict]]
-    models: "TinyModels"
+    models: TinyModels
     reference: list[list[int]]
 
     @property
@@ -187,6 +187,7 @@ def _assert_split_cost_profile(metrics_dir: Path, tiers: tuple[int, ...]) -> Non
     nothing), and the operator's tuner prices each bucket from it, broadcast included (no per-cycle phase
     averages)."""
     from cost_profile import STAGES_EVERY_POD, by_bucket, scraped, tuner_costs
+
     from specdecode_operator.tuner.tuner import MEASURED
     from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS
 

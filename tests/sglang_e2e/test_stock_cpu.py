@@ -5,7 +5,6 @@ agreeing drafts get drafts accepted."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import MAX_NEW_TOKENS, PROMPTS, STOCK_RUNS, first_divergence, result_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test also starts every engine it needs

@@ -15,7 +15,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import MAX_NEW_TOKENS, PROMPTS, RUNTIME, result_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test also starts every engine it needs

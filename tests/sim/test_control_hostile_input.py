@@ -10,11 +10,11 @@ import asyncio
 import json
 import time
 
-import pytest
 import aiohttp
+import pytest
 from aiohttp import web
 
-from specdecode_runtime import http_limits
+from specdecode_runtime.contract import http_limits
 from specdecode_runtime.contract.step_table import STEPS_PATH, StepTable
 from specdecode_runtime.control import create_control_app
 

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from specdecode_runtime import http_limits
+from specdecode_runtime.contract import http_limits
 from specdecode_runtime.contract.step_table import STEPS_PATH, StepTable
 from specdecode_runtime.control import create_control_app
 

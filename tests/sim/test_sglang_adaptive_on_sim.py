@@ -5,7 +5,6 @@ per-cycle observer: the comparison baseline the tuner benchmark needs, and a che
 from pathlib import Path
 
 import pytest
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdecode_runtime.contract.scenario import load_scenario

@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime import cost_probe
 from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.simulate.probe import SimulatedStages, simulated_probe
-
-from specdecode_operator.tuner.snapshot import parse_metrics
 
 SCEN = Path(__file__).resolve().parents[2] / "bench" / "scenarios"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode_runtime.contract.goodput import expected_tokens, goodput
+from specdecode_runtime.contract.goodput import expected_tokens
 from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.contract.step_table import StepTable
 from specdecode_runtime.simulate.engine import SimEngine

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime.contract.metric_names import SIMULATED_LABELS
 from specdecode_runtime.contract.scenario import parse_scenario
 from specdecode_runtime.metrics import SpecMetrics
-
-from specdecode_operator.tuner.snapshot import parse_metrics
 
 
 class FakePod:

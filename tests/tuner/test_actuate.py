@@ -1,8 +1,8 @@
 import aiohttp
 from aiohttp import web
 
-from specdecode_runtime.contract.step_table import STEPS_PATH
 from specdecode_operator.tuning.pod_client import push_all, query_prometheus
+from specdecode_runtime.contract.step_table import STEPS_PATH
 
 
 async def _serve(app):

@@ -5,18 +5,16 @@ target's verify and the draft's forward do, so a fit that misreads the tier or t
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
+from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime import cost_probe
 from specdecode_runtime.cost_probe import ProbePoint
 from specdecode_runtime.metrics import SpecMetrics
-
-from specdecode_operator.tuner.snapshot import parse_metrics
 
 
 class TorchStages:
@@ -58,7 +56,7 @@ def test_plan_covers_every_captured_tier_per_bucket():
     pts = cost_probe.plan_points([0, 1, 3], buckets=(1, 2, 8), split_draft=True)
     by_bucket = {b: [p for p in pts if p[2] == b] for b in ("1", "2-7", "8+")}
     assert set(by_bucket) == {"1", "2-7", "8+"}
-    for label, ps in by_bucket.items():
+    for ps in by_bucket.values():
         assert {(s, k) for s, k, _, _ in ps} == {("overhead", 0), ("verify", 0), ("draft_step", 1), ("verify", 1),
                                                   ("verify", 3), ("draft_extend", 1), ("draft_extend", 3),
                                                   ("broadcast", 1), ("broadcast", 3)}
@@ -136,7 +134,7 @@ def test_engine_probes_at_start_and_exports_on_rank_zero():
     stages = TorchStages(width=64)
     settings = EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1, 8), draft_tp=1, control_port=None,
                               token_file=None, preflight=False)
-    eng = EngineRuntime(settings, cost_runner=stages).start(tp_rank=0, tp_size=1, registry=reg)
+    EngineRuntime(settings, cost_runner=stages).start(tp_rank=0, tp_size=1, registry=reg)
     assert reg.get_sample_value("specdecode_cost_seconds", {"stage": "verify", "steps": "3", "bucket": "8+",
                                                              "batch": "11"}) > 0
     assert ("broadcast", 1, 1) not in stages.calls  # draft on every rank: nothing to broadcast

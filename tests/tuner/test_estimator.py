@@ -1,9 +1,8 @@
 import pytest
-
-from specdecode_runtime.contract.goodput import CycleCost
-from specdecode_operator.tuner.estimator import Estimator, decay_extrapolate, wilson
-
 from helpers import FakePod
+
+from specdecode_operator.tuner.estimator import Estimator, decay_extrapolate, wilson
+from specdecode_runtime.contract.goodput import CycleCost
 
 ALPHAS = [0.85, 0.7, 0.6, 0.5]
 

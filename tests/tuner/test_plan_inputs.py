@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specdecode_runtime.contract.scenario import ScenarioError, load_scenario, parse_scenario
-
 from specdecode_operator import cli
+from specdecode_runtime.contract.scenario import ScenarioError, load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "bench/scenarios/pcie8-seed.yaml"

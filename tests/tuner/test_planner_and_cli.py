@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_operator import cli
 from specdecode_operator.bench import sglang_adaptive
 from specdecode_operator.tuner.planner import plan
+from specdecode_runtime.contract.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "bench/scenarios/pcie8-seed.yaml"
@@ -81,6 +81,7 @@ def test_bench_rejects_bad_scenarios_and_missing_sglang(tmp_path, capsys, monkey
 
 def test_sglang_baseline_is_the_real_class_fed_per_batch():
     from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
     from specdecode_runtime.simulate.engine import SimEngine
 
     sc = load_scenario(SEED)

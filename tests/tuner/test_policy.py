@@ -1,10 +1,9 @@
-import math
 
 import pytest
 
-from specdecode_runtime.contract.goodput import CycleCost
 from specdecode_operator.tuner.estimator import Acceptance
 from specdecode_operator.tuner.policy import BucketState, PolicyConfig, choose
+from specdecode_runtime.contract.goodput import CycleCost
 
 COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
 
@@ -103,9 +102,8 @@ def test_latency_objective_needs_an_slo():
 
 
 # -- deployment-level objective, judged climbs, the k=0 escape, exploration that stops --------------------------
-from specdecode_runtime.contract.goodput import goodput  # noqa: E402
-
 from specdecode_operator.tuner.policy import Aggregate, coupled_gain  # noqa: E402
+from specdecode_runtime.contract.goodput import goodput  # noqa: E402
 
 CHEAP_DRAFT = CycleCost(8.0, 0.04, 0.19, 0.0, 0.2, 0.0, 0.3)
 

@@ -3,11 +3,20 @@ bucket's state for the next interval."""
 
 import math
 
-from specdecode_runtime.contract.goodput import CycleCost
 from specdecode_operator.tuner.estimator import Acceptance
 from specdecode_operator.tuner.policy import (
-    BucketState, PolicyConfig, Round, after_probe, cautious_best, expire_blocks, explore, hold, judge_rollback, switch,
+    BucketState,
+    PolicyConfig,
+    Round,
+    after_probe,
+    cautious_best,
+    expire_blocks,
+    explore,
+    hold,
+    judge_rollback,
+    switch,
 )
+from specdecode_runtime.contract.goodput import CycleCost
 
 COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
 

@@ -1,12 +1,10 @@
-import asyncio
 
 import pytest
 from aiohttp import web
+from helpers import FakePod
 
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_operator.tuning.pod_client import scrape
-
-from helpers import FakePod
 
 
 def test_parses_contract_counters_per_bucket_and_position():

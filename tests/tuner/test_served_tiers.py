@@ -2,14 +2,14 @@
 (``specdecode_candidate_steps``), in Rollout the values a restart renders as they are (never 0, which a restart
 cannot render: SGLang needs ``--speculative-num-steps`` >= 1)."""
 
-from specdecode_runtime.contract.derived import autotune_steps
-from specdecode_runtime.simulate.engine import SimEngine
+from helpers import scenario
+
 from specdecode_operator.api.models import Autotune
 from specdecode_operator.tuner.policy import PolicyConfig
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_operator.tuner.tuner import Tuner, TunerConfig
-
-from helpers import scenario
+from specdecode_runtime.contract.capabilities import autotune_steps
+from specdecode_runtime.simulate.engine import SimEngine
 
 ALL = tuple(range(0, 8))
 # drafting loses at every depth here: the model's best is no speculation (steps 0)

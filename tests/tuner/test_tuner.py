@@ -1,14 +1,12 @@
-import math
 
 import pytest
+from helpers import FakePod, scenario
 
-from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_operator.api.models import Autotune
 from specdecode_operator.tuner.policy import PolicyConfig
 from specdecode_operator.tuner.snapshot import down, parse_metrics
 from specdecode_operator.tuner.tuner import Tuner, TunerConfig
-
-from helpers import FakePod, scenario
+from specdecode_runtime.simulate.engine import SimEngine
 
 ALL = tuple(range(0, 8))
 
@@ -134,9 +132,8 @@ def _throughput(sc, phase, table):
 def test_buckets_are_tuned_for_the_deployments_throughput_not_each_their_own():
     """Batch 1 and batch 8 share the decode time: the tuner's table reaches the deployment optimum (the bench's
     Dinkelbach oracle), not the table of per-bucket optima."""
-    from specdecode_runtime.contract.goodput import best_steps
-
     from specdecode_operator.bench.tuner_benchmark import oracle_table
+    from specdecode_runtime.contract.goodput import best_steps
 
     cost = {"verify": {"base": 8.0, "perToken": 0.04}, "draftStep": {"base": 0.19}, "draftExtend": {"base": 0.2},
             "overhead": 0.3}

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from specdecode_runtime.contract.scenario import load_scenario
-from specdecode_runtime.simulate.engine import SimEngine
+from helpers import FakePod
 
 from specdecode_operator import cli
 from specdecode_operator.bench import tuner_benchmark
@@ -15,8 +13,8 @@ from specdecode_operator.tuner.estimator import Estimator
 from specdecode_operator.tuner.policy import BucketState, PolicyConfig, choose
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_operator.tuner.tuner import Tuner
-
-from helpers import FakePod
+from specdecode_runtime.contract.scenario import load_scenario
+from specdecode_runtime.simulate.engine import SimEngine
 
 SCEN = Path(__file__).resolve().parents[2] / "bench" / "scenarios"
 
@@ -111,9 +109,8 @@ def test_workload_flipping_every_interval_is_averaged_not_chased():
 
 
 def test_a_detected_workload_change_may_climb_two_positions():
-    from specdecode_runtime.contract.goodput import CycleCost
-
     from specdecode_operator.tuner.estimator import Acceptance
+    from specdecode_runtime.contract.goodput import CycleCost
 
     cost = CycleCost(8.0, 0.04, 0.2, 0.0, 0.2, 0.0, 0.3)
     acc = Acceptance(alphas=[0.95] * 8, lower=[0.93] * 8, upper=[0.97] * 8, attempts=[1e4] * 3 + [0] * 5, observed=3)

@@ -235,7 +235,7 @@ class Eagle3Draft(nn.Module):
         (out / "config.json").write_text(json.dumps(self.hf_config(target_config), indent=2) + "\n")
 
     @classmethod
-    def load(cls, path: Path, device="cpu") -> "Eagle3Draft":
+    def load(cls, path: Path, device="cpu") -> Eagle3Draft:
         from safetensors.torch import load_file
 
         cfg = json.loads((path / "config.json").read_text())

@@ -26,7 +26,7 @@ def build_sglang_head(draft_dir: Path):
 
     ctx = get_context()
     try:
-        ctx.server_args
+        _ = ctx.server_args
     except Exception:
         ctx.set_server_args(ServerArgs(model_path=str(draft_dir), device="cpu", speculative_algorithm="EAGLE3",
                                        speculative_draft_model_path=str(draft_dir)))

@@ -23,6 +23,7 @@ import summary_cli  # noqa: E402
 
 from specdecode_runtime.contract.goodput import CycleCost, goodput  # noqa: E402
 from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
+from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
 
 def summarize(raw: Path) -> dict:
@@ -46,7 +47,7 @@ def summarize(raw: Path) -> dict:
             planner[key] = round(goodput(alphas, CycleCost(**cost), k, b) / r["tokens_per_s"], 3)
     best = {b: max((v, k) for k, v in speedup.items() if k.startswith(f"b{b}_")) for b in nospec}
     return {
-        "device": "1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang 0.5.23 + the runtime's patches, "
+        "device": f"1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang {SGLANG_VERSION} + the runtime's patches, "
                   "triton attention, CUDA graphs (batch 1/4/8/16/32), overlap scheduler on",
         "target": {"params": train["params"], "shape": train["shape"], "tokens_seen": train["tokens_seen"],
                    "train_tokens_per_s": train["tokens_per_s"], "heldout_loss": train["heldout_loss"],

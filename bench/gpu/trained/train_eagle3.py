@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eagle3_draft import Eagle3Draft, aux_features, default_aux_layer_ids  # noqa: E402

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, NoDefault
 
+from . import rules
 from .models import (
     GROUP,
     KIND,
@@ -24,7 +25,6 @@ from .models import (
     SpecDecodeDeploymentSpec,
     SpecDecodeDeploymentStatus,
 )
-from . import rules
 
 _DROP = {"title", "$defs", "discriminator"}
 PRINTER_COLUMNS = [

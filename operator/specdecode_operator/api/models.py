@@ -6,25 +6,29 @@ renderer consumes them, and their descriptions are what ``kubectl explain`` prin
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
+
+from specdecode_runtime.contract.capabilities import DEFAULT_ALGORITHM, Algorithm
 
 from . import rules
 
 GROUP = "specdecode.io"
 VERSION = "v1alpha1"
-KIND = "SpecDecodeDeployment"
+KIND: Final = "SpecDecodeDeployment"
 PLURAL = "specdecodedeployments"
 SINGULAR = "specdecodedeployment"
 SHORT_NAME = "sdd"
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSION: Final = "specdecode.io/v1alpha1"
+assert API_VERSION == f"{GROUP}/{VERSION}"  # spelled out so that type checkers see the literal
 
-PRESERVE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-QUANTITY = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+PRESERVE: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+QUANTITY: JsonDict = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
 # core/v1 ResourceRequirements: typed where the renderer reads it (limits and requests are merged with the GPU
 # count), so a wrong type is refused at admission instead of failing every reconcile.
-RESOURCES = {
+RESOURCES: JsonDict = {
     "type": "object",
     "properties": {
         "limits": {"type": "object", "additionalProperties": QUANTITY,
@@ -35,10 +39,10 @@ RESOURCES = {
     },
 }
 # core/v1 Affinity: typed along the path the renderer extends with the gpuProduct term; the rest is kept as given.
-_TERMS = {"type": "array", "description": "core/v1 NodeSelectorTerm list (ORed).", "items": {
+_TERMS: JsonDict = {"type": "array", "description": "core/v1 NodeSelectorTerm list (ORed).", "items": {
     **PRESERVE, "properties": {"matchExpressions": {"type": "array", "items": PRESERVE,
                                                     "description": "core/v1 NodeSelectorRequirement list."}}}}
-AFFINITY = {**PRESERVE, "properties": {"nodeAffinity": {
+AFFINITY: JsonDict = {**PRESERVE, "properties": {"nodeAffinity": {
     **PRESERVE, "description": "core/v1 NodeAffinity.", "properties": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             **PRESERVE, "description": "core/v1 NodeSelector.", "properties": {"nodeSelectorTerms": _TERMS}}}}}}
@@ -51,7 +55,7 @@ MODEL_DESCRIPTION = (
 )
 
 
-def _cel(*group: rules.Rule) -> dict:
+def _cel(*group: rules.Rule) -> JsonDict:
     return {"x-kubernetes-validations": [r.to_crd() for r in group]}
 
 
@@ -80,8 +84,8 @@ class Draft(_Model):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.DRAFT_RULES, *rules.DRAFT_MODEL_RULES))
 
     model: str = Field(min_length=1, max_length=1024, description=MODEL_DESCRIPTION.format(what="draft"))
-    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = Field(
-        default="EAGLE3", description="Speculative algorithm (SGLang --speculative-algorithm)."
+    algorithm: Algorithm = Field(
+        default=DEFAULT_ALGORITHM, description="Speculative algorithm (SGLang --speculative-algorithm)."
     )
     tensorParallelSize: int = Field(
         ge=1,
@@ -236,7 +240,7 @@ class ModelCache(_Model):
     tokenSecretRef: SecretKeyRef | None = Field(
         default=None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private "
         "repositories; only the fetching init container sees it.")
-INT_OR_PERCENT = {"x-kubernetes-int-or-string": True}
+INT_OR_PERCENT: JsonDict = {"x-kubernetes-int-or-string": True}
 
 
 class Rollout(_Model):

@@ -216,7 +216,6 @@ def validate_object(obj: dict, crd: dict | None = None, old: dict | None = None)
         problems.append(Problem("kind", f"must be {KIND}, got {obj.get('kind')!r}"))
     if problems:
         return problems
-    import json
 
     schema = openapi_of(crd)
     defaulted = apply_defaults(obj, crd)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from specdecode_runtime.contract.derived import draft_tokens_per_cycle
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 INSTALL_HINT = (
     "SGLang's AdaptiveController could not be imported. Install the wheel without its GPU stack into the venv:\n"
-    "  .venv/bin/python -m pip install --no-deps sglang==0.5.23 orjson psutil triton\n"
+    f"  .venv/bin/python -m pip install --no-deps sglang=={SGLANG_VERSION} orjson psutil triton\n"
     "(the benchmark refuses to run without it rather than silently skip the comparison)"
 )
 
@@ -78,7 +79,7 @@ class SglangAdaptive:
         self.controller.init_states(cuda_graph_bs=spec_cuda_graph_bs(max_bs))
         self.max_bs = max_bs
         self.changes = 0
-        self._table = None
+        self._table: list[tuple[int, int]] | None = None
         self._sync_table()
         engine.set_candidates(self.params.candidate_steps)
         engine.observe(self._on_cycle)
@@ -86,7 +87,8 @@ class SglangAdaptive:
     def _sync_table(self) -> bool:
         """SGLang routes each batch through ``activate_step_by_batch``; with per-slot state that is a pure function
         of the batch size, i.e. a step table, which the engine applies from the next cycle."""
-        pairs, last = [], None
+        pairs: list[tuple[int, int]] = []
+        last = None
         for bs in range(1, self.max_bs + 1):
             steps = self.params.get_steps_for_batch(bs)
             if steps != last:

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Sequence
 
-from specdecode_runtime.contract.derived import tuner_steps
+from specdecode_runtime.contract.capabilities import tuner_steps
 from specdecode_runtime.contract.goodput import expected_tokens
 from specdecode_runtime.contract.scenario import Scenario
 from specdecode_runtime.simulate.engine import SimEngine

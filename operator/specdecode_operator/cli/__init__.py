@@ -3,7 +3,7 @@
 Each command lives in its own module of this package and is imported only when it is the one being run, so
 ``specdecode --help`` and ``specdecode validate`` never load kopf, aiohttp, the simulator or matplotlib.
 
-One exit-code convention for every command (:mod:`specdecode_runtime.cli_common`): a :class:`UsageError` (or an
+One exit-code convention for every command (:mod:`specdecode_runtime.contract.cli_common`): a :class:`UsageError` (or an
 unreadable input file) prints one message naming the file, field or flag and exits 2; a :class:`CommandFailed`
 (the command ran but could not do its job) exits 1; never a traceback.
 """
@@ -14,8 +14,8 @@ import argparse
 import sys
 from typing import Callable, Iterable
 
-from specdecode_runtime import cli_common
-from specdecode_runtime.cli_common import EXIT_INVALID, CliError, CommandFailed, UsageError
+from specdecode_runtime.contract import cli_common
+from specdecode_runtime.contract.cli_common import CliError, CommandFailed, UsageError
 
 __all__ = ["main", "build_parser", "CliError", "CommandFailed", "UsageError", "COMMANDS"]
 

@@ -9,7 +9,8 @@ import glob
 import json
 import sys
 
-from specdecode_runtime.cli_common import UsageError
+from specdecode_runtime.contract.cli_common import UsageError
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 MAX_STEPS = 16
 
@@ -134,7 +135,7 @@ def format_table(out: dict) -> str:
     lines.append(f"{'geometric mean':<24} {'':>7} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} "
                  f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f} "
                  f"{g['ours_over_sglang_0to7']:6.3f}")
-    lines.append("o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive (0.5.23 AdaptiveController, "
+    lines.append(f"o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive ({SGLANG_VERSION} AdaptiveController, "
                  "default candidates), o/s07 = ours/the same controller with candidates 0..7; chg = our Live changes, "
                  "rst = restarts in Rollout mode")
     return "\n".join(lines)

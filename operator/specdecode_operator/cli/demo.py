@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specdecode_runtime.cli_common import CommandFailed, UsageError, float_in
+from specdecode_runtime.contract.cli_common import CommandFailed, UsageError, float_in
 from specdecode_runtime.simulate.cli import MAX_SPEED
 
 
@@ -26,10 +26,11 @@ def run(args: argparse.Namespace) -> int:
 
     from ..api.documents import load_sdds
     from ..demo.run import DemoFailed, DemoOptions, run_demo
+    from ..render.runtime_config import serving_problems
 
     # Every input is checked before anything starts: the same messages and exit 2 as validate and simulate.
     if args.file is not None:
-        sdds = load_sdds(str(args.file))
+        sdds = load_sdds(str(args.file), serving_problems)
         if len(sdds) != 1:
             raise UsageError(f"-f {args.file}: holds {len(sdds)} SpecDecodeDeployments; the demo runs one")
     if args.scenario is not None:

@@ -35,14 +35,17 @@ def _add_file_argument(p: argparse.ArgumentParser) -> None:
 
 
 def parse_file(path: str) -> list:
-    """Every SpecDecodeDeployment in the file, validated as the API server would (schema + CEL)."""
+    """Every SpecDecodeDeployment in the file, validated as the API server would (schema + CEL) and refused where the
+    runtime would refuse to serve it."""
     from ..api.documents import load_sdds
+    from ..render.runtime_config import serving_problems
 
-    return load_sdds(path)
+    return load_sdds(path, serving_problems)
 
 
 def render(args: argparse.Namespace) -> int:
-    from ..render import RenderOptions, render as render_manifests, to_json, to_yaml
+    from ..render import RenderOptions, to_json, to_yaml
+    from ..render import render as render_manifests
 
     options = RenderOptions(
         default_image=args.default_image, operator_namespace=args.operator_namespace, tuned_steps=None

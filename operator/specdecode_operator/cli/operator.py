@@ -11,8 +11,12 @@ import argparse
 import logging
 import os
 import urllib.parse
+from typing import TYPE_CHECKING
 
-from specdecode_runtime.cli_common import UsageError, check_can_listen, check_port, float_in
+from specdecode_runtime.contract.cli_common import UsageError, check_can_listen, check_port, float_in
+
+if TYPE_CHECKING:
+    from ..config import OperatorConfig
 
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -79,7 +83,7 @@ def _liveness_override(args) -> tuple[bool, str | None]:
     return False, None
 
 
-def config_from_args(args) -> "OperatorConfig":
+def config_from_args(args) -> OperatorConfig:
     """Flags over SPECDECODE_* over defaults. Every override is honoured, including the ones that turn a server off
     (``--metrics-port 0``, ``--liveness-port 0``, ``--liveness off``)."""
     from ..config import OperatorConfig
@@ -89,8 +93,9 @@ def config_from_args(args) -> "OperatorConfig":
         "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds", "rollout_blocked_seconds",
         "api_recheck_seconds", "metrics_secure", "metrics_cert_dir", "check_spec_rules")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    if overrides.get("metrics_port") is not None:
-        check_port("--metrics-port", overrides["metrics_port"])
+    metrics_port = overrides.get("metrics_port")
+    if metrics_port is not None:
+        check_port("--metrics-port", metrics_port)
     if getattr(args, "all_namespaces", False):
         overrides["namespaces"] = ()
     elif getattr(args, "namespaces", None):

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from specdecode_runtime.cli_common import UsageError
+from specdecode_runtime.contract.cli_common import UsageError
 from specdecode_runtime.contract.scenario import Scenario, load_scenario
 
 
@@ -40,9 +40,10 @@ def shape_mismatches(sdd, scenario: Scenario) -> list[str]:
 
 def run(args) -> int:
     from ..api.documents import load_sdds
+    from ..render.runtime_config import serving_problems
     from ..tuner.planner import format_plan, plan, plot_plan
 
-    sdds = load_sdds(args.file)
+    sdds = load_sdds(args.file, serving_problems)
     sc = load_scenario(args.scenario)
     results = []
     for sdd in sdds:

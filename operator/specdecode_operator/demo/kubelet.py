@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aiohttp import web
 
+from specdecode_runtime.contract.capabilities import step_candidates
 from specdecode_runtime.contract.config import RuntimeConfig
-from specdecode_runtime.contract.derived import captured_steps
 from specdecode_runtime.contract.scenario import Scenario
 from specdecode_runtime.simulate.engine import SimEngine
 from specdecode_runtime.simulate.server import create_app
@@ -74,7 +73,7 @@ class SimulatedKubelet:
         self.errors: list[str] = []
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "SimulatedKubelet":
+    def __enter__(self) -> SimulatedKubelet:
         self._thread.start()
         return self
 
@@ -135,7 +134,7 @@ class SimulatedKubelet:
                 if pod.config_hash != config_hash:  # a rollout: new pod template -> restart with the new config
                     pod.engine.restart(self.scenario.restart_seconds)
                     pod.engine.set_step_table([(1, cfg.speculative.num_steps)])
-                    pod.engine.set_candidates(captured_steps(cfg))
+                    pod.engine.set_candidates(step_candidates(cfg))
                     pod.config_hash = config_hash
                     self.state.restarts += 1
             while len(pods) < (dep.spec.replicas or 0):
@@ -149,7 +148,7 @@ class SimulatedKubelet:
         self._next_ip += 1
         engine = SimEngine(self.scenario, seed=(self.scenario.seed or 0) + index, draft_tp=cfg.draft.tensor_parallel_size)
         # exactly the tiers a real pod with this runtime.yaml captures and serves (steps 0 only in Live)
-        app = create_app(engine, captured_steps(cfg), str(token_file), speed=self.speed, model=cfg.target.model)
+        app = create_app(engine, step_candidates(cfg), str(token_file), speed=self.speed, model=cfg.target.model)
         engine.set_step_table([(1, cfg.speculative.num_steps)])
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

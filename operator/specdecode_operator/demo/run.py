@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,7 +18,7 @@ from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 from ..api.models import GROUP, PLURAL, VERSION
-from ..render import CHILD_KINDS, names
+from ..render import CHILD_KINDS
 from . import report
 
 

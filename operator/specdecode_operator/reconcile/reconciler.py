@@ -18,7 +18,16 @@ from typing import Callable, Iterable
 
 from .. import control_identity, control_token, optional_apis
 from ..kube_client import FIELD_MANAGER, ApiError, KubeClient, resource_path
-from ..object_state import ObjectState, not_older, validated
+from ..object_state import (
+    AppliedWrite,
+    CheckedVersion,
+    ObjectState,
+    RenderedChildren,
+    SecretCheck,
+    StatusWrite,
+    not_older,
+    validated,
+)
 from ..render import RenderOptions, names, render
 from ..status import conditions, rollout, writer
 from ..tuning import hooks as tuning
@@ -104,8 +113,8 @@ class Reconciler:
             basis = last[1] if last is not None else body.get("status")
             written = await writer.write(self.client, body, computed, basis)
             if written is not None:
-                state.status_written = (time.monotonic(), written.get("status") or {},
-                                          (written.get("metadata") or {}).get("resourceVersion"))
+                state.status_written = StatusWrite(time.monotonic(), written.get("status") or {},
+                                                   (written.get("metadata") or {}).get("resourceVersion"))
                 state.remember_own_write(written)
         except ApiError as e:
             result = "error"
@@ -158,7 +167,7 @@ class Reconciler:
         if cached is not None and cached[0] == key and key[1] is not None:
             return cached[1], full
         stubs = [children.stub(m) for m in full().values()]
-        state.rendered = (key, stubs)
+        state.rendered = RenderedChildren(key, stubs)
         return stubs, full
 
     def _unchanged_since_checked(self, state, key, desired: dict, current: dict | None) -> bool:
@@ -171,7 +180,7 @@ class Reconciler:
                                                     children.input_hash(desired))
 
     def _mark_checked(self, state, key, desired: dict, current: dict) -> None:
-        state.checked[key] = (current["metadata"].get("resourceVersion"), children.input_hash(desired))
+        state.checked[key] = CheckedVersion(current["metadata"].get("resourceVersion"), children.input_hash(desired))
 
     async def _resolve(self, state, key, plural: str, namespace: str, live: dict) -> dict | None:
         found = self._fresh(state, key, live.get(key))
@@ -190,12 +199,12 @@ class Reconciler:
                                                      self.config.api_recheck_seconds)
         await asyncio.gather(*(self._sync_child(p, child, full) for child in served))
         if secret:
-            state.secret_checked = (time.monotonic(), "ok")
+            state.secret_checked = SecretCheck(time.monotonic(), "ok")
         self._report_pass(p)
         await self._delete_stale(p, {children.key_of(c) for c in desired})
         await rollout.observe(self.client, body, state, obs, self.config.rollout_blocked_seconds)
 
-    async def _control_secret(self, p: "_Pass") -> list[dict]:
+    async def _control_secret(self, p: _Pass) -> list[dict]:
         """The control-token Secret to apply this pass: [] unless it was read now and is ours or missing.
 
         It is not watched (Secret access is per namespace), so it is read at most every SECRET_RECHECK_SECONDS; a
@@ -214,21 +223,21 @@ class Reconciler:
         except ApiError as e:
             if e.status != 403:
                 raise
-            p.state.secret_checked = (time.monotonic(), "forbidden")
+            p.state.secret_checked = SecretCheck(time.monotonic(), "forbidden")
             events.once(p.state, p.body, "ControlTokenUnavailable",
                         f"Secret {key[2]} cannot be managed in namespace {p.ns} ({e.message}); Live step control "
                         "needs the operator's control-token Role here (chart value rbac.controlTokenNamespaces)")
             return []
         events.forget(p.state, "ControlTokenUnavailable")
         if secret_live is not None and not children.is_ours(secret_live, p.uid):
-            p.state.secret_checked = (time.monotonic(), "collision")
+            p.state.secret_checked = SecretCheck(time.monotonic(), "collision")
             p.obs.collisions.append(f"Secret/{key[2]}")
             return []
         p.known[key] = secret_live  # read now, found or not: the child stage does not read it again
         return [children.with_owner(control_token.control_secret(p.name, p.ns, children.expand(secret_live)),
                                     p.body)]
 
-    async def _sync_child(self, p: "_Pass", child: dict, full: Callable[[], dict]) -> None:
+    async def _sync_child(self, p: _Pass, child: dict, full: Callable[[], dict]) -> None:
         """One desired child: skip a foreign name, repair keys another client added, apply when it differs."""
         key = children.key_of(child)
         kind = key[1]
@@ -250,7 +259,7 @@ class Reconciler:
         if kind in WORKLOAD_KINDS:
             p.obs.workload = current
 
-    def _report_replicas_override(self, p: "_Pass", child: dict, current: dict | None) -> None:
+    def _report_replicas_override(self, p: _Pass, child: dict, current: dict | None) -> None:
         overridden = children.replicas_overridden(child, current)
         if overridden is None:
             return
@@ -261,7 +270,7 @@ class Reconciler:
                     f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
                     "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)")
 
-    async def _remove_added_keys(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict) -> dict:
+    async def _remove_added_keys(self, p: _Pass, key: tuple, plural: str, child: dict, current: dict) -> dict:
         """Server-side apply leaves keys another client added to a map we own; remove them (one merge patch)."""
         added = children.added_keys(child, current)
         if not added:
@@ -269,17 +278,17 @@ class Reconciler:
         current = children.cache_record(await self.client.request(
             "PATCH", resource_path(key[0], plural, p.ns, key[2]), body=children.removal_patch(added),
             query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json", verb="patch"))
-        p.state.applied[key] = (time.monotonic(), current)
+        p.state.applied[key] = AppliedWrite(time.monotonic(), current)
         self.metrics.child_writes.labels(key[1], "repair").inc()
         events.emit(p.body, "DriftRepaired", f"removed keys added by another client to {key[1]} {key[2]}: "
                     + "; ".join(f"{'.'.join(path)}: {', '.join(k)}" for path, k in sorted(added.items())))
         return current
 
-    async def _apply_child(self, p: "_Pass", key: tuple, plural: str, child: dict, current: dict | None) -> dict:
+    async def _apply_child(self, p: _Pass, key: tuple, plural: str, child: dict, current: dict | None) -> dict:
         # What the server answered is what we sent plus defaults: keep identity, replica counts and the input hash,
         # not a compressed copy of the fields (the pass marks this version checked; a later drift has a newer one).
         written = children.cache_record(await self.client.apply(child, plural), fields=False)
-        p.state.applied[key] = (time.monotonic(), written)
+        p.state.applied[key] = AppliedWrite(time.monotonic(), written)
         kind = key[1]
         self.metrics.child_writes.labels(kind, "create" if current is None else "update").inc()
         if current is None:
@@ -288,7 +297,7 @@ class Reconciler:
             events.emit(p.body, "RolloutStarted", f"updated {kind} {key[2]}: pods roll to the new template")
         return written
 
-    def _report_pass(self, p: "_Pass") -> None:
+    def _report_pass(self, p: _Pass) -> None:
         if p.created:  # one Event per pass, not one per child: 7 POSTs per new object would double its API calls
             events.emit(p.body, "Created", "created " + ", ".join(sorted(p.created)))
         if p.obs.collisions:
@@ -298,7 +307,7 @@ class Reconciler:
         else:
             events.forget(p.state, "NameCollision")
 
-    async def _delete_stale(self, p: "_Pass", desired_keys: set) -> None:
+    async def _delete_stale(self, p: _Pass, desired_keys: set) -> None:
         for old in children.stale(p.live.values(), desired_keys, p.uid):
             key = children.key_of(old)
             await self.client.delete(key[0], children.PLURALS[(key[0], key[1])], p.ns, key[2], old["metadata"]["uid"])

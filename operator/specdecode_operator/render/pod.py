@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, RuntimeConfig, TOKEN_MOUNT_DIR
+from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, TOKEN_MOUNT_DIR, RuntimeConfig
 from specdecode_runtime.contract.nccl import profile_env
 
 from ..api.models import SpecDecodeDeployment
@@ -147,7 +147,7 @@ def pod_template(
     ports = [{"name": "http", "containerPort": spec.runtime.port, "protocol": "TCP"}]
     if spec.runtime.launcher == "specdecode":
         ports.append({"name": "control", "containerPort": spec.runtime.controlPort, "protocol": "TCP"})
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "scratch", "mountPath": SCRATCH_DIR},
         {"name": "runtime-config", "mountPath": CONFIG_MOUNT_DIR, "readOnly": True},
@@ -206,7 +206,7 @@ def pod_template(
         "volumes": volumes,
     }
     if sources.fetches:
-        base_env = [{"name": k, "value": v} for k, v in CACHE_ENV.items()]
+        base_env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in CACHE_ENV.items()]
         base_env += [dict(v) for v in spec.runtime.env if isinstance(v, dict) and "name" in v]
         base_mounts = [m for m in mounts if m["name"] in ("scratch", "runtime-config")]
         pod_spec["initContainers"] = [model_volumes.fetch_container(image, base_env, base_mounts, sources,

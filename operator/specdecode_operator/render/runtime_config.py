@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specdecode_runtime.contract.capabilities import autotune_steps
+from specdecode_runtime.contract.capabilities import serving_problems as contract_serving_problems
 from specdecode_runtime.contract.config import (
     AutotuneConfig,
     DraftConfig,
@@ -12,10 +14,11 @@ from specdecode_runtime.contract.config import (
     TargetConfig,
     TopologyConfig,
 )
-from specdecode_runtime.contract.derived import autotune_steps, draft_tokens_per_cycle
+from specdecode_runtime.contract.derived import draft_tokens_per_cycle
 from specdecode_runtime.contract.nccl import resolve_profile
 
 from ..api.models import SpecDecodeDeployment
+from ..api.validate import Problem
 
 
 def nodes_of(sdd: SpecDecodeDeployment) -> int:
@@ -34,32 +37,47 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
         name=sdd.metadata.name,
         target=TargetConfig(
             model=spec.target.model,
-            tensorParallelSize=spec.target.tensorParallelSize,
+            tensor_parallel_size=spec.target.tensorParallelSize,
             quantization=spec.target.quantization,
-            contextLength=spec.target.contextLength,
+            context_length=spec.target.contextLength,
         ),
         draft=DraftConfig(
             model=spec.draft.model,
             algorithm=spec.draft.algorithm,
-            tensorParallelSize=spec.draft.tensorParallelSize,
+            tensor_parallel_size=spec.draft.tensorParallelSize,
             ranks=spec.draft.ranks,
         ),
         speculative=SpeculativeConfig(
-            numSteps=steps,
-            eagleTopK=spec.speculative.eagleTopK,
-            numDraftTokens=num_draft_tokens,
-            candidateSteps=candidates,
-            autotune=AutotuneConfig(mode=at.mode, minSteps=at.minSteps, maxSteps=at.maxSteps),
+            num_steps=steps,
+            eagle_top_k=spec.speculative.eagleTopK,
+            num_draft_tokens=num_draft_tokens,
+            candidate_steps=candidates,
+            autotune=AutotuneConfig(mode=at.mode, min_steps=at.minSteps, max_steps=at.maxSteps),
         ),
         nccl=NcclConfig(
             profile=resolve_profile(spec.nccl.profile, spec.placement.interconnect),
             env=dict(sorted(spec.nccl.env.items())),
         ),
-        server=ServerConfig(port=spec.runtime.port, controlPort=spec.runtime.controlPort),
+        server=ServerConfig(port=spec.runtime.port, control_port=spec.runtime.controlPort),
         topology=TopologyConfig(
             nodes=nodes_of(sdd),
-            gpusPerNode=spec.placement.gpusPerNode,
+            gpus_per_node=spec.placement.gpusPerNode,
             interconnect=spec.placement.interconnect,
         ),
-        extraArgs=list(spec.runtime.extraArgs),
+        extra_args=list(spec.runtime.extraArgs),
     )
+
+
+def serving_problems(sdd: SpecDecodeDeployment) -> list[Problem]:
+    """What the specdecode launcher would refuse for this object's pods, as spec field problems: the same
+    :func:`~specdecode_runtime.contract.capabilities.serving_problems` ``specdecode-runtime launch`` runs, on the
+    ``runtime.yaml`` rendered here, so ``specdecode validate`` and the operator never accept what a pod refuses.
+    A stock SGLang image (``runtime.launcher: sglang``) runs without the launcher and its refusals."""
+    if sdd.spec.runtime.launcher != "specdecode":
+        return []
+    return [Problem(_spec_field(p.field), p.message) for p in contract_serving_problems(runtime_config(sdd))]
+
+
+def _spec_field(runtime_field: str) -> str:
+    """The SpecDecodeDeployment field a ``runtime.yaml`` field is rendered from."""
+    return "spec.runtime.extraArgs" if runtime_field == "extraArgs" else f"spec.{runtime_field}"

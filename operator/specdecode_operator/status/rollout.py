@@ -78,7 +78,7 @@ def unschedulable_pod(pods: list[dict], now: datetime.datetime, bound_seconds: f
 async def check(client, namespace: str, name: str, workload: dict | None, bound_seconds: float,
                 now: datetime.datetime | None = None) -> Blocked | None:
     """The blocked rollout of ``workload``, or None. ApiError propagates (the pass reports it as any other)."""
-    if not mid_rollout(workload):
+    if workload is None or not mid_rollout(workload):
         return None
     data = await client.request(
         "GET", f"/api/v1/namespaces/{namespace}/pods",

@@ -54,12 +54,12 @@ async def write(client, body: dict, computed: dict, current: dict | None | objec
 
     ``current``: the status to compare with and to carry lastTransitionTime from; ``body``'s unless the caller
     knows a newer one (our own last write, while the watch has not delivered it yet)."""
-    if current is _BODY:
-        current = body.get("status")
-    if unchanged(computed, current):
+    basis = body.get("status") if current is _BODY else current
+    assert basis is None or isinstance(basis, dict)
+    if unchanged(computed, basis):
         return None
     md = body["metadata"]
     patch = {"apiVersion": API_VERSION, "kind": KIND,
              "metadata": {"name": md["name"], "namespace": md["namespace"]},
-             "status": desired_status(computed, current)}
+             "status": desired_status(computed, basis)}
     return await client.apply(patch, PLURAL, subresource="status")

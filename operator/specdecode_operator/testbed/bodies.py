@@ -15,7 +15,7 @@ def body_of(request) -> Any:
         try:
             data = yaml.safe_load(request.text)
         except yaml.YAMLError as e:
-            raise Reject(400, f"malformed body: {e}", "BadRequest")
+            raise Reject(400, f"malformed body: {e}", "BadRequest") from None
     return data
 
 

@@ -20,7 +20,7 @@ class Fault:
     seen: int = 0
     hits: int = 0
 
-    def matches(self, rec: "RequestRecord") -> bool:
+    def matches(self, rec: RequestRecord) -> bool:
         if self.verb and self.verb != rec.verb and not (self.verb == "patch" and rec.verb == "apply"):
             return False
         if self.resource and self.resource != rec.resource:

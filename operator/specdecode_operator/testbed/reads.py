@@ -36,7 +36,7 @@ class ReadHandlers(ObjectStore):
         try:
             match = compile_selector(request.params.get("labelSelector"))
         except ValueError as e:
-            raise Reject(400, str(e), "BadRequest")
+            raise Reject(400, str(e), "BadRequest") from None
         items = []
         async with self._lock:
             for (res, ns, _name), obj in self._objects.items():

@@ -55,7 +55,7 @@ class EmulatorServer:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
-    def __enter__(self) -> "EmulatorServer":
+    def __enter__(self) -> EmulatorServer:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the API emulator did not start")
@@ -103,7 +103,7 @@ class OperatorThread:
         except BaseException as e:  # reported to the test through .error
             self.error = e
 
-    def __enter__(self) -> "OperatorThread":
+    def __enter__(self) -> OperatorThread:
         self._thread.start()
         if not self._ready.wait(15):
             raise RuntimeError(f"the operator did not become ready: {self.error!r}")

@@ -45,7 +45,8 @@ def compile_selector(selector: str | None) -> Callable[[dict], bool]:
             key, value = (s.strip() for s in term.replace("==", "=").split("=", 1))
             tests.append(lambda l, k=key, v=value: l.get(k) == v)
         elif term.startswith("!"):
-            tests.append(lambda l, k=term[1:].strip(): k not in l)
+            absent = term[1:].strip()
+            tests.append(lambda l, k=absent: k not in l)
         elif re.fullmatch(r"[A-Za-z0-9./_-]+", term):
             tests.append(lambda l, k=term: k in l)
         else:

@@ -143,7 +143,7 @@ def patched(current: dict, body: Any, request, meta: ResourceMeta) -> dict:
         try:
             return jsonpatch.apply_patch(copy.deepcopy(current), body)
         except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict, jsonpatch.JsonPointerException) as e:
-            raise Reject(422, f"the server rejected our request due to an error in our request: {e}", "Invalid")
+            raise Reject(422, f"the server rejected our request due to an error in our request: {e}", "Invalid") from None
     if not isinstance(body, dict):
         raise Reject(400, "a merge patch must be an object", "BadRequest")
     rv = body.get("metadata", {}).get("resourceVersion")

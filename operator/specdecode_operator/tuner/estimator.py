@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 from specdecode_runtime.contract.goodput import CycleCost
 
@@ -33,11 +33,13 @@ class BucketDelta:
     accepted: dict[int, float] = field(default_factory=dict)
     phase_s: dict[str, float] = field(default_factory=dict)
 
-    def add(self, other: "BucketDelta") -> None:
+    def add(self, other: BucketDelta) -> None:
         self.cycles += other.cycles
         self.requests += other.requests
         self.draft_steps += other.draft_steps
-        for src, dst in ((other.attempts, self.attempts), (other.accepted, self.accepted), (other.phase_s, self.phase_s)):
+        maps: tuple[tuple[dict[Any, float], dict[Any, float]], ...] = (
+            (other.attempts, self.attempts), (other.accepted, self.accepted), (other.phase_s, self.phase_s))
+        for src, dst in maps:
             for key, v in src.items():
                 dst[key] = dst.get(key, 0.0) + v
         if other.steps is not None:
@@ -61,11 +63,12 @@ def bucket_delta(prev: BucketCounters | None, cur: BucketCounters) -> BucketDelt
     d.cycles, d.requests, d.draft_steps = (c - p for c, p in pairs)
     if any(c < p for c, p in pairs):
         return None
-    for src_cur, src_prev, dst in (
+    triples: tuple[tuple[dict[Any, float], dict[Any, float], dict[Any, float]], ...] = (
         (cur.attempts, prev.attempts, d.attempts),
         (cur.accepted, prev.accepted, d.accepted),
         (cur.phase_sum, prev.phase_sum, d.phase_s),
-    ):
+    )
+    for src_cur, src_prev, dst in triples:
         for key in set(src_cur) | set(src_prev):
             diff = src_cur.get(key, 0.0) - src_prev.get(key, 0.0)
             if diff < 0:
@@ -367,7 +370,7 @@ class Estimator:
         )
 
 
-def _sum(deltas) -> BucketDelta:
+def _sum(deltas: Iterable[BucketDelta]) -> BucketDelta:
     total = BucketDelta()
     for d in deltas:
         total.add(d)

@@ -8,9 +8,10 @@ prediction from numbers, reported with the numbers, never a default.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens
-from specdecode_runtime.contract.scenario import Scenario, allowed_draft_tps, cost_for_draft_tp
+from specdecode_runtime.contract.scenario import Phase, Scenario, allowed_draft_tps, cost_for_draft_tp
 
 from ..api.models import Recommendation
 
@@ -27,15 +28,16 @@ class Plan:
     recommendation: Recommendation
 
 
-def phase_rate(phase, cost: CycleCost, steps: int, alphas=None) -> float:
+def phase_rate(phase: Phase, cost: CycleCost, steps: int, alphas: Sequence[float] | None = None) -> float:
     """Tokens per second of one phase's batch mix at ``steps`` (batch sizes drawn per cycle, as in the simulator)."""
     sizes, probs = phase.batch_distribution()
     a = alphas if alphas is not None else phase.acceptance
-    toks = sum(p * b * (expected_tokens(a, steps) if steps else 1.0) for b, p in zip(sizes, probs))
-    return toks / sum(p * cost.cycle_ms(steps, b) for b, p in zip(sizes, probs)) * 1000.0
+    toks: float = sum(p * b * (expected_tokens(a, steps) if steps else 1.0) for b, p in zip(sizes, probs))
+    cycle_ms: float = sum(p * cost.cycle_ms(steps, b) for b, p in zip(sizes, probs))
+    return toks / cycle_ms * 1000.0
 
 
-def predict(scenario: Scenario, cost: CycleCost, steps: int, alphas=None) -> float:
+def predict(scenario: Scenario, cost: CycleCost, steps: int, alphas: Sequence[float] | None = None) -> float:
     """Time-weighted over the scenario's phases (each phase is a share of wall time)."""
     total = scenario.duration
     return sum(p.seconds / total * phase_rate(p, cost, steps, alphas) for p in scenario.phases)

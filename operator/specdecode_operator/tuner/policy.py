@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
-from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput, inter_token_latency_ms
+from specdecode_runtime.contract.goodput import CostModel, expected_tokens, goodput, inter_token_latency_ms
 
 from .estimator import Acceptance
 
@@ -87,7 +87,7 @@ class Aggregate:
     share: float
 
 
-def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float, agg: "Aggregate | None") -> float:
+def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float, agg: Aggregate | None) -> float:
     """Relative change of the deployment's throughput when one bucket moves from (tok_cur, sec_cur) per cycle to
     (tok_new, sec_new), the other buckets unchanged, divided by the bucket's time share (so hysteresis and noise margins
     keep meaning "per cent of this bucket's work"). Without ``agg`` (or with the bucket alone) it is exactly the
@@ -104,7 +104,7 @@ def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float,
     return ((1.0 + wt * (tok_new / tok_cur - 1.0)) / (1.0 + w * (sec_new / sec_cur - 1.0)) - 1.0) / w
 
 
-def predict(acc: Acceptance, cost: CycleCost, batch: float, candidates: Sequence[int],
+def predict(acc: Acceptance, cost: CostModel, batch: float, candidates: Sequence[int],
             optimistic: bool = False) -> dict[int, float]:
     alphas = acc.upper if optimistic else acc.alphas
     if optimistic:  # optimism only for unobserved positions; observed ones stay at their estimate
@@ -112,13 +112,14 @@ def predict(acc: Acceptance, cost: CycleCost, batch: float, candidates: Sequence
     return {steps: goodput(alphas, cost, steps, batch) for steps in candidates}
 
 
-def _objective_best(cfg: PolicyConfig, g: dict[int, float], acc: Acceptance, cost: CycleCost, batch: float,
+def _objective_best(cfg: PolicyConfig, g: dict[int, float], acc: Acceptance, cost: CostModel, batch: float,
                     score: dict[int, float] | None = None) -> int:
     candidates = sorted(g)
     score = score if score is not None else g
     if cfg.objective == "Latency":
         itl = {steps: inter_token_latency_ms(acc.alphas, cost, steps, batch) for steps in candidates}
-        feasible = [steps for steps in candidates if itl[steps] <= cfg.max_itl_ms]
+        limit = cfg.max_itl_ms if cfg.max_itl_ms is not None else math.inf
+        feasible = [steps for steps in candidates if itl[steps] <= limit]
         if not feasible:
             return min(candidates, key=lambda steps: (itl[steps], steps))
         candidates = feasible
@@ -130,7 +131,7 @@ def choose(
     cfg: PolicyConfig,
     state: BucketState,
     acc: Acceptance,
-    cost: CycleCost,
+    cost: CostModel,
     batch: float,
     samples: float,
     now: float,
@@ -171,7 +172,7 @@ class Round:
     cfg: PolicyConfig
     state: BucketState
     acc: Acceptance
-    cost: CycleCost
+    cost: CostModel
     batch: float
     now: float
     allowed: list[int]
@@ -182,8 +183,8 @@ class Round:
     latest: tuple[float, ...] | None = None  # acceptance per position in the latest interval alone
 
     @classmethod
-    def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CycleCost, batch: float, now: float,
-           allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> "Round":
+    def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CostModel, batch: float, now: float,
+           allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> Round:
         cur = state.steps
         # Censoring: a step count past the deepest observed position + 1 would rest entirely on extrapolation.
         reach = cfg.reach_after_change if workload_changed else cfg.reach
@@ -218,7 +219,7 @@ class Round:
         gain = self.score[best]
         if cfg.objective == "Latency":
             itl_cur = inter_token_latency_ms(self.acc.alphas, self.cost, cur, self.batch)
-            if itl_cur > cfg.max_itl_ms and best != cur:
+            if cfg.max_itl_ms is not None and itl_cur > cfg.max_itl_ms and best != cur:
                 gain = max(gain, cfg.hysteresis + 1e-9)
         doubt = (self.cost.relative_sd(best, cur, self.batch)
                  if best != cur and hasattr(self.cost, "relative_sd") else 0.0)

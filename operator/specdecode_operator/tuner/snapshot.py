@@ -14,18 +14,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdecode_runtime.contract import metric_names as contract
 
-# Sample names as a scraper sees them; specdecode_runtime.contract.metric_names owns them.
-CYCLES = contract.exposed_name(contract.VERIFY_CYCLES, "counter")
-ATTEMPTS = contract.exposed_name(contract.POSITION_ATTEMPTS, "counter")
-ACCEPTED = contract.exposed_name(contract.POSITION_ACCEPTED, "counter")
-PHASE_SUM = contract.CYCLE_SECONDS + "_sum"
-PHASE_COUNT = contract.CYCLE_SECONDS + "_count"
-DRAFT_STEPS = contract.exposed_name(contract.DRAFT_STEPS, "counter")
-REQUESTS = contract.exposed_name(contract.REQUESTS_VERIFIED, "counter")
-NUM_STEPS = contract.NUM_STEPS
-CANDIDATES = contract.CANDIDATE_STEPS
-TOKENS = contract.exposed_name(contract.TOKENS_GENERATED, "counter")
-COST = contract.COST_SECONDS
+# Sample names as a scraper sees them, from the contract's metric table (specdecode_runtime.contract.metric_names).
+CYCLES = contract.exposed_name(contract.VERIFY_CYCLES)
+ATTEMPTS = contract.exposed_name(contract.POSITION_ATTEMPTS)
+ACCEPTED = contract.exposed_name(contract.POSITION_ACCEPTED)
+PHASE_SUM, PHASE_COUNT = contract.METRICS[contract.CYCLE_SECONDS].sample_names()
+DRAFT_STEPS = contract.exposed_name(contract.DRAFT_STEPS)
+REQUESTS = contract.exposed_name(contract.REQUESTS_VERIFIED)
+NUM_STEPS = contract.exposed_name(contract.NUM_STEPS)
+CANDIDATES = contract.exposed_name(contract.CANDIDATE_STEPS)
+TOKENS = contract.exposed_name(contract.TOKENS_GENERATED)
+COST = contract.exposed_name(contract.COST_SECONDS)
 
 
 @dataclass

@@ -8,24 +8,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Callable, Literal, Mapping
+from datetime import UTC, datetime
+from typing import Any, Callable, Literal, Mapping
 
-from specdecode_runtime import cost_probe
-from specdecode_runtime.contract.derived import tuner_steps
-from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput
+from specdecode_runtime.contract import cost_profile
+from specdecode_runtime.contract.capabilities import tuner_steps
+from specdecode_runtime.contract.goodput import CostModel, CycleCost, expected_tokens, goodput
 from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
 from specdecode_runtime.contract.step_table import StepTable
 
 from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
-from .cost_refine import PRIOR_SD_OVERRIDE, PRIOR_SD_PHASE_AVERAGES, CostRefiner, RefinedCost
+from .cost_refine import PRIOR_SD_OVERRIDE, PRIOR_SD_PHASE_AVERAGES, CostRefiner
 from .estimator import Acceptance, Estimator, ObserveReport
 from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose
+from .snapshot import PodSnapshot
 
 Mode = Literal["Off", "Live", "Rollout"]
 CONDITION_TYPE = "MetricsAvailable"
 # What an interval without pods reports; also the condition the reconciler reports before the tuner's first interval
-# (reconcile/tuning.py), so an object's first status write already carries it.
+# (tuning/hooks.py), so an object's first status write already carries it.
 NO_PODS = Condition(type=CONDITION_TYPE, status="False", reason="NoPods", message="no pods to scrape")
 FIRST_SCRAPE = "first scrape: a decision needs two snapshots of the counters"
 ProfileSource = Mapping[str, CycleCost] | Callable[[str], CycleCost | None] | CycleCost | None
@@ -54,12 +55,12 @@ class TunerConfig:
     @classmethod
     def from_autotune(
         cls,
-        autotune,
+        autotune: Any,
         num_steps: int,
         candidates: list[int] | None = None,
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
         restart_s: float = 300.0,
-    ) -> "TunerConfig":
+    ) -> TunerConfig:
         """From the CRD's ``spec.speculative.autotune`` (api.models.Autotune). Cooldown defaults to two intervals
         in Live mode, so a change is judged on at least one clean interval before the next one."""
         interval = float(autotune.intervalSeconds)
@@ -110,13 +111,13 @@ class Decision:
     events: list[Event]
     recommended_table: list[tuple[int, int]]  # what the model would run (differs from table in Off mode)
 
-    def step_table_body(self) -> dict:
+    def step_table_body(self) -> dict[str, Any]:
         """The body for PUT /specdecode/v1/steps on every pod's control endpoint."""
         return StepTable.from_pairs(self.table).to_json()
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Tuner:
@@ -130,10 +131,10 @@ class Tuner:
         self.profile = profile
         self.refine = refine
         self.measured: dict[str, CycleCost] = {}  # bucket -> cost fitted from the pods' start-up probes
-        self._pod_costs: dict[str, dict] = {}
+        self._pod_costs: dict[str, dict[tuple[str, int, str, int], float]] = {}
         self._restarted: set[str] = set()
         self.refiners: dict[str, CostRefiner] = {}
-        self._costs: dict[str, tuple] = {}  # per-interval cache of cost(label)
+        self._costs: dict[str, tuple[CostModel | None, str]] = {}  # per-interval cache of cost(label)
         self.last_reports: dict[str, BucketReport] = {}  # the latest interval that decided anything
         self.estimator = estimator or Estimator()
         self.bounds = tuple(sorted(config.buckets))
@@ -165,7 +166,7 @@ class Tuner:
             return over, OVERRIDE
         return self.measured.get(label), MEASURED
 
-    def cost(self, label: str) -> tuple[CycleCost | RefinedCost | None, str]:
+    def cost(self, label: str) -> tuple[CostModel | None, str]:
         """The cost model the policy uses for a bucket, and where it comes from: the base profile refined by the
         bucket's live cycle timings; per-cycle phase averages when there is no profile at all."""
         hit = self._costs.get(label)
@@ -173,7 +174,7 @@ class Tuner:
             hit = self._costs[label] = self._compute_cost(label)
         return hit
 
-    def _compute_cost(self, label: str) -> tuple[CycleCost | RefinedCost | None, str]:
+    def _compute_cost(self, label: str) -> tuple[CostModel | None, str]:
         base, source = self._profile(label)
         if base is None:
             cost, _ = self.estimator.cost(label, None)
@@ -196,7 +197,7 @@ class Tuner:
         (its counters went back) and measured again."""
         return pod not in self._pod_costs or pod in self._restarted
 
-    def _learn_costs(self, snapshots: list, report: ObserveReport) -> None:
+    def _learn_costs(self, snapshots: list[PodSnapshot], report: ObserveReport) -> None:
         """The pods' probes (re-fitted when a pod's probe changes: a restarted pod measures again) and this
         interval's mean cycle time per bucket at the step count that ran."""
         changed = False
@@ -206,8 +207,8 @@ class Tuner:
                 self._pod_costs[snap.pod] = dict(snap.costs)
                 changed = True
         if changed:
-            points = [p for costs in self._pod_costs.values() for p in cost_probe.points_from_samples(costs)]
-            self.measured = cost_probe.fit_profile(points)
+            points = [p for costs in self._pod_costs.values() for p in cost_profile.points_from_samples(costs)]
+            self.measured = cost_profile.fit_profile(points)
         for label in report.bucket_cycles:
             d = self.estimator.last_interval.get(label)
             if d is None or d.cycles <= 0 or d.busy_s <= 0:
@@ -235,7 +236,7 @@ class Tuner:
         return acc
 
     # ------------------------------------------------------------------
-    def served_by_pods(self, snapshots: list) -> None:
+    def served_by_pods(self, snapshots: list[PodSnapshot]) -> None:
         """Live: restrict the choice to the tiers every scraped pod reports it captured (``specdecode_candidate_steps``),
         so the tuner never sends a table a pod would refuse. Rollout re-renders pods and Off sends nothing, so there
         the rendered set stands."""
@@ -251,7 +252,7 @@ class Tuner:
         if served and served != self.config.policy.candidates:
             self.config.policy = replace(self.config.policy, candidates=served)
 
-    def step(self, now: float, snapshots: list) -> Decision:
+    def step(self, now: float, snapshots: list[PodSnapshot]) -> Decision:
         cfg = self.config
         self.served_by_pods(snapshots)
         report = self.estimator.observe(snapshots)
@@ -378,7 +379,7 @@ class Tuner:
                 choice = Choice(pos[0], "explore", "acceptance unknown or stale at steps=0: probing one interval")
         return BucketReport(label, lo, state.steps, choice, est.samples(label), batch, acc.alphas, acc.observed, source)
 
-    def _rollout(self, now: float, reports: dict[str, BucketReport], history: list, events: list) -> bool:
+    def _rollout(self, now: float, reports: dict[str, BucketReport], history: list[HistoryEntry], events: list[Event]) -> bool:
         """One step count for all batch sizes (stock SGLang), weighted by where decode time is spent; restart only
         if the predicted extra tokens over the rollout cooldown exceed the tokens a restart loses."""
         cfg = self.config
@@ -396,6 +397,8 @@ class Tuner:
                     s = -math.inf  # censored: never roll pods onto an unobserved depth
                     break
                 cost, _ = self.cost(label)
+                if cost is None or rep.batch is None:  # reports are made only for buckets with both
+                    continue
                 g_cur = goodput(acc.alphas, cost, cur, rep.batch)
                 s += busy[label] / total_busy * goodput(acc.alphas, cost, steps, rep.batch) / g_cur
             score[steps] = s
@@ -437,7 +440,7 @@ class Tuner:
             ))
         return out
 
-    def _condition(self, report: ObserveReport, snapshots: list) -> Condition:
+    def _condition(self, report: ObserveReport, snapshots: list[PodSnapshot]) -> Condition:
         if not snapshots:
             return NO_PODS.model_copy()
         problems = []

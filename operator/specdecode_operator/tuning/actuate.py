@@ -13,8 +13,8 @@ from typing import Callable
 
 import aiohttp
 
-from ..kube_client import ApiError
 from .. import control_identity, control_token
+from ..kube_client import ApiError
 from ..render import names
 from ..tuner.tuner import Decision, Tuner
 from .pod_client import push_all
@@ -43,7 +43,7 @@ class TablePusher:
             self.warn("StepTablePushFailed", f"no control token in Secret {names.control_secret(name)} yet")
             return
         body = d.step_table_body()
-        urls = {t.pod: t.control_url for t in stale}
+        urls = {t.pod: t.control_url for t in stale if t.control_url}
         timeout = self.config.scrape_timeout
         results = await push_all(self.session, urls, body, token, timeout)
         if any(r.status == 401 for r in results):

@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable
 from ..kube_client import ApiError
 from ..object_state import ObjectState, validated
 from ..render import names
-from ..tuner.tuner import Tuner, TunerConfig
+from ..tuner.tuner import Mode, Tuner, TunerConfig
 from . import hooks, pods, profile
 from .actuate import TablePusher
 from .pod_client import read_counters
@@ -100,6 +100,8 @@ class TuningLoop:
         paused = (md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused"
         await self._ensure_tuner(sdd, paused)
         st, report = self.loop_state, self.report
+        tuner = st.tuner
+        assert tuner is not None  # _ensure_tuner built it
         now = self.clock()
         targets: list[pods.Target] | None = []
         if (self.body.get("status") or {}).get("readyReplicas"):  # no ready replica: no endpoint, no LIST
@@ -109,18 +111,18 @@ class TuningLoop:
                 log.warning("tuner %s: EndpointSlices not listed: %s", report.ref(), e)
                 targets = None
         snaps, nccl = ([], {}) if targets is None else await read_counters(self.pusher.session, self.config, ns,
-                                                                          targets, now, st.tuner.wants_costs)
-        d = st.tuner.step(now, snaps)
+                                                                          targets, now, tuner.wants_costs)
+        d = tuner.step(now, snaps)
         acting = not paused
         if st.mode == "Live" and acting:
-            await self.pusher.push(ns, name, st.tuner, d, targets or [], snaps)
+            await self.pusher.push(ns, name, tuner, d, targets or [], snaps)
         restarted = st.mode == "Rollout" and acting and d.restart
         if restarted:
             self.object_state.tuned_steps = d.rollout_steps
         report.count(d, st.mode)
         report.events(d, now, interval, st.mode)
         condition_changed = report.set_condition(d, listed=targets is not None)
-        await report.write_status(sdd, d, nccl, now, st.mode, st.profile.scenario, st.tuner.config.policy.allowed())
+        await report.write_status(sdd, d, nccl, now, st.mode, st.profile.scenario, tuner.config.policy.allowed())
         if restarted or condition_changed:
             await self.reconcile()  # Rollout: re-render now; MetricsAvailable: reported by the reconciler
 
@@ -131,7 +133,7 @@ class TuningLoop:
         spec = sdd.spec
         at = spec.speculative.autotune
         profile_ref = (self.body["metadata"].get("annotations") or {}).get(PROFILE_ANNOTATION)
-        mode = "Off" if paused else at.mode
+        mode: Mode = "Off" if paused else at.mode
         fingerprint = (at.model_dump_json(), spec.speculative.numSteps, spec.draft.tensorParallelSize, profile_ref,
                        mode)
         st = self.loop_state

@@ -22,8 +22,8 @@ from typing import Callable
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode_runtime.contract.step_table import STEPS_PATH
 from specdecode_runtime.contract.metric_names import NCCL_LATENCY
+from specdecode_runtime.contract.step_table import STEPS_PATH
 
 from ..tuner import snapshot
 from ..tuner.snapshot import PodSnapshot, down, parse_metrics

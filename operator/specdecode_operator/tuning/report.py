@@ -70,7 +70,7 @@ class Reporter:
             m.tuner_decisions.labels("rollout" if d.restart else "hold").inc()
             return
         for rep in d.buckets.values():
-            kind = rep.choice.kind
+            kind: str = rep.choice.kind
             if mode == "Off" and rep.choice.changed_from:
                 kind = "recommend"
             m.tuner_decisions.labels(kind).inc()

@@ -72,7 +72,7 @@ class TunerScheduler:
             timeout = self._heap[0][0] - now if self._heap else None
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _interval(self, uid: str, tuning: TuningLoop) -> None:

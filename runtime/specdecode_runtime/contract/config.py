@@ -8,6 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from .capabilities import DEFAULT_ALGORITHM, Algorithm
 from .input_files import InputError, load_documents, parse_yaml_documents, validate_model
 from .metric_names import DEFAULT_BUCKETS
 
@@ -33,7 +34,7 @@ class TargetConfig(_Model):
 
 class DraftConfig(_Model):
     model: str
-    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"] = "EAGLE3"
+    algorithm: Algorithm = DEFAULT_ALGORITHM
     tensor_parallel_size: int = Field(alias="tensorParallelSize")
     ranks: list[int] | None = None
 
@@ -108,7 +109,7 @@ class RuntimeConfig(_Model):
         return yaml.dump(data, Dumper=_DUMPER, sort_keys=True)
 
     @classmethod
-    def from_yaml(cls, text: str, source: str = CONFIG_FILE_NAME) -> "RuntimeConfig":
+    def from_yaml(cls, text: str, source: str = CONFIG_FILE_NAME) -> RuntimeConfig:
         """Parsed with the bounded loader; problems raise ``InputError`` with ``field.path: message`` lines."""
         docs = parse_yaml_documents(text, source)
         return _validate(docs[0] if len(docs) == 1 else docs or None, source)

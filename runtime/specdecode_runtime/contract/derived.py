@@ -1,60 +1,19 @@
 """Every value derived from a runtime config, computed in one place.
 
 The renderer (operator), the tuner, the launcher and each scheduler process all need the same few facts about a
-config: which step tiers are captured, whether the draft runs on its own smaller group, whether a draft TP size and
-rank list can be served, how many tokens a cycle verifies, which NCCL environment applies. Each is a function here,
-so the operator and the runtime cannot drift apart.
+config: whether the draft runs on its own smaller group, whether a draft TP size and rank list can be served, how
+many tokens a cycle verifies, which NCCL environment applies. Each is a function here, so the operator and the
+runtime cannot drift apart. The step tiers a pod serves and what it refuses are in :mod:`.capabilities`.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from .config import RuntimeConfig
 from .nccl import profile_env
 
-MAX_CANDIDATES = 8  # every step count of a default 1..7 range; bench/results/tuner.md shows what thinning to 4 costs
-
-
-def candidate_steps(min_steps: int, max_steps: int, current: int, limit: int = MAX_CANDIDATES) -> list[int]:
-    """Step counts the runtime captures CUDA graphs for: the bounds, the current value, and evenly spread values in
-    between, at most ``limit`` of them (each capture costs memory and start-up time)."""
-    lo, hi = min(min_steps, max_steps), max(min_steps, max_steps)
-    chosen = {lo, hi, min(max(current, lo), hi)}
-    span = list(range(lo, hi + 1))
-    slots = max(limit - len(chosen), 0)
-    if slots and len(span) > 2:
-        for i in range(1, slots + 1):
-            chosen.add(span[round(i * (len(span) - 1) / (slots + 1))])
-            if len(chosen) >= limit:
-                break
-    return sorted(chosen)[: max(limit, 1)] if len(chosen) > limit else sorted(chosen)
-
-
-TARGET_ONLY_STEPS = 0
-
-
-def autotune_steps(mode: str, min_steps: int, max_steps: int, steps: int) -> tuple[int, list[int]]:
-    """The starting step count and the ``candidateSteps`` written into runtime.yaml for an autotune mode.
-
-    Off keeps ``steps`` as the only candidate; Live and Rollout clamp it into ``min..max`` and spread the
-    candidates over that range (Live captures them all; Rollout uses them as the values a restart may choose).
-    Live also captures the target-only tier, steps 0: SGLang 0.5.23 decodes it through its trivial one-token verify
-    (no draft forward, no proposal broadcast; the draft still extends its KV so a later tier drafts from a warm
-    state), which is how the tuner switches speculation off for batch sizes where drafting loses. Rollout never
-    restarts pods into steps 0: a restart re-renders ``--speculative-num-steps``, which SGLang needs >= 1."""
-    if mode == "Off":
-        return steps, [steps]
-    steps = min(max(steps, min_steps), max_steps)
-    spread = candidate_steps(min_steps, max_steps, steps)
-    return steps, ([TARGET_ONLY_STEPS, *spread] if mode == "Live" else spread)
-
-
-def tuner_steps(mode: str, min_steps: int, max_steps: int, steps: int) -> list[int]:
-    """The step counts the tuner may choose, all of them ones a pod rendered for ``mode`` can serve: in Live the
-    tiers the pod captures (steps 0 included); in Rollout the values a restart renders as they are (no 0); in Off
-    (report only) the Live set, so a recommendation names what switching to Live would serve."""
-    return autotune_steps("Rollout" if mode == "Rollout" else "Live", min_steps, max_steps, steps)[1]
+if TYPE_CHECKING:  # annotations only: config.py imports the algorithm names from capabilities, which uses this module
+    from .config import RuntimeConfig
 
 
 def draft_tokens_per_cycle(steps: int, eagle_top_k: int, configured: int | None = None) -> int | None:
@@ -105,16 +64,6 @@ def draft_is_split(cfg: RuntimeConfig) -> bool:
 def live(cfg: RuntimeConfig) -> bool:
     """Whether step tiers are captured and the step table is the actuator (autotune mode Live)."""
     return cfg.speculative.autotune.mode == "Live"
-
-
-def captured_steps(cfg: RuntimeConfig) -> list[int]:
-    """Step counts with CUDA graphs at start-up: ``candidateSteps`` in Live mode, else only ``numSteps``.
-
-    Off never changes the step count and Rollout changes it by restarting pods, so capturing extra tiers there would
-    only cost GPU memory and start-up time."""
-    if live(cfg):
-        return sorted(set(int(steps) for steps in cfg.speculative.candidate_steps))
-    return [int(cfg.speculative.num_steps)]
 
 
 def num_draft_tokens(cfg: RuntimeConfig) -> int | None:

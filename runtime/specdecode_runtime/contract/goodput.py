@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 
 def alpha_at(alphas: Sequence[float], position: int) -> float:
@@ -79,14 +79,21 @@ class CycleCost:
         )
 
 
-def goodput(alphas: Sequence[float], cost: CycleCost, steps: int, batch: float) -> float:
+class CostModel(Protocol):
+    """What the goodput model reads of a cost: the cycle time at a step count and batch size. ``CycleCost`` is one;
+    the tuner's online-refined cost is another."""
+
+    def cycle_ms(self, steps: int, batch: float) -> float: ...
+
+
+def goodput(alphas: Sequence[float], cost: CostModel, steps: int, batch: float) -> float:
     """Tokens per second for the whole batch at ``steps`` draft steps per cycle (0: no speculation)."""
     tokens = batch * (expected_tokens(alphas, steps) if steps > 0 else 1.0)
     return tokens / cost.cycle_ms(steps, batch) * 1000.0
 
 
 def best_steps(
-    alphas: Sequence[float], cost: CycleCost, batch: float, candidates: Iterable[int]
+    alphas: Sequence[float], cost: CostModel, batch: float, candidates: Iterable[int]
 ) -> tuple[int, float]:
     """The candidate step count with the highest goodput (ties go to the smaller one: less draft work, same tokens)."""
     chosen, best_g = -1, -math.inf
@@ -99,7 +106,7 @@ def best_steps(
     return chosen, best_g
 
 
-def inter_token_latency_ms(alphas: Sequence[float], cost: CycleCost, steps: int, batch: float) -> float:
+def inter_token_latency_ms(alphas: Sequence[float], cost: CostModel, steps: int, batch: float) -> float:
     """Mean time between tokens of one sequence: a cycle emits E(steps) tokens per sequence."""
     tokens = expected_tokens(alphas, steps) if steps > 0 else 1.0
     return cost.cycle_ms(steps, batch) / tokens

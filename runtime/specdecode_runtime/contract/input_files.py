@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -56,18 +56,18 @@ class BoundedLoader(yaml.SafeLoader):
         self._depth = 0
         self._weight: dict[int, int] = {}
 
-    def compose_document(self):  # noqa: ANN201 - PyYAML's signature
+    def compose_document(self) -> Any:
         self._weight = {}
         return super().compose_document()
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
         try:
             if self._depth > self.max_depth:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise yaml.constructor.ConstructorError(
                     None, None, f"nested deeper than {self.max_depth} levels", mark)
-            node = super().compose_node(parent, index)
+            node: Any = super().compose_node(parent, index)
         finally:
             self._depth -= 1
         if id(node) not in self._weight:
@@ -83,7 +83,7 @@ class BoundedLoader(yaml.SafeLoader):
             self._weight[id(node)] = weight
         return node
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
@@ -150,7 +150,7 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
         raise InputError(source, [_yaml_problem(e, text)]) from None
     try:
         docs = []
-        while loader.check_data():
+        while loader.check_data():  # type: ignore[no-untyped-call]
             doc = loader.get_data()
             if doc is not None:
                 docs.append(doc)
@@ -199,8 +199,8 @@ def format_loc(loc: Iterable[Any], aliases: dict[str, str] | None = None) -> str
     return out or "(top level)"
 
 
-def _message(error: dict[str, Any]) -> str:
-    msg = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+def _message(error: Mapping[str, Any]) -> str:
+    msg: str = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
     kind = error["type"]
     value = error.get("input")
     if kind == "extra_forbidden":

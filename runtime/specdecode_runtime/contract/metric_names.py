@@ -1,34 +1,87 @@
-"""Metric names, label values and batch-size buckets of the metrics contract (docs/metrics.md).
+"""The metrics contract (docs/metrics.md) as one table: name, type, labels, unit and help of every series.
 
-The exporter (:class:`specdecode_runtime.metrics.SpecMetrics`, prometheus-client) and every reader (the tuner's
-scraper, the simulator, the benchmarks) take the names from here, so a renamed series cannot leave a reader behind.
+The runtime's exporter (:class:`specdecode_runtime.metrics.SpecMetrics`, prometheus-client; the simulator runs the
+same one) declares each metric from its row, and every reader (the tuner's snapshot parser, the operator's pod
+client, the benchmarks) takes the sample names from here, so a renamed series cannot leave a reader behind; the
+chart's rules and dashboard and the docs are checked against the table (tests/chart/test_chart_monitoring.py).
+Adding a metric the tuner reads: a row here, its series in ``metrics.py``, its reader in ``tuner/snapshot.py``.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Literal
 
-VERIFY_CYCLES = "specdecode_verify_cycles"  # exposed as ..._total
-POSITION_ATTEMPTS = "specdecode_position_attempts"
-POSITION_ACCEPTED = "specdecode_position_accepted"
-CYCLE_SECONDS = "specdecode_cycle_seconds"  # summary: ..._sum / ..._count
-DRAFT_STEPS = "specdecode_draft_steps"
-REQUESTS_VERIFIED = "specdecode_requests_verified"
-NUM_STEPS = "specdecode_num_steps"
-CANDIDATE_STEPS = "specdecode_candidate_steps"
-DRAFT_TP = "specdecode_draft_tp"
-TOKENS_GENERATED = "specdecode_tokens_generated"
-NCCL_LATENCY = "specdecode_nccl_latency_seconds"
-COST_SECONDS = "specdecode_cost_seconds"  # start-up cost probe (cost_probe.py): {stage,steps,bucket,batch}
+Kind = Literal["counter", "gauge", "summary"]
+# prometheus-client's exposition: the sample names each metric type produces
+SAMPLE_SUFFIXES: dict[str, tuple[str, ...]] = {"counter": ("_total",), "gauge": ("",), "summary": ("_sum", "_count")}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One series family of the contract. ``labels`` are the contract's own (the simulator adds ``simulated``)."""
+
+    name: str
+    kind: Kind
+    labels: tuple[str, ...]
+    unit: str
+    help: str
+
+    def sample_names(self) -> tuple[str, ...]:
+        return tuple(self.name + suffix for suffix in SAMPLE_SUFFIXES[self.kind])
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def _metric(name: str, kind: Kind, labels: tuple[str, ...], unit: str, help: str) -> str:
+    METRICS[name] = Metric(name, kind, labels, unit, help)
+    return name
+
+
+VERIFY_CYCLES = _metric("specdecode_verify_cycles", "counter", ("bucket",), "cycles",
+                        "Verify (decode) cycles per batch-size bucket")
+POSITION_ATTEMPTS = _metric("specdecode_position_attempts", "counter", ("bucket", "position"), "requests",
+                            "Requests whose draft position was attempted (1..min(accepted+1, steps))")
+POSITION_ACCEPTED = _metric("specdecode_position_accepted", "counter", ("bucket", "position"), "requests",
+                            "Requests whose draft position was accepted (1..accepted)")
+CYCLE_SECONDS = _metric("specdecode_cycle_seconds", "summary", ("bucket", "phase"), "seconds",
+                        "Time per cycle spent in each phase (draft|verify|draft_extend|other)")
+DRAFT_STEPS = _metric("specdecode_draft_steps", "counter", ("bucket",), "steps",
+                      "Draft steps run (sum of steps over cycles)")
+REQUESTS_VERIFIED = _metric("specdecode_requests_verified", "counter", ("bucket",), "requests",
+                            "Requests verified (sum of batch size over cycles)")
+NUM_STEPS = _metric("specdecode_num_steps", "gauge", ("bucket",), "steps",
+                    "Active speculative steps for the bucket (0 = no speculation)")
+CANDIDATE_STEPS = _metric("specdecode_candidate_steps", "gauge", ("steps",), "info",
+                          "Info: 1 for every captured candidate step count")
+DRAFT_TP = _metric("specdecode_draft_tp", "gauge", (), "ranks",
+                   "Tensor-parallel size of the draft model's process group")
+TOKENS_GENERATED = _metric("specdecode_tokens_generated", "counter", (), "tokens",
+                           "Tokens emitted by decode cycles (accepted drafts + bonus)")
+NCCL_LATENCY = _metric("specdecode_nccl_latency_seconds", "gauge", ("op", "bytes"), "seconds",
+                       "Startup preflight: mean latency of one collective on the TP group")
+COST_SECONDS = _metric("specdecode_cost_seconds", "gauge", ("stage", "steps", "bucket", "batch"), "seconds",
+                       "Start-up cost probe: median seconds of one stage (draft_step|verify|draft_extend|overhead|"
+                       "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture")
 
 PHASES = ("draft", "verify", "draft_extend", "other")
 SIMULATED_LABELS = {"simulated": "true"}
 DEFAULT_BUCKETS = (1, 2, 8, 32, 64)  # lower bounds of the batch-size buckets: 1, 2-7, 8-31, 32-63, 64+
 
 
-def exposed_name(name: str, kind: str) -> str:
-    """The sample name a scraper sees: prometheus-client appends ``_total`` to counters."""
-    return f"{name}_total" if kind == "counter" else name
+def sample_names() -> set[str]:
+    """Every sample name the contract's exporter produces."""
+    return {s for m in METRICS.values() for s in m.sample_names()}
+
+
+def exposed_name(name: str) -> str:
+    """The sample name a scraper reads for a counter or gauge of the table (prometheus-client appends ``_total`` to
+    counters); a summary's are ``<name>_sum`` and ``<name>_count``."""
+    samples = METRICS[name].sample_names()
+    if len(samples) != 1:
+        raise ValueError(f"{name} is a {METRICS[name].kind}: its samples are {samples}")
+    return samples[0]
 
 
 def bucket_label(batch: int, bounds: tuple[int, ...] | list[int] = DEFAULT_BUCKETS) -> str:

@@ -85,7 +85,7 @@ class DraftTpModel(_Model):
         return v
 
     @model_validator(mode="after")
-    def _current_known(self) -> "DraftTpModel":
+    def _current_known(self) -> DraftTpModel:
         if self.current > self.target_tp:
             raise ValueError(f"current ({self.current}) must be <= targetTp ({self.target_tp})")
         if self.current > 1 and self.current not in self.all_reduce_us:
@@ -186,7 +186,7 @@ class Scenario(_Model):
         return v
 
     @model_validator(mode="after")
-    def _cost_matches_draft_tp(self) -> "Scenario":
+    def _cost_matches_draft_tp(self) -> Scenario:
         """The cost block and the draftTp block describe the same box; if they disagree, a planner comparison and a
         plain simulation would silently live in different worlds."""
         if self.draft_tp is None:
@@ -208,7 +208,7 @@ class Scenario(_Model):
         return self
 
     @model_validator(mode="after")
-    def _bounded_work(self) -> "Scenario":
+    def _bounded_work(self) -> Scenario:
         """Every decode step takes time, and the timeline holds a bounded number of them."""
         plain = self.plain_step_ms()
         if plain <= 0:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from .config import RuntimeConfig
 from .derived import num_draft_tokens
+
+if TYPE_CHECKING:  # annotations only (config.py -> capabilities -> this module)
+    from .config import RuntimeConfig
 
 NODE_RANK_ENV = "SPECDECODE_NODE_RANK"
 DIST_INIT_ADDR_ENV = "SPECDECODE_DIST_INIT_ADDR"

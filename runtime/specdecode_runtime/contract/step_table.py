@@ -39,7 +39,7 @@ class StepTable(BaseModel):
     table: list[StepEntry] = Field(min_length=1, max_length=MAX_TABLE_ENTRIES)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "StepTable":
+    def _ordered(self) -> StepTable:
         seen: set[int] = set()
         for i, e in enumerate(self.table):
             if e.min_batch in seen:
@@ -50,11 +50,11 @@ class StepTable(BaseModel):
         return self
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[int, int]]) -> "StepTable":
+    def from_pairs(cls, pairs: Iterable[tuple[int, int]]) -> StepTable:
         return cls(table=[StepEntry(min_batch=int(b), steps=int(s)) for b, s in pairs])
 
     @classmethod
-    def single(cls, steps: int) -> "StepTable":
+    def single(cls, steps: int) -> StepTable:
         return cls.from_pairs([(1, steps)])
 
     def entries(self) -> list[StepEntry]:

@@ -16,10 +16,9 @@ draft backend factory asks for.
 from __future__ import annotations
 
 import torch
-from torch.nn.functional import scaled_dot_product_attention
-
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from torch.nn.functional import scaled_dot_product_attention
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scaling: float,

@@ -169,7 +169,7 @@ class CpuSGLang:
             self.engine.shutdown()
             self.engine = None
 
-    def __enter__(self) -> "CpuSGLang":
+    def __enter__(self) -> CpuSGLang:
         return self
 
     def __exit__(self, *exc: Any) -> None:

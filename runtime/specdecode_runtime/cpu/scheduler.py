@@ -14,7 +14,7 @@ def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
 
     os.environ[DEVICE_ENV] = "cpu"
     install()
-    from ..sglang_patch.bootstrap import run_scheduler_process as patched
+    from ..scheduler_process import run_scheduler_process as patched
 
     return patched(*args, **kwargs)
 

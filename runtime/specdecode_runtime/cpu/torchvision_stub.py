@@ -66,7 +66,7 @@ def _real_import_works(name: str) -> bool:
 def _install(names: tuple[str, ...], version: str) -> list[str]:
     for n in names:
         m = _Stub(n)
-        m.__path__ = []  # type: ignore[attr-defined]
+        m.__path__ = []
         m.__version__ = version  # type: ignore[attr-defined]
         m.__spec__ = importlib.machinery.ModuleSpec(n, None, is_package=True)
         sys.modules[n] = m

@@ -36,10 +36,10 @@ COLLECTIVES = (
 )
 
 # The active draft-only scope (set by :func:`.draft_only.draft_only_scope`) and the active counters.
-scope_var: contextvars.ContextVar["CollectiveScope | None"] = contextvars.ContextVar(
+scope_var: contextvars.ContextVar[CollectiveScope | None] = contextvars.ContextVar(
     "_specdecode_draft_scope", default=None
 )
-_counters: list["CollectiveCounter"] = []
+_counters: list[CollectiveCounter] = []
 _patched: dict[str, Callable] = {}
 _patch_refs = 0
 
@@ -124,7 +124,7 @@ class CollectiveCounter:
     def reset(self) -> None:
         self.calls.clear()
 
-    def __enter__(self) -> "CollectiveCounter":
+    def __enter__(self) -> CollectiveCounter:
         install_wrappers()
         _counters.append(self)
         return self

@@ -52,7 +52,7 @@ class DraftGroups(InitTimeCollectives):
         bcast_backend: str | None = None,
         new_draft_group: Callable[[Sequence[int], str | None], Any] | None = None,
         new_bcast_group: Callable[[Sequence[int], str | None], Any] | None = None,
-    ) -> "DraftGroups":
+    ) -> DraftGroups:
         if rank is None:
             import torch.distributed as dist
 

@@ -62,7 +62,7 @@ class DraftPlacement:
             raise DraftGroupError(f"draft ranks {missing} are not inside the target group {list(self.target_ranks)}")
 
     @classmethod
-    def from_tp_ranks(cls, target_ranks: Sequence[int], tp_local: Sequence[int]) -> "DraftPlacement":
+    def from_tp_ranks(cls, target_ranks: Sequence[int], tp_local: Sequence[int]) -> DraftPlacement:
         target = tuple(int(r) for r in target_ranks)
         return cls(target_ranks=target, draft_ranks=tuple(sorted(target[i] for i in tp_local)))
 

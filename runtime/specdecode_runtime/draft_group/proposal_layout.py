@@ -33,9 +33,13 @@ class ProposalLayout:
         if self.topk > 1 and (self.num_draft_tokens is None or self.num_draft_tokens < 2):
             raise ValueError("a tree (topk > 1) needs num_draft_tokens >= 2")
 
+    def _tree_tokens(self) -> int:
+        assert self.num_draft_tokens is not None  # __post_init__ refuses a tree without it
+        return int(self.num_draft_tokens)
+
     @property
     def token_cols(self) -> int:
-        return self.steps if self.topk == 1 else int(self.num_draft_tokens) - 1
+        return self.steps if self.topk == 1 else self._tree_tokens() - 1
 
     @property
     def parent_cols(self) -> int:
@@ -45,7 +49,7 @@ class ProposalLayout:
 
     @property
     def score_cols(self) -> int:
-        return 0 if self.topk == 1 else int(self.num_draft_tokens) - 1
+        return 0 if self.topk == 1 else self._tree_tokens() - 1
 
     @property
     def row_cols(self) -> int:

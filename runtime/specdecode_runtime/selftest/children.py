@@ -42,7 +42,7 @@ class ChildWatch:
         self._seen: dict[int, multiprocessing.process.BaseProcess] = {}
         self._thread = threading.Thread(target=self._run, name="selftest-child-watch", daemon=True)
 
-    def start(self) -> "ChildWatch":
+    def start(self) -> ChildWatch:
         self._thread.start()
         return self
 
@@ -51,11 +51,12 @@ class ChildWatch:
 
     def dead(self) -> list[multiprocessing.process.BaseProcess]:
         """Children seen alive before that are no longer alive (``active_children`` reaps them)."""
-        alive = {p.pid: p for p in multiprocessing.active_children()}
+        alive = {p.pid: p for p in multiprocessing.active_children() if p.pid is not None}
         gone = [p for pid, p in self._seen.items() if pid not in alive]
         self._seen.update(alive)
         for p in gone:
-            self._seen.pop(p.pid, None)
+            if p.pid is not None:
+                self._seen.pop(p.pid, None)
         return gone
 
     def _run(self) -> None:

@@ -144,9 +144,9 @@ def compare_drafts(opts: Options, split: Sequence[Cycle], sharded: Sequence[Cycl
         out.append((ACCEPT_CHECK, False, "no recounted acceptance in the verify records (rank 0 recounts it from "
                     "the target's greedy logits)"))
         return out
-    acc_s = sum(min(c.accepted, w) for c, _, w in counted)
-    acc_h = sum(min(d.accepted, w) for _, d, w in counted)
-    differ = sum(1 for c, d, w in counted if min(c.accepted, w) != min(d.accepted, w))
+    acc_s = sum(min(c.accepted or 0, w) for c, _, w in counted)  # counted: both recounted (never None)
+    acc_h = sum(min(d.accepted or 0, w) for _, d, w in counted)
+    differ = sum(1 for c, d, w in counted if min(c.accepted or 0, w) != min(d.accepted or 0, w))
     out.append((ACCEPT_CHECK, differ <= tol,
                 f"accepted drafts in {len(counted)} same-state cycles: split {acc_s}, sharded {acc_h}; "
                 f"{differ} cycles differ, {why}"))

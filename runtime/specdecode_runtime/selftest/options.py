@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..contract.derived import draft_tokens_per_cycle, draft_tp_problems, is_split_draft
+from ..contract.server_args import MANAGED_FLAGS
+
 MAX_TP = 16
 MAX_STEPS = 16
 MAX_TOPK = 8
@@ -57,7 +60,6 @@ class Options:
     def draft_tokens(self) -> int:
         if self.num_draft_tokens is not None:
             return self.num_draft_tokens
-        from ..contract.derived import draft_tokens_per_cycle
 
         chain = draft_tokens_per_cycle(self.steps, self.topk)
         return chain if chain is not None else min(self.topk * self.steps, 2 * self.steps + 2)
@@ -88,7 +90,6 @@ def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
     SGLang's own options spelled out in full: SGLang's parser accepts unambiguous abbreviations, and 0.5.23 split
     ``--cuda-graph-max-bs`` into ``-decode`` / ``-prefill``, so an abbreviation silently means something else in
     the next release. Flags the runtime or the self-test set from typed options are refused."""
-    from ..contract.server_args import MANAGED_FLAGS
 
     items = list(items or [])
     if len(items) > MAX_SGLANG_ARGS:
@@ -260,7 +261,6 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if getattr(ns, "corrupt_draft", False) and "split" not in layouts:
         raise OptionError("--corrupt-draft corrupts the split run's draft: --layouts must include split")
     if "split" in layouts:
-        from ..contract.derived import draft_tp_problems, is_split_draft
 
         if ns.tp < 2:
             raise OptionError("the split layout needs --tp 2 or more (the draft on a subset of the target's ranks)")
@@ -272,7 +272,6 @@ def from_namespace(ns: argparse.Namespace) -> Options:
             raise OptionError(f"{flag}: {problems[0]}")
     ndt = ns.num_draft_tokens
     if ndt is not None:
-        from ..contract.derived import draft_tokens_per_cycle
 
         chain = draft_tokens_per_cycle(ns.steps, ns.topk)
         if ns.topk == 1 and ndt != chain:

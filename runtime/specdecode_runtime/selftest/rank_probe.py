@@ -1,6 +1,6 @@
 """What ``selftest`` observes inside each SGLang scheduler process (one per TP rank).
 
-Installed by :func:`specdecode_runtime.sglang_patch.bootstrap.run_scheduler_process` when
+Installed by :func:`specdecode_runtime.scheduler_process.run_scheduler_process` when
 ``SPECDECODE_SELFTEST_DIR`` is set, after the runtime's own patches, so it sees SGLang exactly as the runtime
 serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
 

@@ -170,7 +170,7 @@ def build(opts: Options, results: list[RunResult]) -> Report:
         if r.layout == "split" and r.hang is None and r.error is None:
             checks += draft_comparison(opts, r, sharded)
         div = (first_divergence(ref.tokens, r.tokens)
-               if (ref is not None and r.tokens is not None and not measure_only) else None)
+               if (ref is not None and ref.tokens is not None and r.tokens is not None and not measure_only) else None)
         if ref is None and not measure_only:
             checks.append(Check("tokens compared with a reference", False, "no nospec or sharded run finished"))
         ok = r.error is None and r.hang is None and r.tokens is not None and div is None and all(c.ok for c in checks)

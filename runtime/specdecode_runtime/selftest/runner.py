@@ -8,19 +8,18 @@ is the front end: SGLang's offline ``Engine`` instead of its HTTP server, so the
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..contract.metric_names import COST_SECONDS
 from .options import Options
 from .rank_probe import CORRUPT_ENV, DIR_ENV, events, read_records
 from .served import put_steps as _put_steps
@@ -136,7 +135,7 @@ def _engine_class(opts: Options):
     if opts.device == "cpu":
         from ..cpu.scheduler import run_scheduler_process
     else:
-        from ..sglang_patch.bootstrap import run_scheduler_process
+        from ..scheduler_process import run_scheduler_process
 
     class SelftestEngine(Engine):
         run_scheduler_process_func = staticmethod(run_scheduler_process)
@@ -235,7 +234,6 @@ def _cost_profile(metrics_dir: Path) -> tuple[dict[str, dict[str, float]], str |
     from prometheus_client.multiprocess import MultiProcessCollector
 
     from .. import cost_probe
-    from ..contract.metric_names import COST_SECONDS
 
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(metrics_dir))

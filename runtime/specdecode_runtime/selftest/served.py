@@ -16,6 +16,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from ..contract.goodput import CycleCost
+from ..contract.metric_names import bucket_label
+from ..contract.step_table import STEPS_PATH, StepTable
 from .rank_probe import events
 
 WARM_TOKENS = 8
@@ -42,7 +45,6 @@ def _tokens(outputs: list[dict]) -> int:
 
 def put_steps(control: dict[str, Any], steps: int) -> dict:
     """PUT a one-tier step table to the pod's control API: the status and the answer's body."""
-    from ..contract.step_table import STEPS_PATH, StepTable
 
     body = json.dumps(StepTable.single(steps).to_json()).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{control['port']}{STEPS_PATH}", data=body, method="PUT",
@@ -59,8 +61,6 @@ def _running_tier(rank_dir: Path) -> int | None:
 
 def predicted_cycle_ms(profile: dict[str, dict[str, float]], steps: int, batch: int) -> float | None:
     """The probe's cycle at (steps, batch) from the fitted per-bucket profile (the tuner's arithmetic)."""
-    from ..contract.goodput import CycleCost
-    from ..contract.metric_names import bucket_label
 
     cost = profile.get(bucket_label(batch))
     return CycleCost(**cost).cycle_ms(steps, batch) if cost else None

@@ -12,8 +12,9 @@ SGLang's own code runs unchanged on every rank; only the draft worker differs. T
 * :mod:`.verify_broadcast` — on S, the proposals go out from S's leader before the verify input is built.
 * :mod:`.engine_hooks` — verify callback, step control, per-iteration and worker-ready hooks for
   :mod:`specdecode_runtime.engine`.
-* :mod:`.bootstrap` — what each spawned scheduler process runs first (:func:`run_scheduler_process`,
-  :func:`bootstrap_from_env`, :func:`sglang_plugin`).
+
+What each spawned scheduler process runs first (installing these patches and the engine) is
+:mod:`specdecode_runtime.scheduler_process`, above this package.
 * :mod:`.process_state` — the per-process state all of them share.
 
 Nothing here imports torch or sglang at import time (the operator image and CI use the pure-Python parts).
@@ -24,7 +25,6 @@ from __future__ import annotations
 from .. import SGLANG_VERSION
 from . import draft_layout, process_state
 from .apply import active_patches, apply_patches, patched, remove_patches
-from .bootstrap import CONFIG_ENV, bootstrap_from_env, run_scheduler_process, sglang_plugin
 from .compat import CheckResult, check_patch_points, installed_sglang_version
 from .engine_hooks import (
     set_iteration_callback,
@@ -36,19 +36,23 @@ from .patch_points import EW2, PATCH_POINTS, PatchPoint
 from .patch_set import PatchSet
 from .process_state import SplitConfig, _SplitState, split_config
 
-
-
 __all__ = [
+    "EW2",
     "PATCH_POINTS",
     "PatchPoint",
     "PatchSet",
     "SGLANG_VERSION",
+    "CheckResult",
     "SplitConfig",
+    "_SplitState",
+    "active_patches",
     "apply_patches",
     "check_patch_points",
+    "draft_layout",
+    "installed_sglang_version",
     "patched",
+    "process_state",
     "remove_patches",
-    "run_scheduler_process",
     "set_iteration_callback",
     "set_step_control",
     "set_verify_callback",

@@ -26,7 +26,7 @@ def apply_patches(
     """Install every patch (idempotent: an active set is returned as is). ``split=None`` (or a draft TP equal to
     the target TP) installs only the hooks and the NCCL re-apply. ``main_process``: also wrap SGLang's
     ``_set_envs_and_config`` (the launcher's own process, before the schedulers are spawned; spawned schedulers
-    re-apply the profile in :func:`~.bootstrap.bootstrap_from_env` instead)."""
+    re-apply the profile in :func:`specdecode_runtime.scheduler_process.bootstrap_from_env` instead)."""
     if state.active is not None:
         return state.active
     from sglang.srt.speculative import eagle_worker_v2  # noqa: F401 - loaded before anything is resolved

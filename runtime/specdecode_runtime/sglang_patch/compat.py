@@ -61,7 +61,7 @@ def check_patch_points(points: Sequence[PatchPoint] = PATCH_POINTS) -> list[Chec
     return out
 
 
-def _static_check(p: PatchPoint, blocked: "_ImportBlocked") -> CheckResult:
+def _static_check(p: PatchPoint, blocked: _ImportBlocked) -> CheckResult:
     """Check a function's parameters from the module's source when the module cannot be imported here (the
     server entry points import GPU-only packages such as xgrammar); the pod imports them for real."""
     import ast

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from ..contract.derived import is_split_draft
 from . import process_state as state
 from .process_state import SplitConfig, _SplitState
 
@@ -156,8 +157,6 @@ def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_w
         def __init__(self, server_args, gpu_id, nccl_port, target_worker):
             from sglang.srt.runtime_context import get_parallel
             from sglang.srt.speculative import eagle_worker_v2 as ew2
-
-            from ..contract.derived import is_split_draft
 
             if not is_split_draft(split.draft_tp, get_parallel().tp_size):
                 state.split = None

@@ -150,7 +150,7 @@ def wrap_activate(orig):
     return activate_step_by_batch
 
 
-def install_engine_hooks(ps: "PatchSet") -> None:
+def install_engine_hooks(ps: PatchSet) -> None:
     """Wrap every hook point (a fresh :class:`~.cycle_clock.CycleClock` per installation)."""
     from .cycle_clock import CycleClock
 

@@ -10,7 +10,6 @@ signature while the patches are active.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import sys
 import types

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..contract.derived import draft_is_split
+
 if TYPE_CHECKING:
     from .patch_set import PatchSet
 
@@ -25,14 +27,13 @@ class SplitConfig:
     use_topology: bool = True
 
     @classmethod
-    def from_runtime_config(cls, cfg: Any) -> "SplitConfig":
+    def from_runtime_config(cls, cfg: Any) -> SplitConfig:
         ranks = tuple(cfg.draft.ranks) if cfg.draft.ranks else None
         return cls(draft_tp=int(cfg.draft.tensor_parallel_size), draft_ranks=ranks)
 
 
 def split_config(cfg: Any) -> SplitConfig | None:
     """The patches' view of a runtime config; None when the draft runs on the whole target group."""
-    from ..contract.derived import draft_is_split
 
     return SplitConfig.from_runtime_config(cfg) if draft_is_split(cfg) else None
 
@@ -49,7 +50,7 @@ class _SplitState:
 
 
 split: _SplitState | None = None  # set by EAGLEWorkerV2.__init__ when this rank's TP group is split
-active: "PatchSet | None" = None  # the installed patches (apply_patches is idempotent)
+active: PatchSet | None = None  # the installed patches (apply_patches is idempotent)
 verify_cb: Callable[[list[int], int, int, dict[str, float]], None] | None = None
 step_cb: Callable[[int], int | None] | None = None
 iteration_cb: Callable[[], None] | None = None

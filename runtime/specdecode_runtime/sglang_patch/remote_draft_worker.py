@@ -33,6 +33,7 @@ class _NullRunner:
 
 
 def _make_remote_draft_worker_cls() -> type:
+    import torch
     from sglang.srt.configs.draft_parallel import DraftParallelLayout
     from sglang.srt.runtime_context import get_device, get_parallel, get_spec
     from sglang.srt.speculative import eagle_worker_v2 as ew2
@@ -40,8 +41,6 @@ def _make_remote_draft_worker_cls() -> type:
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from sglang.srt.speculative.eagle_utils import default_tree_mask_mode
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    import torch
 
     from ..draft_group import ProposalLayout
 

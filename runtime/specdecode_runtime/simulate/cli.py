@@ -9,12 +9,12 @@ import json
 import socket
 import sys
 
-from ..cli_common import float_in, int_in, positive_float
+from ..contract.capabilities import autotune_steps
+from ..contract.cli_common import float_in, int_in, positive_float
 from ..contract.config import TOKEN_PATH
-from ..contract.derived import autotune_steps
+from ..contract.http_limits import SERVER_LIMITS
 from ..contract.scenario import MAX_STEPS, ScenarioError, allowed_draft_tps, load_scenario
 from ..contract.step_table import StepTable, StepTableError
-from ..http_limits import SERVER_LIMITS
 
 MAX_SPEED = 10_000.0  # simulated seconds per wall second; beyond it a request would wait on a long simulation
 DEFAULT_CANDIDATES = autotune_steps("Live", 1, 7, 3)[1]  # the tiers a real Live pod with the CRD defaults serves

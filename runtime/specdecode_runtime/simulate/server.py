@@ -12,9 +12,9 @@ from typing import Any, Sequence
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..contract.http_limits import MAX_BODY_BYTES
 from ..contract.step_table import StepTable
 from ..control import add_step_routes
-from ..http_limits import MAX_BODY_BYTES
 from .engine import SimEngine
 
 ENGINE_KEY = web.AppKey("engine", SimEngine)

@@ -7,6 +7,7 @@ instead of computing something else. Looking the name up succeeds: SGLang import
 (``from sgl_kernel import int8_scaled_mm`` in quantization schemes a bf16 model never uses). ``scalar_type.py`` and ``utils.py`` are the real package's pure-Python modules (Apache-2.0).
 """
 
+from ._missing import missing_op
 from .elementwise import (
     fused_add_rmsnorm,
     gelu_and_mul,
@@ -18,7 +19,6 @@ from .elementwise import (
 )
 from .memory import weak_ref_tensor
 from .sampling import top_k_renorm_prob, top_k_renorm_probs, top_p_renorm_prob, top_p_renorm_probs
-from ._missing import missing_op
 from .version import __version__
 
 STANDIN = True

@@ -4,7 +4,6 @@ Signatures, in-place semantics and argument checks follow the real ``sgl_kernel.
 float32 and is cast back once, as the real kernels do. ``enable_pdl`` is accepted and ignored (it is a launch hint).
 """
 
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +15,7 @@ def _rms_scaled(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset
     return x32 * inv_rms * (weight.float() + weight_offset)
 
 
-def _write(result32: torch.Tensor, like: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+def _write(result32: torch.Tensor, like: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     if out is None:
         return result32.to(like.dtype)
     out.copy_(result32)
@@ -27,8 +26,8 @@ def rmsnorm(
     input: torch.Tensor,
     weight: torch.Tensor,
     eps: float = 1e-6,
-    out: Optional[torch.Tensor] = None,
-    enable_pdl: Optional[bool] = None,
+    out: torch.Tensor | None = None,
+    enable_pdl: bool | None = None,
 ) -> torch.Tensor:
     """``out[i] = input[i] / RMS(input) * weight[i]``."""
     return _write(_rms_scaled(input, weight, eps, 0.0), input, out)
@@ -39,7 +38,7 @@ def fused_add_rmsnorm(
     residual: torch.Tensor,
     weight: torch.Tensor,
     eps: float = 1e-6,
-    enable_pdl: Optional[bool] = None,
+    enable_pdl: bool | None = None,
 ) -> None:
     """In place: ``residual += input``, then ``input = residual / RMS(residual) * weight``."""
     summed = residual.float() + input.float()
@@ -51,8 +50,8 @@ def gemma_rmsnorm(
     input: torch.Tensor,
     weight: torch.Tensor,
     eps: float = 1e-6,
-    out: Optional[torch.Tensor] = None,
-    enable_pdl: Optional[bool] = None,
+    out: torch.Tensor | None = None,
+    enable_pdl: bool | None = None,
 ) -> torch.Tensor:
     """``out[i] = input[i] / RMS(input) * (weight[i] + 1)``."""
     return _write(_rms_scaled(input, weight, eps, 1.0), input, out)
@@ -63,7 +62,7 @@ def gemma_fused_add_rmsnorm(
     residual: torch.Tensor,
     weight: torch.Tensor,
     eps: float = 1e-6,
-    enable_pdl: Optional[bool] = None,
+    enable_pdl: bool | None = None,
 ) -> None:
     """In place: ``residual += input``, then ``input = residual / RMS(residual) * (weight + 1)``."""
     summed = residual.float() + input.float()
@@ -77,7 +76,7 @@ def _check_shape(input: torch.Tensor, output: torch.Tensor) -> None:
     assert input.shape[-1] == 2 * output.shape[-1], f"{input.shape[-1]} != {2 * output.shape[-1]}"
 
 
-def _gated(input: torch.Tensor, out: Optional[torch.Tensor], activation) -> torch.Tensor:
+def _gated(input: torch.Tensor, out: torch.Tensor | None, activation) -> torch.Tensor:
     if input.shape[-1] * input.dtype.itemsize % 16 != 0:
         raise ValueError("The pointers must be multiple of 16 bytes.")
     if out is not None:

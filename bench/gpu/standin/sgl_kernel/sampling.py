@@ -4,12 +4,11 @@ Both return float32 probabilities, as the real ops do, and accept either one thr
 per row.
 """
 
-from typing import Union
 
 import torch
 
 
-def _per_row(value: Union[torch.Tensor, int, float], rows: int, dtype, device) -> torch.Tensor:
+def _per_row(value: torch.Tensor | int | float, rows: int, dtype, device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.to(device=device, dtype=dtype).reshape(-1).expand(rows) if value.numel() == 1 else value.to(
             device=device, dtype=dtype
@@ -17,7 +16,7 @@ def _per_row(value: Union[torch.Tensor, int, float], rows: int, dtype, device) -
     return torch.full((rows,), value, dtype=dtype, device=device)
 
 
-def top_k_renorm_probs(probs: torch.Tensor, top_k: Union[torch.Tensor, int]) -> torch.Tensor:
+def top_k_renorm_probs(probs: torch.Tensor, top_k: torch.Tensor | int) -> torch.Tensor:
     """Keep each row's ``top_k`` largest probabilities (ties at the threshold kept), zero the rest, renormalise."""
     probs = probs.float()
     rows, vocab = probs.shape
@@ -32,7 +31,7 @@ def top_k_renorm_probs(probs: torch.Tensor, top_k: Union[torch.Tensor, int]) -> 
 top_k_renorm_prob = top_k_renorm_probs
 
 
-def top_p_renorm_probs(probs: torch.Tensor, top_p: Union[torch.Tensor, float]) -> torch.Tensor:
+def top_p_renorm_probs(probs: torch.Tensor, top_p: torch.Tensor | float) -> torch.Tensor:
     """Keep each row's smallest set of largest probabilities whose mass reaches ``top_p``, zero the rest, renormalise."""
     probs = probs.float()
     rows = probs.shape[0]

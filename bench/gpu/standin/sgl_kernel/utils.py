@@ -14,11 +14,10 @@
 # ==============================================================================
 
 import functools
-from typing import Dict, Tuple
 
 import torch
 
-_cache_buf: Dict[Tuple[str, torch.device], torch.Tensor] = {}
+_cache_buf: dict[tuple[str, torch.device], torch.Tensor] = {}
 
 
 def _get_cache_buf(name: str, bytes: int, device: torch.device) -> torch.Tensor:

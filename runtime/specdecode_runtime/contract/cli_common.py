@@ -9,7 +9,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran but could not do its job; the message says why
@@ -26,7 +26,7 @@ def package_version() -> str:
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        from . import __version__
+        from .. import __version__  # the package's own __init__, which imports nothing
 
         return __version__
 
@@ -34,11 +34,13 @@ def package_version() -> str:
 class _VersionAction(argparse.Action):
     """``--version``: reads the package metadata only when asked (importlib.metadata costs ~30 ms per start)."""
 
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, default: Any = argparse.SUPPRESS,
+                 help: str | None = None) -> None:
         super().__init__(option_strings, dest=dest, default=default, nargs=0,
                          help=help or "show the program's version number and exit")
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         sys.stdout.write(f"{parser.prog} {package_version()}\n")
         parser.exit()
 
@@ -47,8 +49,8 @@ def add_version(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action=_VersionAction)
 
 
-def add_completion_command(subparsers, prog: str) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
+def add_completion_command(subparsers: Any, prog: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "completion", help="print the shell completion script",
         description=f"Print a completion script for {prog}; e.g. `eval \"$({prog} completion bash)\"` in ~/.bashrc.")
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
@@ -68,7 +70,8 @@ def command_in(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def add_lazy_commands(subparsers, commands: dict, wanted: str | None, register) -> None:
+def add_lazy_commands(subparsers: Any, commands: dict[str, tuple[str, str]], wanted: str | None,
+                      register: Callable[[Any, str, str], object]) -> None:
     """Declare every command of ``commands`` (name -> (module path, help)) by name, and import only the module of
     ``wanted`` (``"*"``: all of them) to ``register(module, name, help)`` its arguments: ``--help`` and a single
     command never pay for the imports of the others."""
@@ -132,7 +135,7 @@ def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse
 def _is_input_error(error: Exception) -> bool:
     """Whether ``error`` is the input reader's (a file that cannot be used). Imported here, on the error path only,
     so that a command that reads no file never loads PyYAML and pydantic."""
-    from .contract.input_files import InputError
+    from .input_files import InputError
 
     return isinstance(error, InputError)
 
@@ -153,7 +156,7 @@ def check_can_listen(flag: str, host: str, port: int) -> None:
         raise UsageError(f"{flag}: cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def float_in(low: float, high: float):
+def float_in(low: float, high: float) -> Callable[[str], float]:
     """argparse type: a finite number with ``low < value <= high`` (``nan`` and ``inf`` would never end a loop)."""
     import math
 
@@ -175,7 +178,7 @@ def float_in(low: float, high: float):
 positive_float = float_in(0.0, 1e9)
 
 
-def int_in(low: int, high: int):
+def int_in(low: int, high: int) -> Callable[[str], int]:
     """argparse type: an integer within ``low..high``."""
 
     def parse(text: str) -> int:

@@ -1,5 +1,8 @@
 """Scheduler-process entry points: SGLang spawns one scheduler per TP rank, and each must install the patches
 itself (a spawned child starts from a fresh interpreter, so the launcher's patches do not carry over).
+
+It sits above ``sglang_patch/``, ``engine.py`` and ``selftest/`` because it wires them together in each process;
+none of them imports it.
 """
 
 from __future__ import annotations
@@ -7,8 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .apply import apply_patches
-from .patch_set import PatchSet
+from .contract.config import load_runtime_config
+from .contract.derived import nccl_environment
+from .engine import EngineRuntime, EngineSettings
+from .sglang_patch.apply import apply_patches
+from .sglang_patch.patch_set import PatchSet
+from .sglang_patch.process_state import split_config
 
 CONFIG_ENV = "SPECDECODE_RUNTIME_CONFIG"
 
@@ -19,16 +26,10 @@ def bootstrap_from_env() -> PatchSet | None:
     path = os.environ.get(CONFIG_ENV)
     if not path:
         return None
-    from ..contract.config import load_runtime_config
-    from ..contract.derived import nccl_environment
-    from .process_state import split_config
-
     cfg = load_runtime_config(path)
     env = nccl_environment(cfg)
     os.environ.update(env)
     ps = apply_patches(split_config(cfg), env)
-    from ..engine import EngineRuntime, EngineSettings
-
     EngineRuntime(EngineSettings.from_runtime_config(cfg)).install()
     return ps
 
@@ -38,10 +39,10 @@ def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
     import this module, install the patches, then run SGLang's own ``run_scheduler_process``."""
     bootstrap_from_env()
     if os.environ.get("SPECDECODE_SELFTEST_DIR"):  # ``specdecode-runtime selftest`` observes every rank
-        from ..selftest.rank_probe import install_from_env
+        from .selftest.rank_probe import install_from_env  # only under the self-test
 
         install_from_env(kwargs.get("tp_rank", args[3] if len(args) > 3 else None))
-    from sglang.srt.managers.scheduler import run_scheduler_process as orig
+    from sglang.srt.managers.scheduler import run_scheduler_process as orig  # SGLang is heavy: imported in the child
 
     return orig(*args, **kwargs)
 

@@ -1,0 +1,93 @@
+"""The start-up cost probe's points and their fit into the goodput model's cycle cost.
+
+Shared by the runtime (``cost_probe``, which times the points and exports them as ``specdecode_cost_seconds``) and
+the operator's tuner (which scrapes them and fits the same profile), so both read one definition of a point and
+one fit. Pure: no clock, no device.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .goodput import CycleCost
+
+STAGES = ("draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast")
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """Median seconds of one stage at one tier and batch size."""
+
+    stage: str
+    steps: int
+    bucket: str
+    batch: int
+    seconds: float
+
+
+def _line(xs: Sequence[float], ys: Sequence[float], clamp: bool = True) -> tuple[float, float]:
+    """Least-squares (intercept, slope), both clamped at >= 0 unless ``clamp`` is false (then only the slope);
+    one distinct x gives slope 0."""
+    n = len(xs)
+    if n == 0:
+        return 0.0, 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return (max(my, 0.0) if clamp else my), 0.0
+    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx, 0.0)
+    base = my - slope * mx
+    return (max(base, 0.0) if clamp else base), slope
+
+
+def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
+    """One bucket's ``CycleCost`` in milliseconds from its points. The verify and draft-extend per-token costs come
+    from how the time grows with the tier at the probed batch (``batch * (steps + 1)`` tokens), the draft step is
+    the measured forward at that batch. None without a plain-decode verify point (nothing to anchor k = 0), and None
+    when speculative tiers were probed without a draft step (a runner that measures only the verify: the tuner then
+    keeps its per-cycle phase averages rather than a profile with free drafting)."""
+    pts = list(points)
+    by = {st: [p for p in pts if p.stage == st] for st in STAGES}
+    if not by["verify"]:
+        return None
+    if not by["draft_step"] and not by["draft"] and any(p.steps > 0 for p in by["verify"]):
+        return None  # verify alone would price drafting at zero and push the tuner to its largest k
+
+    def ms(p: ProbePoint) -> float:
+        return 1000.0 * p.seconds
+
+    vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
+    eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
+    draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
+    if by["draft"]:
+        # A tier's whole draft phase D(k) = a + b*k: b is the cost of one draft step; a (negative when the first
+        # proposal comes from the draft-extend, as in SGLang's EAGLE, whose tier 1 runs no draft forward) is paid
+        # once per speculative cycle, as the extend is, so it joins the extend's base cost.
+        da, draft = _line([p.steps for p in by["draft"]], [ms(p) for p in by["draft"]], clamp=False)
+        eb = max(eb + da, 0.0)
+    overhead = statistics.median(ms(p) for p in by["overhead"]) if by["overhead"] else 0.0
+    bcast = statistics.median(ms(p) for p in by["broadcast"]) if by["broadcast"] else 0.0
+    return CycleCost(verify_base=vb, verify_per_token=vpt, draft_base=draft, draft_per_seq=0.0, extend_base=eb,
+                     extend_per_token=ept, overhead=overhead, broadcast=bcast)
+
+
+def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:
+    """Per-bucket costs (bucket label -> ``CycleCost``) from the points of one or more pods."""
+    by_bucket: dict[str, list[ProbePoint]] = {}
+    for p in points:
+        by_bucket.setdefault(p.bucket, []).append(p)
+    out = {}
+    for label, pts in by_bucket.items():
+        cost = fit_bucket(pts)
+        if cost is not None:
+            out[label] = cost
+    return out
+
+
+
+def points_from_samples(samples: Mapping[tuple[str, int, str, int], float]) -> list[ProbePoint]:
+    """``ProbePoint``s from scraped ``(stage, steps, bucket, batch) -> seconds`` (the tuner's side of the metric)."""
+    return [ProbePoint(st, k, bucket, b, sec) for (st, k, bucket, b), sec in samples.items()
+            if st in STAGES and sec >= 0 and sec == sec]
