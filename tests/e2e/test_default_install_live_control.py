@@ -32,6 +32,7 @@ import urllib.request
 
 import pytest
 import yaml
+
 from specdecode_operator.config import OperatorConfig
 from specdecode_operator.render import names
 from specdecode_runtime.contract.config import (
@@ -40,7 +41,6 @@ from specdecode_runtime.contract.config import (
     RuntimeConfig,
 )
 from specdecode_runtime.contract.step_table import STEPS_PATH
-
 from tests.e2e.test_tuner_e2e import HIGH_ACCEPTANCE, scenario_doc, sdd
 from tests.k8s import tools
 from tests.k8s.apiserver import CHART, OperatorProcess

@@ -19,6 +19,7 @@ import pathlib
 import sys
 
 from aiohttp import web
+
 from specdecode_runtime.contract.config import RuntimeConfig
 from specdecode_runtime.contract.derived import captured_steps
 from specdecode_runtime.contract.scenario import load_scenario

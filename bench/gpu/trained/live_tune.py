@@ -110,7 +110,7 @@ class Load:
             with self.lock:
                 self.records.append((t0, time.perf_counter(), toks))
 
-    def start(self) -> "Load":
+    def start(self) -> Load:
         for t in self.threads:
             t.start()
         return self

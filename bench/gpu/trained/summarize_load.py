@@ -4,7 +4,7 @@
 
 Reads what ``bench/gpu/trained/h200_live.sh`` wrote (nospec.json, live.json, stock_K.json from ``live_tune.py``,
 plus the training reports) and writes: ``speedup_over_nospec`` per batch and static step count (patched runtime, Live
-tiers set by one-tier tables), ``live_over_best_static`` per batch (the operator's tuner driving the pod), 
+tiers set by one-tier tables), ``live_over_best_static`` per batch (the operator's tuner driving the pod),
 ``patched_over_stock`` per batch at the step counts stock SGLang ran, ``accept_length`` (the tuner's live
 acceptance curve and the head's offline curve), ``planner_over_measured`` (the tuner's goodput model, with its
 online-refined costs and live acceptance, over each measured static point) and ``tokens_identical``.
@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "bench/gpu"))
 import summary_cli  # noqa: E402
 
 from specdecode_runtime.contract.goodput import expected_tokens  # noqa: E402
+from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
 
 def _load(raw: Path, name: str) -> dict | None:
@@ -90,7 +91,7 @@ def summarize(raw: Path) -> dict:
                "live_seconds": float(live["args"]["live_seconds"]), "max_new_tokens": int(live["args"]["max_new_tokens"]),
                "prompt_chars": int(live["args"]["prompt_chars"])}
     return {
-        "device": "1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang 0.5.23 (+ the runtime's patches for "
+        "device": f"1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang {SGLANG_VERSION} (+ the runtime's patches for "
                   "the Live server), triton attention, CUDA graphs (batch 1/4/8/16/32), overlap scheduler on",
         "load": "B client threads sending greedy requests back to back (ignore_eos, fixed output length) with prompts "
                 "cut from held-out text; tok/s counts each request's output tokens pro rata over its time inside the "
@@ -163,7 +164,7 @@ def markdown(s: dict) -> str:
             "its longest run with an unchanged table): " + ", ".join(
                 f"batch {b[1:]}: {v['cv']:.0%} over {v['intervals']} intervals" for b, v in s["interval_noise"].items()
                 if v) + ". Every ratio above rests on single windows and carries about that much noise each way."]
-    out += ["", "## Patched runtime over stock SGLang 0.5.23 EAGLE-3 (same load, same step count)", "",
+    out += ["", f"## Patched runtime over stock SGLang {SGLANG_VERSION} EAGLE-3 (same load, same step count)", "",
             "| point | patched / stock |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in s["patched_over_stock"].items()]
     p = s["planner_over_measured"]
