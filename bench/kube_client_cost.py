@@ -50,7 +50,7 @@ async def with_kube_client(cfg, ns: str, n: int, prefix: str) -> dict:
                          "wall_ms_per_request": round((time.perf_counter() - started) * 1000 / n, 3)}
         return out
     finally:
-        client.close()
+        await client.close()
 
 
 async def with_aiohttp(cfg, ns: str, n: int, prefix: str) -> dict:
