@@ -37,7 +37,7 @@ class ObjectState:
     # child key -> (monotonic time, record of our last write), until the watch shows that write or a newer one
     applied: dict = field(default_factory=dict)
     checked: dict = field(default_factory=dict)  # child key -> (resourceVersion, input hash) found up to date
-    rendered: tuple | None = None  # ((uid, generation, tuned steps), child stubs)
+    rendered: tuple | None = None  # ((uid, generation, tuned steps), ((child key, input hash), ...))
     secret_checked: tuple | None = None  # (monotonic time, "ok" | "forbidden" | "collision")
     reported: dict[str, str] = field(default_factory=dict)  # Event reason -> the last message posted (events.once)
     rollout_blocked: object | None = None  # status.rollout.Blocked while a rollout pod stays unschedulable
