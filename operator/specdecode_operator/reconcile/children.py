@@ -91,7 +91,7 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
     and parsed only when a check runs (``expand``). managedFields and the rest of status are dropped: a whole
     Deployment with its managedFields is ~10x the memory of this record.
 
-    The kept metadata is copied with its strings interned (``_slim``): every child of every object repeats the same
+    The kept metadata is copied with its strings interned (``slim``): every child of every object repeats the same
     keys and most values (label names, the owner's kind, apiVersion, name and uid), and each watch event decodes
     them afresh; the record then holds one shared copy instead of pinning pieces of every decoded event.
 
@@ -99,8 +99,8 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
     says, so they are not kept; compressing them was a sixth of the operator's CPU during a creation wave.
     """
     md = obj.get("metadata") or {}
-    rec: dict[str, Any] = {"apiVersion": _slim(obj.get("apiVersion")), "kind": _slim(obj.get("kind")),
-                           "metadata": {k: _slim(md[k]) for k in _KEEP_METADATA if k in md}}
+    rec: dict[str, Any] = {"apiVersion": slim(obj.get("apiVersion")), "kind": slim(obj.get("kind")),
+                           "metadata": {k: slim(md[k]) for k in _KEEP_METADATA if k in md}}
     spec = obj.get("spec")
     if isinstance(spec, dict) and "replicas" in spec:
         rec["spec"] = {"replicas": spec["replicas"]}
@@ -115,14 +115,14 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
     return rec
 
 
-def _slim(value: Any) -> Any:
+def slim(value: Any) -> Any:
     """``value`` rebuilt from fresh containers, with every string interned (keys and values)."""
     if isinstance(value, str):
         return sys.intern(value)
     if isinstance(value, dict):
-        return {sys.intern(k) if isinstance(k, str) else k: _slim(v) for k, v in value.items()}
+        return {sys.intern(k) if isinstance(k, str) else k: slim(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_slim(v) for v in value]
+        return [slim(v) for v in value]
     return value
 
 

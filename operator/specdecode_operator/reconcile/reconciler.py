@@ -104,7 +104,7 @@ class Reconciler:
             basis = last[1] if last is not None else body.get("status")
             written = await writer.write(self.client, body, computed, basis)
             if written is not None:
-                state.status_written = (time.monotonic(), written.get("status") or {},
+                state.status_written = (time.monotonic(), children.slim(written.get("status") or {}),
                                           (written.get("metadata") or {}).get("resourceVersion"))
                 state.remember_own_write(written)
         except ApiError as e:
