@@ -332,7 +332,8 @@ def main() -> int:
     server.add_argument("--envtest", action="store_true",
                         help="start a fresh kube-apiserver + etcd (tests/k8s/envtest.py) for this run")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--census", action="store_true", help="also report where the operator's memory is at ready (after the RSS is read)")
+    parser.add_argument("--census", action="store_true",
+                        help="also report where the operator's memory is at ready (after the RSS is read)")
     args = parser.parse_args()
     if args.settle is None:
         args.settle = args.resync + 5.0

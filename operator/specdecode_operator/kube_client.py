@@ -149,7 +149,7 @@ class KubeClient:
                                              headers=headers, proxy=self.configuration.proxy) as response:
                 raw = await response.read()
                 return response.status, _json(raw)
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:  # aiohttp raises it (ServerTimeoutError included) past ClientTimeout
             self._fresh_session()
             return 0, {"reason": "Timeout", "message": f"no answer within {self.timeout:g} s {e}".strip()}
         except (aiohttp.ClientError, OSError) as e:
