@@ -60,8 +60,9 @@ CRD_FILE = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
 OPERATOR_USER = "specdecode-operator-bench"
 
 
-def operator_process(url: str | None, resync: float, conn, namespace: str | None = None) -> None:
-    """The operator alone in a process (as deployed: kopf, our handlers, the kubernetes client), answering the
+def operator_process(url: str | None, resync: float, conn, namespace: str | None = None,
+                     api_workers: int | None = None) -> None:
+    """The operator alone in a process (as deployed: kopf, our handlers, the API client), answering the
     bench's requests for its counters over a pipe; nothing of the bench's client or polling runs here.
     ``url``: the emulator; else the API server of $KUBECONFIG (kopf and the client read it), watching
     ``namespace``."""
@@ -71,18 +72,77 @@ def operator_process(url: str | None, resync: float, conn, namespace: str | None
 
     config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
                             resync_seconds=resync, request_timeout=10,
-                            namespaces=(namespace,) if namespace else ())
+                            namespaces=(namespace,) if namespace else (),
+                            **({"api_workers": api_workers} if api_workers else {}))
     with OperatorThread(config) as op:
         context = op.context
         freeze_gc()  # as the deployed process does once kopf is ready
         conn.send("ready")
         while (cmd := conn.recv()) != "stop":
+            if cmd == "census":
+                conn.send(census(context))
+                continue
             client, rec = context.client, context.reconciler
             controller = context.controller
             conn.send({"writes": client.writes, "calls": client.calls, "write_counts": dict(client.write_counts),
                        "reconciles": len(rec.durations), "queue_adds": controller.queue.adds,
                        "tuner_ticks": controller.tuner.ticks if controller.tuner else 0,
                        "durations": list(rec.durations) if cmd == "durations" else None})
+
+
+def census(context, top: int = 12) -> dict:
+    """Where the operator's memory is, at "all ready": KB per object held by the controller's bodies, validations,
+    other per-object state, the child indexes and the tuner (deep sizes); pymalloc's live and free bytes; pending
+    tasks; and the live objects by type (count, shallow MB; objects frozen at start-up are not counted)."""
+    import asyncio
+    import gc
+    import tempfile
+
+    def deep(obj, seen) -> int:
+        if id(obj) in seen:
+            return 0
+        seen.add(id(obj))
+        size = sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            size += sum(deep(k, seen) + deep(v, seen) for k, v in obj.items())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            size += sum(deep(v, seen) for v in obj)
+        elif hasattr(obj, "__dict__"):
+            size += deep(vars(obj), seen)
+        return size
+
+    ctl = context.controller
+    n = max(1, len(ctl.objects))
+    seen: set = set()
+    kb = {"body": sum(deep(e.body, seen) for e in ctl.objects.values()),
+          "validation": sum(deep(e.state.validation, seen) for e in ctl.objects.values()),
+          "state_rest": sum(deep(e.state, seen) for e in ctl.objects.values()),
+          "indexes": sum(deep(i, seen) for i in ctl.indexes.values()),
+          "tuner": deep(ctl.tuner, seen)}
+    del seen
+    counts: collections.Counter = collections.Counter()
+    sizes: collections.Counter = collections.Counter()
+    tasks = 0
+    for obj in gc.get_objects():
+        name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+        counts[name] += 1
+        sizes[name] += sys.getsizeof(obj)
+        tasks += isinstance(obj, asyncio.Task) and not obj.done()
+    with tempfile.TemporaryFile(mode="w+") as tmp:  # sys._debugmallocstats writes to the C stderr
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(tmp.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        pymalloc = [" ".join(line.split()) for line in tmp.read().splitlines()
+                    if line.startswith(("# bytes in allocated blocks", "# bytes in available blocks"))]
+    return {"kb_per_object": {k: round(v / n / 1024, 1) for k, v in kb.items()}, "pymalloc": pymalloc,
+            "tasks_pending": tasks,
+            "by_type": [(k, counts[k], round(v / 2**20, 1)) for k, v in sizes.most_common(top)]}
 
 
 def body(i: int, namespace: str = "default") -> dict:
@@ -265,11 +325,15 @@ def main() -> int:
                         help="seconds after 'all ready' before the steady-state window starts (default: one resync "
                              "period + 5 s, so the resync passes the wave's tail still owed have run)")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--api-workers", type=int, default=None,
+                        help="the operator's concurrent API requests (default: the operator's own default)")
     server = parser.add_mutually_exclusive_group()
     server.add_argument("--kubeconfig", help="a real API server (admin credentials) instead of the emulator")
     server.add_argument("--envtest", action="store_true",
                         help="start a fresh kube-apiserver + etcd (tests/k8s/envtest.py) for this run")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--census", action="store_true",
+                        help="also report where the operator's memory is at ready (after the RSS is read)")
     args = parser.parse_args()
     if args.settle is None:
         args.settle = args.resync + 5.0
@@ -289,7 +353,8 @@ def main() -> int:
 
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=operator_process, args=(backend.url, args.resync, child, None if backend.url else ns),
+    proc = ctx.Process(target=operator_process, args=(backend.url, args.resync, child, None if backend.url else ns,
+                                                          args.api_workers),
                        daemon=True)
     load_before = os.getloadavg()
     audit: dict = {}
@@ -323,6 +388,7 @@ def main() -> int:
         cpu_ready = cpu_seconds(proc.pid) - cpu_before
         server_cpu_ready = {k: round(cpu_seconds(pid) - server_cpu_before[k], 1) for k, pid in backend.pids.items()}
         rss_ready = rss_mb(proc.pid)[0]
+        memory = stats("census") if args.census else None
         at_ready = stats("durations")
         durations_ms = [d * 1000 for d in at_ready["durations"]]
         if isinstance(backend, RealApiServer):
@@ -391,6 +457,8 @@ def main() -> int:
         "nice": os.nice(0),
         "cpus": os.cpu_count(),
     }
+    if memory is not None:
+        result["memory_census_at_ready"] = memory
     if audit:  # every request of the operator's identity, kopf's watches and finalizer patches included
         result["audit_requests_per_cr_initial"] = round(audit["requests_to_ready"] / args.count, 2)
         result.update({f"audit_{k}": v for k, v in audit.items()})

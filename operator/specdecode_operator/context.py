@@ -1,8 +1,8 @@
 """Everything the operator's handlers share, in one explicit object: configuration, metrics, the API client, the
 pods' HTTP session and the reconciler.
 
-Why an object built before kopf starts and filled at kopf's startup: the API client's thread pool and the aiohttp
-session belong to kopf's event loop, so they are made there (``start``) and closed after kopf has stopped the
+Why an object built before kopf starts and filled at kopf's startup: the API client's and the pods' aiohttp
+sessions belong to kopf's event loop, so they are made there (``start``) and closed after kopf has stopped the
 daemons (``close``); the handlers receive the context when they are registered and need nothing global. Whoever
 builds the operator (the process, the test bed, a benchmark) holds the same context and reads its client and
 metrics from it.
@@ -52,7 +52,7 @@ class OperatorContext:
     async def close(self) -> None:
         """Close what ``start`` made (the client stays readable: benchmarks count its calls afterwards)."""
         if self.client is not None:
-            self.client.close()
+            await self.client.close()
         if self.http is not None:
             await self.http.close()
             self.http = None

@@ -42,10 +42,11 @@ class CheckedVersion(NamedTuple):
 
 
 class RenderedChildren(NamedTuple):
-    """The child stubs rendered for one (uid, generation, tuned steps)."""
+    """The children rendered for one (uid, generation, tuned steps), as (child key, input hash) pairs: the stubs
+    are rebuilt from them on demand, so a thousand objects do not each keep rendered manifests."""
 
     key: tuple[str, int | None, int | None]
-    stubs: list[dict[str, Any]]
+    hashes: tuple[tuple[tuple[str, ...], str], ...]
 
 
 class SecretCheck(NamedTuple):

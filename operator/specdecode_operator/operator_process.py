@@ -29,7 +29,7 @@ from .registry import make_registry
 
 log = logging.getLogger("specdecode.operator")
 LOST_GRACE_SECONDS = 3.0  # after losing the Lease, kopf gets this long to stop before the process exits
-GC_THRESHOLDS = (50_000, 20, 20)  # allocations between young-generation collections, and the older generations'
+GC_THRESHOLDS = (10_000, 10, 10)  # allocations between young-generation collections, and the older generations'
 
 
 def freeze_gc() -> None:
@@ -38,8 +38,10 @@ def freeze_gc() -> None:
 
     Why: the operator allocates many short-lived dicts per watch event and pass; with the default thresholds every
     700 allocations start a collection, and each older collection walks every long-lived object again: about a
-    tenth of the operator's CPU in a creation wave. Almost nothing it makes per object forms a cycle (bodies and
-    records are trees), so reference counting frees it and rarer collections cost no memory."""
+    tenth of the operator's CPU in a creation wave. Bodies and records are trees that reference counting frees;
+    what does form cycles (finished tasks, HTTP responses, kopf's per-event wrappers) waits for a collection, so
+    the threshold is a trade: at 50 000 the garbage between collections held ~10 MB more at 1000 objects
+    (``bench/operator_scale.py --census``) than at 10 000, for no measurable CPU difference."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

@@ -138,4 +138,4 @@ def test_a_replica_that_lost_the_lease_writes_nothing():
                                       "metadata": {"name": "x", "namespace": "default"}}, "configmaps"))
         assert err.value.reason == "NotLeader" and client.calls == 0
     finally:
-        client.close()
+        asyncio.run(client.close())

@@ -5,6 +5,7 @@ returns them (server-set metadata, defaulted fields, status)."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,31 @@ def test_the_cache_record_keeps_what_the_checks_read_and_drops_managed_fields(re
     assert again["spec"] == live["spec"] and again["metadata"]["labels"] == live["metadata"]["labels"]
     assert "conditions" not in again["status"]
     assert children.expand(live) is live  # a whole object passes through
+
+
+def test_cache_records_of_separately_decoded_events_share_their_strings_and_pin_nothing(rendered):
+    """Each watch event is decoded afresh, so two children of one owner carry equal but distinct strings (label
+    names, the owner reference); their records keep one interned copy and containers of their own."""
+    first, second = (json.loads(json.dumps(served(rendered[kind]))) for kind in ("Deployment", "Service"))
+    assert first["metadata"]["ownerReferences"][0]["uid"] is not second["metadata"]["ownerReferences"][0]["uid"]
+    a, b = children.cache_record(first, fields=False), children.cache_record(second, fields=False)
+    for path in (("ownerReferences", 0, "uid"), ("ownerReferences", 0, "kind"), ("labels", children.INSTANCE_LABEL)):
+        x, y = a["metadata"], b["metadata"]
+        for step in path:
+            x, y = x[step], y[step]
+        assert x == y and x is y, path
+    key_a = next(k for k in a["metadata"]["labels"] if k == children.MANAGED_BY_LABEL)
+    key_b = next(k for k in b["metadata"]["labels"] if k == children.MANAGED_BY_LABEL)
+    assert key_a is key_b
+    for field in ("labels", "annotations", "ownerReferences"):
+        assert a["metadata"][field] == first["metadata"][field]
+        assert a["metadata"][field] is not first["metadata"][field]  # the decoded event is not kept alive
+    assert a["metadata"]["ownerReferences"][0] is not first["metadata"]["ownerReferences"][0]
+
+
+def test_a_stub_rebuilt_from_its_key_and_hash_is_the_stub(rendered):
+    desired = rendered["Deployment"]
+    assert children.stub_of(children.key_of(desired), children.input_hash(desired)) == children.stub(desired)
 
 
 def test_keys_added_to_a_selector_we_own_are_found_and_removed(rendered):

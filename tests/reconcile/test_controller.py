@@ -255,3 +255,26 @@ def test_the_tuner_visits_an_object_only_once_its_pods_are_ready(monkeypatch):
 @pytest.fixture(autouse=True)
 def _quiet(monkeypatch):
     monkeypatch.setattr(controller_module, "GAUGE_PERIOD_SECONDS", 3600.0)
+
+
+def test_the_kept_body_drops_managed_fields_and_shares_nothing_with_the_event():
+    """Each event is decoded afresh: the body kept until the next one holds its own containers and one interned copy
+    of the keys and values every object repeats (condition fields, defaulted spec keys), not the event's."""
+    import json
+
+    def event(name: str) -> dict:
+        return json.loads(json.dumps({
+            "apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "managedFields": [{"manager": "x"}]},
+            "spec": {"replicas": 1, "speculative": {"numSteps": 3}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}}))
+
+    first, second = event("a"), event("b")
+    a, b = controller_module.compact(first), controller_module.compact(second)
+    assert "managedFields" not in a["metadata"] and "managedFields" in first["metadata"]
+    assert a["spec"] == first["spec"] and a["status"] == first["status"]
+    assert a["spec"] is not first["spec"] and a["status"]["conditions"][0] is not first["status"]["conditions"][0]
+    cond_a, cond_b = a["status"]["conditions"][0], b["status"]["conditions"][0]
+    assert first["status"]["conditions"][0]["reason"] is not second["status"]["conditions"][0]["reason"]
+    assert cond_a["reason"] is cond_b["reason"]
+    assert next(iter(a["spec"]["speculative"])) is next(iter(b["spec"]["speculative"]))

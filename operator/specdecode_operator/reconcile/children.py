@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import zlib
 from typing import Any, Iterable
 
@@ -72,9 +73,14 @@ STUB = "x-specdecode-stub"  # marks a rendered child reduced to its key and inpu
 
 def stub(manifest: dict) -> dict:
     """A rendered child reduced to what a steady-state pass compares: apiVersion, kind, name, input hash."""
-    return {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], STUB: True,
-            "metadata": {"name": manifest["metadata"]["name"],
-                         "annotations": {INPUT_HASH_ANNOTATION: input_hash(manifest)}}}
+    return stub_of(key_of(manifest), input_hash(manifest))
+
+
+def stub_of(key: ChildKey, digest: str | None) -> dict:
+    """The stub of the child ``key`` whose input hash is ``digest`` (what an object's state keeps between passes:
+    the pair, a tenth of the stub's memory)."""
+    return {"apiVersion": key[0], "kind": key[1], STUB: True,
+            "metadata": {"name": key[2], "annotations": {INPUT_HASH_ANNOTATION: digest}}}
 
 
 def cache_record(obj: dict, fields: bool = True) -> dict:
@@ -85,12 +91,16 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
     and parsed only when a check runs (``expand``). managedFields and the rest of status are dropped: a whole
     Deployment with its managedFields is ~10x the memory of this record.
 
+    The kept metadata is copied with its strings interned (``slim``): every child of every object repeats the same
+    keys and most values (label names, the owner's kind, apiVersion, name and uid), and each watch event decodes
+    them afresh; the record then holds one shared copy instead of pinning pieces of every decoded event.
+
     ``fields=False``: a version the operator wrote itself (or already checked): its fields are what the render
     says, so they are not kept; compressing them was a sixth of the operator's CPU during a creation wave.
     """
     md = obj.get("metadata") or {}
-    rec: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                           "metadata": {k: md[k] for k in _KEEP_METADATA if k in md}}
+    rec: dict[str, Any] = {"apiVersion": slim(obj.get("apiVersion")), "kind": slim(obj.get("kind")),
+                           "metadata": {k: slim(md[k]) for k in _KEEP_METADATA if k in md}}
     spec = obj.get("spec")
     if isinstance(spec, dict) and "replicas" in spec:
         rec["spec"] = {"replicas": spec["replicas"]}
@@ -103,6 +113,17 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
                                             if k not in ("apiVersion", "kind", "metadata", "status")},
                                            separators=(",", ":")).encode(), 1)
     return rec
+
+
+def slim(value: Any) -> Any:
+    """``value`` rebuilt from fresh containers, with every string interned (keys and values)."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: slim(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [slim(v) for v in value]
+    return value
 
 
 def expand(obj: dict | None) -> dict | None:

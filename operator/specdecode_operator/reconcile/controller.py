@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -44,11 +45,15 @@ class Entry:
 
 def compact(body) -> dict:
     """The body as the controller keeps it until the next event: without managedFields (often the largest part of
-    an object, and read by nobody here), sharing everything else with the event's body."""
-    out = {key: body[key] for key in body}
-    md = out.get("metadata")
-    if isinstance(md, dict) and "managedFields" in md:
-        out["metadata"] = {k: v for k, v in md.items() if k != "managedFields"}
+    an object, and read by nobody here), in containers of its own with interned strings (``children.slim``): the
+    spec's defaulted fields and the status conditions repeat the same keys and most values in every object, and
+    each watch event decodes them afresh."""
+    out = {}
+    for key in body:
+        value = body[key]
+        if key == "metadata" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "managedFields"}
+        out[sys.intern(key)] = children.slim(value)
     return out
 
 

@@ -113,7 +113,7 @@ class Reconciler:
             basis = last[1] if last is not None else body.get("status")
             written = await writer.write(self.client, body, computed, basis)
             if written is not None:
-                state.status_written = StatusWrite(time.monotonic(), written.get("status") or {},
+                state.status_written = StatusWrite(time.monotonic(), children.slim(written.get("status") or {}),
                                                    (written.get("metadata") or {}).get("resourceVersion"))
                 state.remember_own_write(written)
         except ApiError as e:
@@ -150,7 +150,8 @@ class Reconciler:
         """(stubs, full) of the rendered children. Stubs (key + input hash, see ``children.stub``) are cached per
         (uid, generation, tuned steps): render is pure and reads only name, namespace and spec, and spec changes
         bump the generation. ``full()`` renders the manifests (once per pass) when an apply or a drift check
-        needs them; a steady-state pass renders nothing and the memo keeps ~0.3 kB per object, not the manifests."""
+        needs them; a steady-state pass renders nothing and the state keeps (key, input hash) per child, not the
+        manifests."""
         md = body["metadata"]
         steps = tuning.tuned_steps(state, sdd, body)
         key = (md.get("uid"), md.get("generation"), steps)
@@ -165,9 +166,9 @@ class Reconciler:
 
         cached = state.rendered
         if cached is not None and cached[0] == key and key[1] is not None:
-            return cached[1], full
+            return [children.stub_of(k, digest) for k, digest in cached[1]], full
         stubs = [children.stub(m) for m in full().values()]
-        state.rendered = RenderedChildren(key, stubs)
+        state.rendered = RenderedChildren(key, tuple((k, children.input_hash(m)) for k, m in full().items()))
         return stubs, full
 
     def _unchanged_since_checked(self, state, key, desired: dict, current: dict | None) -> bool:
