@@ -46,7 +46,7 @@ TARGETS = {
     # validate.py is named by render and chart tests too (hypothesis-driven, minutes per mutant); the API's own
     # tests exercise every line of it
     "api-rules": Target(("specdecode_operator.api.rules", "specdecode_operator.api.validate"),
-                        tests=("tests/api/test_cel_boundaries.py", "tests/api/test_cel_rules.py", "tests/api/test_crd.py",
+                        tests=("tests/api/test_admission.py", "tests/api/test_cel_boundaries.py", "tests/api/test_cel_rules.py", "tests/api/test_crd.py",
                                "tests/api/test_draft_tp_rule_parity.py")),
     "contract": Target(("specdecode_runtime.contract",)),
     "tuner": Target(("specdecode_operator.tuner",)),
@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"what to mutate: {', '.join([*TARGETS, CEL_TARGET])} (default: all)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
                         help="mutants tested in parallel (default: the number of CPUs)")
+    parser.add_argument("--survivors", action="store_true",
+                        help="re-test only the previous run's survivors (from score.json); mutmut keeps every other "
+                        "verdict, and a plain re-run tests only mutants of functions that changed")
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS and t != CEL_TARGET]
     if unknown:
@@ -169,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         tests = tests_naming(target)
         where = stage(name, target, tests)
         print(f"== {name}: {len(tests)} test files: {' '.join(tests)}", flush=True)
-        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
-                             cwd=where)
+        names = []
+        if args.survivors and (where / "score.json").is_file():
+            names = json.loads((where / "score.json").read_text())["survivors"]
+            print(f"== {name}: re-testing {len(names)} survivors", flush=True)
+        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
+                              *names], cwd=where)
         if run.returncode != 0:
             print(f"== {name}: mutmut run exited {run.returncode}", flush=True)
             failed = True
