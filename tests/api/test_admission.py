@@ -307,7 +307,8 @@ RULED = {"type": "object", "x-kubernetes-validations": [
     "spec": {"type": "object", "properties": {
         "a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"},
         "fixed": {"type": "string", "x-kubernetes-validations": [
-            {"rule": "self == oldSelf", "message": "fixed is immutable"}]},
+            {"rule": "self == oldSelf", "message": "fixed is immutable"},
+            {"rule": "self != ''", "message": "fixed is not empty"}]},
         "flags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [
             {"rule": "self.startsWith('--')", "message": "a flag starts with --"}]}},
         "nested": {"type": "object", "x-kubernetes-validations": [
@@ -358,6 +359,9 @@ def test_transition_rules_apply_to_updates_only_and_see_the_old_value():
         Problem("spec.fixed", "fixed is immutable")]
     # a field absent before is new on this update: there is no old value to compare with
     assert validate_object(new, crd, old=obj(spec={"a": 0, "b": 0})) == []
+    # the rules after a skipped transition rule still run on create
+    assert validate_object(obj(spec={"a": 0, "b": 0, "fixed": ""}), crd) == [
+        Problem("spec.fixed", "fixed is not empty")]
 
 
 def test_real_crd_update_is_judged_on_the_defaulted_new_object():
@@ -411,6 +415,24 @@ def test_model_rules_for_each_owner(owner, model, refused_by):
         assert problems == [Problem(f"spec.{owner}.model", built[refused_by].message)]
 
 
+INT_OR_PERCENT = [
+    # (value, accepted): integers from 0, percentages 0%..100% without leading zeros
+    (0, True), (1, True), (-1, False),
+    ("0%", True), ("9%", True), ("10%", True), ("99%", True), ("100%", True), ("101%", False), ("1000%", False),
+    ("05%", False), ("%", False), ("25", False), ("25 %", False), ("-5%", False),
+]
+
+
+@pytest.mark.parametrize("field", ["maxSurge", "maxUnavailable"])
+@pytest.mark.parametrize("value,accepted", INT_OR_PERCENT, ids=[repr(v) for v, _ in INT_OR_PERCENT])
+def test_int_or_percent_rule_at_its_bounds(field, value, accepted):
+    """The rollout bound rule as built for each field (the CRD's copies are built at import)."""
+    rule = rules._int_or_percent(field)
+    assert _cel_holds(rule.rule, {field: value}, None) is accepted
+    assert rule.field_path == f".{field}"
+    assert rule.message.startswith(f"rollout.{field} must be a non-negative integer or a percentage from 0% to 100%")
+
+
 def test_managed_flags_pattern_refuses_each_managed_flag_and_only_those():
     for flag in ("--model-path", "--tp-size=4", "--tp", "--speculative-anything", "--enable-metrics", "--port=1"):
         assert paths(validate_object(with_("spec.runtime.extraArgs", [flag]))) == ["spec.runtime.extraArgs"], flag
@@ -427,6 +449,15 @@ def test_parse_builds_the_typed_object_with_defaults():
     assert typed.spec.speculative.numSteps == 3
     assert typed.spec.draft.algorithm == "EAGLE3"
     assert typed.spec.target.tensorParallelSize == 8
+
+
+def test_parse_applies_the_defaults_of_the_crd_it_is_given():
+    """The operator may judge objects by an installed CRD other than the one it generates: its defaults count."""
+    crd = copy.deepcopy(crd_of(openapi_of(None)))
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    spec["speculative"]["default"] = {**spec["speculative"]["default"], "numSteps": 5}
+    assert parse(base(), crd).spec.speculative.numSteps == 5
+    assert parse(base()).spec.speculative.numSteps == 3
 
 
 def test_parse_raises_every_problem_path_first():

@@ -51,8 +51,17 @@ TARGETS = {
     "contract": Target(("specdecode_runtime.contract",)),
     "tuner": Target(("specdecode_operator.tuner",)),
     "render": Target(("specdecode_operator.render",)),
+    # the step endpoint's auth (token file, bearer header) and its checks of a table against the captured step
+    # counts; the rank-0 channel's multi-process preflight (tests/sim/test_gloo_control_preflight.py) spawns
+    # process groups, seconds per mutant, and is left to its own suite
     "control": Target(("specdecode_runtime.control",),
-                      extra_tests=("tests/sim/test_control_raw_auth_header.py",)),
+                      tests=("tests/sim/test_step_control_http.py", "tests/sim/test_control_raw_auth_header.py",
+                             "tests/sim/test_control_hostile_input.py", "tests/runtime/test_contract.py",
+                             "tests/cli/test_input_files.py")),
+    # the tuner's decision rule alone (the whole tuner package is `tuner`)
+    "policy": Target(("specdecode_operator.tuner.policy",),
+                     tests=("tests/tuner/test_policy.py", "tests/tuner/test_policy_stages.py",
+                            "tests/tuner/test_served_tiers.py")),
 }
 # The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
 CEL_TARGET = "cel-rules"
