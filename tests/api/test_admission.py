@@ -288,6 +288,40 @@ def test_blocking_schema_errors_hold_back_the_rules_and_bounds_do_not():
     assert paths(validate_object(long)) == ["spec.target.model"]
 
 
+def _without_target_model():
+    doc = base()
+    del doc["spec"]["target"]["model"]
+    return doc
+
+
+SAME_PORTS = ("spec.runtime", {"port": 8000, "controlPort": 8000})  # refused by a rule, not by the schema
+SCHEMA_MISTAKES = [
+    # (id, document with one schema mistake, its path, whether the rules still run beside it)
+    ("type", with_("spec.replicas", "one"), "spec.replicas", False),
+    ("enum", with_("spec.nccl", {"profile": "Fast"}), "spec.nccl.profile", False),
+    ("required", _without_target_model(), "spec.target.model", False),
+    ("maxLength", with_("spec.target.quantization", "q" * 65), "spec.target.quantization", False),
+    ("maxItems", with_("spec.runtime", {"extraArgs": ["--x"] * 129}), "spec.runtime.extraArgs", False),
+    ("maxProperties", with_("spec.nccl", {"env": {f"NCCL_K{i}": "1" for i in range(65)}}), "spec.nccl.env", False),
+    ("minimum", with_("spec.replicas", -1), "spec.replicas", True),
+    ("maximum", with_("spec.replicas", 1025), "spec.replicas", True),
+    ("pattern", with_("spec.modelCache", {"sizeLimit": "lots"}), "spec.modelCache.sizeLimit", True),
+    ("minLength", with_("spec.draft.model", ""), "spec.draft.model", True),
+]
+
+
+@pytest.mark.parametrize("doc,path,rules_run", [m[1:] for m in SCHEMA_MISTAKES], ids=[m[0] for m in SCHEMA_MISTAKES])
+def test_which_schema_mistakes_hold_back_the_rules(doc, path, rules_run):
+    """As the API server: a wrong type, value outside an enum, missing field or too long string/list/map stops the
+    CEL rules (they could not evaluate); a bound, pattern or minimum length does not."""
+    doc = copy.deepcopy(doc)
+    _, value = SAME_PORTS
+    doc["spec"].setdefault("runtime", {}).update(value)
+    got = paths(validate_object(doc))
+    assert path in got
+    assert ("spec.runtime.controlPort" in got) is rules_run, got
+
+
 def test_problems_are_unique_and_sorted_by_path():
     doc = with_("spec.runtime", {"port": 0, "controlPort": 0}, with_("spec.draft.tensorParallelSize", 3))
     problems = validate_object(doc)

@@ -153,7 +153,7 @@ def score(where: Path) -> dict:
         counts[verdict] = counts.get(verdict, 0) + 1
         if verdict == "survived":
             survivors.append(mutant)
-    total = sum(counts.values())
+    total = sum(n for verdict, n in counts.items() if verdict != "not checked")  # --only leaves the rest unrun
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     return {"counts": counts, "total": total, "killed": killed,
             "score": round(100.0 * killed / total, 1) if total else None, "survivors": survivors}
@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--survivors", action="store_true",
                         help="re-test only the previous run's survivors (from score.json); mutmut keeps every other "
                         "verdict, and a plain re-run tests only mutants of functions that changed")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="mutate only the functions whose mutant names match (e.g. '*TokenFile*'); repeatable")
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS and t != CEL_TARGET]
     if unknown:
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         tests = tests_naming(target)
         where = stage(name, target, tests)
         print(f"== {name}: {len(tests)} test files: {' '.join(tests)}", flush=True)
-        names = []
+        names = list(args.only)
         if args.survivors and (where / "score.json").is_file():
             names = json.loads((where / "score.json").read_text())["survivors"]
             print(f"== {name}: re-testing {len(names)} survivors", flush=True)
