@@ -14,7 +14,7 @@ import copy
 import pytest
 
 from cel_corpus import base, with_
-from specdecode_operator.api import rules
+from specdecode_operator.api import rules, validate
 from specdecode_operator.api.models import API_VERSION, KIND, SpecDecodeDeployment
 from specdecode_operator.api.validate import (InvalidSpec, Problem, _cel_holds, apply_defaults, openapi_of, parse,
                                               validate_object)
@@ -46,6 +46,7 @@ DEFAULTING = {
                 "items": {"type": "array",
                           "items": {"type": "object", "properties": {"k": {"type": "integer", "default": 7}}}},
                 "tags": {"type": "array", "default": ["a"], "items": {"type": "string"}},
+                "deep": {"type": "object", "default": {"inner": {"x": 1}}, "properties": {"inner": {"type": "object"}}},
             },
         },
     },
@@ -55,11 +56,13 @@ DEFAULTING = {
 def test_defaults_fill_absent_fields_only_and_recurse_into_defaulted_objects_and_list_items():
     crd = crd_of(DEFAULTING)
     got = apply_defaults({"spec": {"items": [{}, {"k": 1}]}}, crd)
-    assert got == {"spec": {"n": 3, "box": {"inner": "d"}, "items": [{"k": 7}, {"k": 1}], "tags": ["a"]}}
-    kept = apply_defaults({"spec": {"n": 0, "box": {"inner": "mine"}, "tags": []}}, crd)
-    assert kept["spec"] == {"n": 0, "box": {"inner": "mine"}, "tags": []}
-    # a field whose value is not an object is left as it is (the schema check reports it)
+    assert got == {"spec": {"n": 3, "box": {"inner": "d"}, "items": [{"k": 7}, {"k": 1}], "tags": ["a"],
+                            "deep": {"inner": {"x": 1}}}}
+    kept = apply_defaults({"spec": {"n": 0, "box": {"inner": "mine"}, "tags": [], "deep": {}}}, crd)
+    assert kept["spec"] == {"n": 0, "box": {"inner": "mine"}, "tags": [], "deep": {}}
+    # a value of the wrong shape is left as it is (the schema check reports it)
     assert apply_defaults({"spec": "text"}, crd) == {"spec": "text"}
+    assert apply_defaults({"spec": {"items": "ab", "tags": {"k": "v"}}}, crd)["spec"]["items"] == "ab"
 
 
 def test_defaults_copy_the_schema_default_and_leave_the_input_alone():
@@ -69,8 +72,10 @@ def test_defaults_copy_the_schema_default_and_leave_the_input_alone():
     assert given == {"spec": {}}
     first["spec"]["tags"].append("changed")
     first["spec"]["box"]["inner"] = "changed"
+    first["spec"]["deep"]["inner"]["x"] = 2
     second = apply_defaults(given, crd)
     assert second["spec"]["tags"] == ["a"] and second["spec"]["box"] == {"inner": "d"}
+    assert second["spec"]["deep"] == {"inner": {"x": 1}}
 
 
 def test_real_crd_defaults_are_the_documented_ones():
@@ -228,6 +233,32 @@ def test_each_crd_is_judged_by_its_own_schema():
     assert paths(validate_object(obj(n=5), same)) == ["n"]
 
 
+def test_a_crd_is_compiled_once_and_equal_schemas_share_the_compiled_validator(monkeypatch):
+    """Compiling a schema costs far more than a validation (the operator validates every object it sees): the
+    same CRD object is looked up by identity, an equal one (keys in another order) by content, and the identity
+    table stays bounded however many CRDs pass through."""
+    compiled = []
+    real = validate._validator_for
+
+    def counting(key):
+        compiled.append(key)
+        return real(key)
+
+    monkeypatch.setattr(validate, "_validator_for", counting)
+    real.cache_clear()
+    crd = crd_of(copy.deepcopy(NULLABLE))
+    for _ in range(3):
+        assert validate_object(obj(maybe=None), crd) == []
+    assert len(compiled) == 1
+    reordered = crd_of(dict(reversed(list(copy.deepcopy(NULLABLE).items()))))
+    assert validate_object(obj(maybe="x"), reordered) != []
+    assert len(compiled) == 2 and compiled[0] == compiled[1] and real.cache_info().misses == 1
+    for bound in range(40):
+        validate_object(obj(below=1), crd_of({**NULLABLE, "properties": {**NULLABLE["properties"],
+                                                                          "below": {"type": "number", "maximum": bound}}}))
+    assert len(validate._VALIDATORS) <= 17
+
+
 # ---------------------------------------------------------------- envelope and name
 
 
@@ -260,6 +291,17 @@ def test_api_server_name_check_at_its_bounds(name, rfc1123_ok):
     assert (problems == []) is rfc1123_ok, problems
     if not rfc1123_ok:
         assert problems[0].path == "metadata.name" and repr(name) in problems[0].message
+
+
+def test_api_server_name_check_message():
+    assert [p for p in validate_object(with_("metadata.name", "a_b")) if p.message.startswith("Invalid value")] == [
+        Problem("metadata.name", "Invalid value: 'a_b': the API server takes only a lowercase RFC 1123 subdomain "
+                "(lowercase letters, digits, '-' and '.', at most 253 characters)")]
+
+
+def test_metadata_that_is_not_a_mapping_is_a_type_error():
+    assert validate_object(with_("metadata", "llama")) == [
+        Problem("metadata", "Invalid value: 'llama': must be of type object")]
 
 
 def test_missing_metadata_and_name_are_not_the_name_checks_business():
@@ -345,6 +387,8 @@ RULED = {"type": "object", "x-kubernetes-validations": [
             {"rule": "self != ''", "message": "fixed is not empty"}]},
         "flags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [
             {"rule": "self.startsWith('--')", "message": "a flag starts with --"}]}},
+        "mode": {"type": "string", "default": "a", "x-kubernetes-validations": [
+            {"rule": "self == oldSelf", "message": "mode is immutable"}]},
         "nested": {"type": "object", "x-kubernetes-validations": [
             {"rule": "self.x != 0", "message": "x is not 0", "fieldPath": ".x"}],
             "properties": {"x": {"type": "integer"}}},
@@ -396,6 +440,14 @@ def test_transition_rules_apply_to_updates_only_and_see_the_old_value():
     # the rules after a skipped transition rule still run on create
     assert validate_object(obj(spec={"a": 0, "b": 0, "fixed": ""}), crd) == [
         Problem("spec.fixed", "fixed is not empty")]
+
+
+def test_an_update_compares_with_the_old_object_defaulted_by_the_same_crd():
+    crd = crd_of(RULED)
+    old = obj(spec={"a": 0, "b": 0})  # mode: "a" by default
+    assert validate_object(obj(spec={"a": 0, "b": 0, "mode": "a"}), crd, old=old) == []
+    assert validate_object(obj(spec={"a": 0, "b": 0, "mode": "b"}), crd, old=old) == [
+        Problem("spec.mode", "mode is immutable")]
 
 
 def test_real_crd_update_is_judged_on_the_defaulted_new_object():

@@ -39,6 +39,7 @@ class Target:
     modules: tuple[str, ...]  # dotted module or package names ("pkg.sub" covers its modules)
     extra_tests: tuple[str, ...] = ()  # tests that exercise the modules without importing them by name
     tests: tuple[str, ...] = field(default=())  # the test files to run, where those that name it are too many
+    caches: tuple[str, ...] = ()  # module-level dicts (dotted names) that cache results: emptied before each test
 
 
 TARGETS = {
@@ -46,6 +47,7 @@ TARGETS = {
     # validate.py is named by render and chart tests too (hypothesis-driven, minutes per mutant); the API's own
     # tests exercise every line of it
     "api-rules": Target(("specdecode_operator.api.rules", "specdecode_operator.api.validate"),
+                        caches=("specdecode_operator.api.validate._VALIDATORS",),
                         tests=("tests/api/test_admission.py", "tests/api/test_cel_boundaries.py", "tests/api/test_cel_rules.py", "tests/api/test_crd.py",
                                "tests/api/test_draft_tp_rule_parity.py")),
     "contract": Target(("specdecode_runtime.contract",)),
@@ -124,10 +126,13 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         'asyncio_default_fixture_loop_scope = "function"\n'
         "timeout = 300\n"
         'markers = ["slow: multi-process or long-running tests"]\n')
-    # Cached functions (functools caches: the CRD, compiled CEL, schema validators) are reached by the first test
-    # that needs them only; mutmut runs each mutant against the tests it saw reach the function, so every test
-    # starts with empty caches here and is seen reaching what it uses.
-    (where / "conftest.py").write_text(
+    # Cached functions (functools caches: the CRD, compiled CEL, schema validators; and the target's own cache
+    # dicts, such as the validators kept per schema object) are reached by the first test that needs them only;
+    # mutmut runs each mutant against the tests it saw reach the function, so every test starts with empty caches
+    # here and is seen reaching what it uses.
+    conftest = where / "conftest.py"
+    before = conftest.read_text() if conftest.is_file() else None
+    conftest.write_text(
         "import sys\n\nimport pytest\n\n\n"
         "@pytest.fixture(autouse=True)\n"
         "def _empty_caches():\n"
@@ -136,7 +141,14 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         "            for value in list(vars(mod).values()):\n"
         "                if callable(getattr(value, 'cache_clear', None)):\n"
         "                    value.cache_clear()\n"
+        f"    for name in {json.dumps(list(target.caches))}:\n"
+        "        module, _, attr = name.rpartition('.')\n"
+        "        if module in sys.modules:\n"
+        "            getattr(sys.modules[module], attr).clear()\n"
         "    yield\n")
+    if before is not None and before != conftest.read_text():
+        # which tests reach which function may differ now: mutmut collects that again (its verdicts are kept)
+        (where / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     return where
 
 
