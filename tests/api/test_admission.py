@@ -168,6 +168,13 @@ def test_maps_with_a_value_schema_check_values_and_take_any_key():
     assert problems == [Problem("spec.placement.nodeSelector.any/key", "Invalid value: 5: must be of type string")]
 
 
+@pytest.mark.parametrize("value,ok", [(16, True), ("200Gi", True), (True, False), ([1], False), (None, False)])
+def test_map_values_are_translated_too(value, ok):
+    """resources.limits maps names to int-or-string quantities: the value schema is translated like any other."""
+    problems = validate_object(with_("spec.runtime", {"resources": {"limits": {"cpu": value}}}))
+    assert paths(problems) == ([] if ok else ["spec.runtime.resources.limits.cpu"])
+
+
 def test_preserve_unknown_fields_takes_any_field():
     doc = with_("spec.placement", {"affinity": {"podAffinity": {"anything": [1, 2]}},
                                    "tolerations": [{"key": "k", "operator": "Exists", "made": "up"}]})
@@ -256,7 +263,7 @@ def test_a_crd_is_compiled_once_and_equal_schemas_share_the_compiled_validator(m
     for bound in range(40):
         validate_object(obj(below=1), crd_of({**NULLABLE, "properties": {**NULLABLE["properties"],
                                                                           "below": {"type": "number", "maximum": bound}}}))
-    assert len(validate._VALIDATORS) <= 17
+        assert len(validate._VALIDATORS) <= 17
 
 
 # ---------------------------------------------------------------- envelope and name
