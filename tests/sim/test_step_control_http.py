@@ -226,3 +226,49 @@ async def test_the_pod_environment_turns_on_serviceaccount_tokens(aiohttp_client
     assert r.headers["WWW-Authenticate"] == 'Bearer realm="specdecode"'
     for header in ({}, {"Authorization": "sa-token"}):  # no bearer: not handed to the verifier
         assert (await c.get(STEPS_PATH, headers=header)).status == 401
+
+
+async def test_every_answer_names_what_went_wrong(client, aiohttp_client_factory, token_file):
+    r = await client.get(STEPS_PATH, headers=AUTH)
+    assert await r.json() == {"table": [{"minBatch": 1, "steps": 3}], "candidates": [0, 1, 3, 5]}
+    r = await client.put(STEPS_PATH, data=b"{nope", headers={**AUTH, "Content-Type": "application/json"})
+    body = await r.json()
+    assert r.status == 400 and body["expected"] == 'application/json: {"table": [{"minBatch": 1, "steps": N}]}'
+    assert body["error"]
+    r = await client.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 4}]}, headers=AUTH)
+    assert (await r.json())["error"] == "invalid step table"
+    from specdecode_runtime.control import StepControlChannel
+
+    app = web.Application()
+    add_step_routes(app, StepControlChannel(candidates=[1, 3]), token_file)
+    c = await aiohttp_client_factory(app)
+    r = await c.get(STEPS_PATH, headers=AUTH)
+    assert r.status == 503 and await r.json() == {"error": "no step table yet (the runtime is still starting)"}
+
+
+def test_no_token_file_means_no_token(tmp_path):
+    from specdecode_runtime.control import TokenFile
+
+    assert TokenFile(None).token() == ""
+    assert TokenFile(tmp_path / "absent").token() == ""
+    assert not TokenFile(tmp_path / "absent").authorized("Bearer ")
+
+
+def test_the_token_file_is_read_again_only_when_it_changes(tmp_path, monkeypatch, caplog):
+    from specdecode_runtime import control
+
+    reads = []
+    real = control.read_text
+    monkeypatch.setattr(control, "read_text", lambda *a, **k: reads.append(a) or real(*a, **k))
+    path = tmp_path / "token"
+    path.write_text("one")
+    tokens = control.TokenFile(path)
+    assert [tokens.token() for _ in range(3)] == ["one"] * 3 and len(reads) == 1
+    path.write_text("two!")  # a rotated Secret: another size (and mtime)
+    assert tokens.token() == "two!" and len(reads) == 2
+    path.write_bytes(b"x" * (control.MAX_TOKEN_BYTES + 1))
+    with caplog.at_level("WARNING", logger="specdecode_runtime.control"):
+        assert tokens.token() == ""
+    assert [r.getMessage() for r in caplog.records if r.name == "specdecode_runtime.control"][0].startswith(
+        "control token unusable, every request is refused: ")
+    assert str(control.MAX_TOKEN_BYTES) in caplog.text
