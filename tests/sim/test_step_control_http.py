@@ -186,11 +186,15 @@ def test_channel_takes_at_most_the_table_bound_and_numbers_each_submit():
     assert ch.current_table() is full and ch.submit(StepTable.single(3)) == 3
 
 
+verifiers: list = []
+
+
 class _Verifier:
     """Stands in for the cluster's token review: accepts one token, refuses others with the given status."""
 
     def __init__(self, settings):
         self.settings = settings
+        verifiers.append(self)
 
     def verify(self, token):
         from specdecode_runtime.sa_token_auth import Refused
@@ -204,6 +208,7 @@ async def test_the_pod_environment_turns_on_serviceaccount_tokens(aiohttp_client
     from specdecode_runtime import sa_token_auth
 
     monkeypatch.setattr(sa_token_auth, "ServiceAccountVerifier", _Verifier)
+    verifiers.clear()
     for issuer in ("", "  "):  # unset or blank: the shared token only
         monkeypatch.setenv("SPECDECODE_CONTROL_ISSUER", issuer)
         app = web.Application()
@@ -219,6 +224,9 @@ async def test_the_pod_environment_turns_on_serviceaccount_tokens(aiohttp_client
     c = await aiohttp_client_factory(app)
     assert (await c.get(STEPS_PATH, headers={"Authorization": "Bearer sa-token"})).status == 200
     assert (await c.get(STEPS_PATH, headers=AUTH)).status == 200  # the shared token still works beside it
+    made = [v for v in verifiers if v.settings is not None]
+    assert [(v.settings.issuer, v.settings.audience) for v in made] == [
+        ("https://kubernetes.default.svc", "specdecode-runtime")]
     r = await c.get(STEPS_PATH, headers={"Authorization": "Bearer other-sa"})
     assert r.status == 403 and (await r.json()) == {"error": "refused other-sa"}
     r = await c.get(STEPS_PATH, headers={"Authorization": "Bearer forged"})
