@@ -194,3 +194,29 @@ def test_exploration_stops_once_the_censored_position_is_observed():
     assert unknown.kind == "explore" and unknown.steps == cur + 1
     known = choose(cfg, BucketState(steps=cur), state_at(8, 1.0), COST, 1, 1e4, 100.0)
     assert known.kind == "hold"
+
+
+@pytest.mark.parametrize("min_steps,max_steps,ok", [
+    (-1, 3, False),  # minSteps below 0
+    (0, 3, True),    # 0 (no speculation) is a valid lower bound
+    (1, 3, True),
+    (3, 3, True),    # minSteps == maxSteps: one step count
+    (4, 3, False),   # just past maxSteps
+    (0, 0, True),
+])
+def test_step_bounds_at_and_around_their_limits(min_steps, max_steps, ok):
+    if ok:
+        cfg = PolicyConfig(min_steps=min_steps, max_steps=max_steps)
+        assert cfg.allowed() == sorted({0, *range(min_steps, max_steps + 1)})
+        assert max(cfg.allowed()) == max_steps
+    else:
+        with pytest.raises(ValueError) as err:
+            PolicyConfig(min_steps=min_steps, max_steps=max_steps)
+        assert str(err.value) == (f"minSteps/maxSteps must satisfy 0 <= minSteps <= maxSteps, "
+                                  f"got {min_steps}..{max_steps}")
+
+
+def test_latency_objective_error_names_the_missing_field():
+    with pytest.raises(ValueError) as err:
+        PolicyConfig(objective="Latency")
+    assert str(err.value) == "objective Latency needs maxInterTokenLatencyMs > 0"
