@@ -1,6 +1,10 @@
 """Mutation testing of the pure cores with mutmut: each module is mutated and run against the tests that name it.
 
-    python -m tests.mutation.run [TARGET ...]   (``make mutation``; no target: all of them)
+    python -m tests.mutation.run [--survivors] [--only GLOB] [TARGET ...]   (``make mutation``; no target: all)
+
+mutmut keeps each verdict in the target's staging directory: a re-run tests only the mutants of functions that
+changed; ``--survivors`` re-tests the last run's survivors (after tests were added); ``--only`` limits a run to the
+functions whose mutant names match (the score then counts only those).
 
 The CEL rules of the CRD are strings, which mutmut leaves alone: target ``cel-rules`` (tests/mutation/cel_rules.py)
 mutates their operators and judges each mutant by the boundary table.
