@@ -86,12 +86,14 @@ bench: venv
 
 # Mutation testing of the pure cores (mutmut; not part of `make test`): each module mutated and run against the
 # tests that name it. Slow (minutes per package): MUTATION_TARGETS picks packages (status api-rules contract
-# tuner render control cel-rules; empty: all). Scores and survivors: build/mutation/TARGET/score.json and
-# bench/results/mutation.md.
+# tuner policy render control cel-rules; empty: all); MUTATION_ARGS passes options (--survivors: re-test only
+# the last run's survivors; --only GLOB: only matching functions; --max-children N). Scores and survivors:
+# build/mutation/TARGET/score.json and bench/results/mutation.md.
 MUTATION_TARGETS ?=
+MUTATION_ARGS ?=
 mutation: deps-test
 	$(PIP) install -q -e '.[mutation]'
-	$(BIN)/python -m tests.mutation.run $(MUTATION_TARGETS)
+	$(BIN)/python -m tests.mutation.run $(MUTATION_ARGS) $(MUTATION_TARGETS)
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache dist

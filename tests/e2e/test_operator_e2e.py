@@ -5,6 +5,8 @@ Each test states the behaviour a user or a GitOps tool relies on."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.k8s.cluster import ApiFailure, condition, wait_for
@@ -234,10 +236,15 @@ def test_operator_restart_resumes_without_duplicate_writes(cluster):
     before = cluster.get_sdd("llama")["status"]
     cluster.stop_operator()
     mark = cluster.log_mark()
+    started = time.time()
     cluster.start_operator()
     cluster.wait_passes(4)  # the new operator's first pass over the object, and resyncs after it
-    writes = cluster.operator_writes(since=mark)
-    assert writes == [], {"writes": writes, "status before": before, "after": cluster.get_sdd("llama")["status"]}
+    # Only what the new process sent: on a loaded machine the stopped process's last write (the tuner's status,
+    # which the test waited for) can outlast the client's request timeout and be sent again; the API server logs
+    # that repeat when it completes it, which can be after the mark (it changes nothing: the same apply again).
+    writes = cluster.operator_writes(since=mark, received_after=started)
+    assert writes == [], {"writes": writes, "status before": before, "after": cluster.get_sdd("llama")["status"],
+                          "all writes after the stop": cluster.operator_writes(since=mark)}
     assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"
 
 

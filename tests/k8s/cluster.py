@@ -102,8 +102,13 @@ class Cluster:
         pytest.skip("needs a request log (the emulator's, or the local API server's audit log), which an external "
                     "cluster does not give the tests")
 
-    def operator_writes(self, since: int = 0) -> list[tuple[str, str, str]]:
-        """(verb, resource, name) of each write the operator made after ``since``; Events excluded."""
+    def operator_writes(self, since: int = 0, received_after: float | None = None) -> list[tuple[str, str, str]]:
+        """(verb, resource, name) of each write the operator made after ``since``; Events excluded.
+
+        ``received_after`` (epoch seconds; the real API server only): only requests the server received from then
+        on. An audit event is logged when the server completes a request, so a request an operator process sent
+        just before it was stopped (a write the client's timeout made it send again) can be logged after a mark
+        taken once that process has exited; started after the new process, such a request is the old one's."""
         if self.emulator is not None:
             return [(r.verb, r.resource, r.name) for r in self.emulator.writes(since=since) if r.resource != "events"
                     and r.field_manager != "e2e-user" and r.field_manager != "kube-controller-manager"]
@@ -112,8 +117,12 @@ class Cluster:
         out = []
         for e in self.bed.env.audit_events(since, user=self.bed.operator_user):
             ref = e.get("objectRef") or {}
-            if e["verb"] in WRITE_VERBS and ref.get("resource") != "events":
-                out.append((e["verb"], ref.get("resource", ""), ref.get("name", "")))
+            if e["verb"] not in WRITE_VERBS or ref.get("resource") == "events":
+                continue
+            if received_after is not None and _epoch(e["requestReceivedTimestamp"]) < received_after:
+                continue
+            out.append((e["verb"], ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource")
+                                                               else ""), ref.get("name", "")))
         return out
 
     def reconcile_passes(self) -> float:
@@ -211,6 +220,13 @@ class Cluster:
 
     def close(self) -> None:
         self.api.close()
+
+
+def _epoch(timestamp: str) -> float:
+    """An audit event's RFC 3339 timestamp (UTC, microseconds) as epoch seconds."""
+    import datetime
+
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def condition(obj: dict | None, ctype: str) -> dict:

@@ -1,6 +1,10 @@
 """Mutation testing of the pure cores with mutmut: each module is mutated and run against the tests that name it.
 
-    python -m tests.mutation.run [TARGET ...]   (``make mutation``; no target: all of them)
+    python -m tests.mutation.run [--survivors] [--only GLOB] [TARGET ...]   (``make mutation``; no target: all)
+
+mutmut keeps each verdict in the target's staging directory: a re-run tests only the mutants of functions that
+changed; ``--survivors`` re-tests the last run's survivors (after tests were added); ``--only`` limits a run to the
+functions whose mutant names match (the score then counts only those).
 
 The CEL rules of the CRD are strings, which mutmut leaves alone: target ``cel-rules`` (tests/mutation/cel_rules.py)
 mutates their operators and judges each mutant by the boundary table.
@@ -39,6 +43,7 @@ class Target:
     modules: tuple[str, ...]  # dotted module or package names ("pkg.sub" covers its modules)
     extra_tests: tuple[str, ...] = ()  # tests that exercise the modules without importing them by name
     tests: tuple[str, ...] = field(default=())  # the test files to run, where those that name it are too many
+    caches: tuple[str, ...] = ()  # module-level dicts (dotted names) that cache results: emptied before each test
 
 
 TARGETS = {
@@ -46,13 +51,23 @@ TARGETS = {
     # validate.py is named by render and chart tests too (hypothesis-driven, minutes per mutant); the API's own
     # tests exercise every line of it
     "api-rules": Target(("specdecode_operator.api.rules", "specdecode_operator.api.validate"),
-                        tests=("tests/api/test_cel_boundaries.py", "tests/api/test_cel_rules.py", "tests/api/test_crd.py",
+                        caches=("specdecode_operator.api.validate._VALIDATORS",),
+                        tests=("tests/api/test_admission.py", "tests/api/test_cel_boundaries.py", "tests/api/test_cel_rules.py", "tests/api/test_crd.py",
                                "tests/api/test_draft_tp_rule_parity.py")),
     "contract": Target(("specdecode_runtime.contract",)),
     "tuner": Target(("specdecode_operator.tuner",)),
     "render": Target(("specdecode_operator.render",)),
+    # the step endpoint's auth (token file, bearer header) and its checks of a table against the captured step
+    # counts; the rank-0 channel's multi-process preflight (tests/sim/test_gloo_control_preflight.py) spawns
+    # process groups, seconds per mutant, and is left to its own suite
     "control": Target(("specdecode_runtime.control",),
-                      extra_tests=("tests/sim/test_control_raw_auth_header.py",)),
+                      tests=("tests/sim/test_step_control_http.py", "tests/sim/test_control_raw_auth_header.py",
+                             "tests/sim/test_control_hostile_input.py", "tests/runtime/test_contract.py",
+                             "tests/cli/test_input_files.py")),
+    # the tuner's decision rule alone (the whole tuner package is `tuner`)
+    "policy": Target(("specdecode_operator.tuner.policy",),
+                     tests=("tests/tuner/test_policy.py", "tests/tuner/test_policy_stages.py",
+                            "tests/tuner/test_served_tiers.py")),
 }
 # The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
 CEL_TARGET = "cel-rules"
@@ -115,10 +130,13 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         'asyncio_default_fixture_loop_scope = "function"\n'
         "timeout = 300\n"
         'markers = ["slow: multi-process or long-running tests"]\n')
-    # Cached functions (functools caches: the CRD, compiled CEL, schema validators) are reached by the first test
-    # that needs them only; mutmut runs each mutant against the tests it saw reach the function, so every test
-    # starts with empty caches here and is seen reaching what it uses.
-    (where / "conftest.py").write_text(
+    # Cached functions (functools caches: the CRD, compiled CEL, schema validators; and the target's own cache
+    # dicts, such as the validators kept per schema object) are reached by the first test that needs them only;
+    # mutmut runs each mutant against the tests it saw reach the function, so every test starts with empty caches
+    # here and is seen reaching what it uses.
+    conftest = where / "conftest.py"
+    before = conftest.read_text() if conftest.is_file() else None
+    conftest.write_text(
         "import sys\n\nimport pytest\n\n\n"
         "@pytest.fixture(autouse=True)\n"
         "def _empty_caches():\n"
@@ -127,7 +145,14 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         "            for value in list(vars(mod).values()):\n"
         "                if callable(getattr(value, 'cache_clear', None)):\n"
         "                    value.cache_clear()\n"
+        f"    for name in {json.dumps(list(target.caches))}:\n"
+        "        module, _, attr = name.rpartition('.')\n"
+        "        if module in sys.modules:\n"
+        "            getattr(sys.modules[module], attr).clear()\n"
         "    yield\n")
+    if before is not None and before != conftest.read_text():
+        # which tests reach which function may differ now: mutmut collects that again (its verdicts are kept)
+        (where / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     return where
 
 
@@ -144,7 +169,7 @@ def score(where: Path) -> dict:
         counts[verdict] = counts.get(verdict, 0) + 1
         if verdict == "survived":
             survivors.append(mutant)
-    total = sum(counts.values())
+    total = sum(n for verdict, n in counts.items() if verdict != "not checked")  # --only leaves the rest unrun
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     return {"counts": counts, "total": total, "killed": killed,
             "score": round(100.0 * killed / total, 1) if total else None, "survivors": survivors}
@@ -156,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"what to mutate: {', '.join([*TARGETS, CEL_TARGET])} (default: all)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
                         help="mutants tested in parallel (default: the number of CPUs)")
+    parser.add_argument("--survivors", action="store_true",
+                        help="re-test only the previous run's survivors (from score.json); mutmut keeps every other "
+                        "verdict, and a plain re-run tests only mutants of functions that changed")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="mutate only the functions whose mutant names match (e.g. '*TokenFile*'); repeatable")
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS and t != CEL_TARGET]
     if unknown:
@@ -169,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         tests = tests_naming(target)
         where = stage(name, target, tests)
         print(f"== {name}: {len(tests)} test files: {' '.join(tests)}", flush=True)
-        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
-                             cwd=where)
+        names = list(args.only)
+        if args.survivors and (where / "score.json").is_file():
+            names = json.loads((where / "score.json").read_text())["survivors"]
+            print(f"== {name}: re-testing {len(names)} survivors", flush=True)
+        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
+                              *names], cwd=where)
         if run.returncode != 0:
             print(f"== {name}: mutmut run exited {run.returncode}", flush=True)
             failed = True

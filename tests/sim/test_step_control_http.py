@@ -157,3 +157,126 @@ async def test_channel_as_sink_queues_for_rank0_and_503_before_a_table(aiohttp_c
     assert ch.step(9).pairs() == [(1, 3)] and ch.applied == [(9, 1)]
     with pytest.raises(StepTableError):
         ch.submit(StepTable.single(5))
+
+
+async def test_a_refusal_says_what_to_send(client):
+    r = await client.get(STEPS_PATH)
+    assert r.status == 401
+    assert r.headers["WWW-Authenticate"] == 'Bearer realm="specdecode"'
+    assert await r.json() == {"error": "missing or invalid bearer token (Authorization: Bearer <token from the "
+                                       "mounted Secret, or the operator's ServiceAccount token>)"}
+
+
+def test_channel_takes_at_most_the_table_bound_and_numbers_each_submit():
+    from specdecode_runtime.contract.step_table import MAX_TABLE_ENTRIES
+    from specdecode_runtime.control import StepControlChannel
+
+    ch = StepControlChannel()
+    full = StepTable.from_pairs([(1 + i, 1) for i in range(MAX_TABLE_ENTRIES)])
+    assert ch.submit(StepTable.single(2)) == 1
+    assert ch.submit(full) == 2  # replaces the queued table: the later one travels
+    assert ch.current_table() is full
+    # the model refuses a longer table when it is built; one grown afterwards must not overflow the fixed-size
+    # broadcast message either
+    grown = StepTable.from_pairs([(1 + i, 1) for i in range(MAX_TABLE_ENTRIES)])
+    grown.table.append(StepTable.single(1).table[0].model_copy(update={"min_batch": 99}))
+    with pytest.raises(StepTableError) as err:
+        ch.submit(grown)
+    assert err.value.errors == [f"table: at most {MAX_TABLE_ENTRIES} entries"]
+    assert ch.current_table() is full and ch.submit(StepTable.single(3)) == 3
+
+
+verifiers: list = []
+
+
+class _Verifier:
+    """Stands in for the cluster's token review: accepts one token, refuses others with the given status."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        verifiers.append(self)
+
+    def verify(self, token):
+        from specdecode_runtime.sa_token_auth import Refused
+
+        if token == "sa-token":
+            return "system:serviceaccount:specdecode-system:specdecode-operator"
+        raise Refused(403 if token == "other-sa" else 401, f"refused {token}")
+
+
+async def test_the_pod_environment_turns_on_serviceaccount_tokens(aiohttp_client_factory, token_file, monkeypatch):
+    from specdecode_runtime import sa_token_auth
+
+    monkeypatch.setattr(sa_token_auth, "ServiceAccountVerifier", _Verifier)
+    verifiers.clear()
+    for issuer in ("", "  "):  # unset or blank: the shared token only
+        monkeypatch.setenv("SPECDECODE_CONTROL_ISSUER", issuer)
+        app = web.Application()
+        add_step_routes(app, Sink(), token_file)
+        c = await aiohttp_client_factory(app)
+        assert (await c.get(STEPS_PATH, headers={"Authorization": "Bearer sa-token"})).status == 401
+        assert (await c.get(STEPS_PATH, headers=AUTH)).status == 200
+    monkeypatch.setenv("SPECDECODE_CONTROL_ISSUER", "https://kubernetes.default.svc")
+    monkeypatch.setenv("SPECDECODE_CONTROL_AUDIENCE", "specdecode-runtime")
+    monkeypatch.setenv("SPECDECODE_CONTROL_SUBJECTS", "system:serviceaccount:specdecode-system:specdecode-operator")
+    app = web.Application()
+    add_step_routes(app, Sink(), token_file)
+    c = await aiohttp_client_factory(app)
+    assert (await c.get(STEPS_PATH, headers={"Authorization": "Bearer sa-token"})).status == 200
+    assert (await c.get(STEPS_PATH, headers=AUTH)).status == 200  # the shared token still works beside it
+    made = [v for v in verifiers if v.settings is not None]
+    assert [(v.settings.issuer, v.settings.audience) for v in made] == [
+        ("https://kubernetes.default.svc", "specdecode-runtime")]
+    r = await c.get(STEPS_PATH, headers={"Authorization": "Bearer other-sa"})
+    assert r.status == 403 and (await r.json()) == {"error": "refused other-sa"}
+    r = await c.get(STEPS_PATH, headers={"Authorization": "Bearer forged"})
+    assert r.status == 401 and (await r.json()) == {"error": "refused forged"}
+    assert r.headers["WWW-Authenticate"] == 'Bearer realm="specdecode"'
+    for header in ({}, {"Authorization": "sa-token"}):  # no bearer: not handed to the verifier
+        assert (await c.get(STEPS_PATH, headers=header)).status == 401
+
+
+async def test_every_answer_names_what_went_wrong(client, aiohttp_client_factory, token_file):
+    r = await client.get(STEPS_PATH, headers=AUTH)
+    assert await r.json() == {"table": [{"minBatch": 1, "steps": 3}], "candidates": [0, 1, 3, 5]}
+    r = await client.put(STEPS_PATH, data=b"{nope", headers={**AUTH, "Content-Type": "application/json"})
+    body = await r.json()
+    assert r.status == 400 and body["expected"] == 'application/json: {"table": [{"minBatch": 1, "steps": N}]}'
+    assert body["error"]
+    r = await client.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 4}]}, headers=AUTH)
+    assert (await r.json())["error"] == "invalid step table"
+    from specdecode_runtime.control import StepControlChannel
+
+    app = web.Application()
+    add_step_routes(app, StepControlChannel(candidates=[1, 3]), token_file)
+    c = await aiohttp_client_factory(app)
+    r = await c.get(STEPS_PATH, headers=AUTH)
+    assert r.status == 503 and await r.json() == {"error": "no step table yet (the runtime is still starting)"}
+
+
+def test_no_token_file_means_no_token(tmp_path):
+    from specdecode_runtime.control import TokenFile
+
+    assert TokenFile(None).token() == ""
+    assert TokenFile(tmp_path / "absent").token() == ""
+    assert not TokenFile(tmp_path / "absent").authorized("Bearer ")
+
+
+def test_the_token_file_is_read_again_only_when_it_changes(tmp_path, monkeypatch, caplog):
+    from specdecode_runtime import control
+
+    reads = []
+    real = control.read_text
+    monkeypatch.setattr(control, "read_text", lambda *a, **k: reads.append(a) or real(*a, **k))
+    path = tmp_path / "token"
+    path.write_text("one")
+    tokens = control.TokenFile(path)
+    assert [tokens.token() for _ in range(3)] == ["one"] * 3 and len(reads) == 1
+    path.write_text("two!")  # a rotated Secret: another size (and mtime)
+    assert tokens.token() == "two!" and len(reads) == 2
+    path.write_bytes(b"x" * (control.MAX_TOKEN_BYTES + 1))
+    with caplog.at_level("WARNING", logger="specdecode_runtime.control"):
+        assert tokens.token() == ""
+    assert [r.getMessage() for r in caplog.records if r.name == "specdecode_runtime.control"][0].startswith(
+        "control token unusable, every request is refused: ")
+    assert str(control.MAX_TOKEN_BYTES) in caplog.text

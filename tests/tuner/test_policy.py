@@ -1,4 +1,6 @@
 
+import math
+
 import pytest
 
 from specdecode_operator.tuner.estimator import Acceptance
@@ -192,3 +194,67 @@ def test_exploration_stops_once_the_censored_position_is_observed():
     assert unknown.kind == "explore" and unknown.steps == cur + 1
     known = choose(cfg, BucketState(steps=cur), state_at(8, 1.0), COST, 1, 1e4, 100.0)
     assert known.kind == "hold"
+
+
+@pytest.mark.parametrize("min_steps,max_steps,ok", [
+    (-1, 3, False),  # minSteps below 0
+    (0, 3, True),    # 0 (no speculation) is a valid lower bound
+    (1, 3, True),
+    (3, 3, True),    # minSteps == maxSteps: one step count
+    (4, 3, False),   # just past maxSteps
+    (0, 0, True),
+])
+def test_step_bounds_at_and_around_their_limits(min_steps, max_steps, ok):
+    if ok:
+        cfg = PolicyConfig(min_steps=min_steps, max_steps=max_steps)
+        assert cfg.allowed() == sorted({0, *range(min_steps, max_steps + 1)})
+        assert max(cfg.allowed()) == max_steps
+    else:
+        with pytest.raises(ValueError) as err:
+            PolicyConfig(min_steps=min_steps, max_steps=max_steps)
+        assert str(err.value) == (f"minSteps/maxSteps must satisfy 0 <= minSteps <= maxSteps, "
+                                  f"got {min_steps}..{max_steps}")
+
+
+def test_latency_objective_error_names_the_missing_field():
+    with pytest.raises(ValueError) as err:
+        PolicyConfig(objective="Latency")
+    assert str(err.value) == "objective Latency needs maxInterTokenLatencyMs > 0"
+
+
+@pytest.mark.parametrize("share_time,rest_rate", [(0.5, 150.0), (0.2, 400.0), (0.9, 0.5)])
+def test_coupled_gain_is_the_deployments_relative_change_per_share(share_time, rest_rate):
+    """Worked from totals: one bucket (this one) and the rest of the deployment, each with its tokens and seconds of
+    decode time; the bucket moves from (tok_cur, sec_cur) to (tok_new, sec_new) per cycle at the same cycle count."""
+    tok_cur, sec_cur, tok_new, sec_new = 2.6, 0.012, 3.1, 0.0135
+    cycles = 1000.0
+    bucket_s = cycles * sec_cur
+    rest_s = bucket_s * (1 - share_time) / share_time
+    rest_tok = rest_rate * rest_s
+    before = (cycles * tok_cur + rest_tok) / (bucket_s + rest_s)
+    after = (cycles * tok_new + rest_tok) / (cycles * sec_new + rest_s)
+    expected = (after / before - 1.0) / share_time
+    agg = Aggregate(rate=before, share=share_time)
+    assert coupled_gain(tok_new, sec_new, tok_cur, sec_cur, agg) == pytest.approx(expected, rel=1e-9)
+    # the tiny-share limit: (delta tokens - rate x delta time) / (rate x time)
+    assert coupled_gain(tok_new, sec_new, tok_cur, sec_cur, Aggregate(rate=before, share=1e-9)) == pytest.approx(
+        ((tok_new - tok_cur) - before * (sec_new - sec_cur)) / (before * sec_cur), rel=1e-6)
+
+
+def test_coupled_gain_at_its_edges():
+    own = (3.0 / 0.011) / (2.5 / 0.010) - 1.0
+    # nothing measured for the current step count: any tokens at all is an unbounded gain, none is no gain
+    for tok_cur, sec_cur, sec_new in ((0.0, 0.01, 0.01), (2.5, 0.0, 0.01), (2.5, 0.01, 0.0)):
+        assert coupled_gain(0.5, sec_new, tok_cur, sec_cur, None) == math.inf
+        assert coupled_gain(0.0, sec_new, tok_cur, sec_cur, None) == 0.0
+    # small positive values are measurements like any other
+    assert coupled_gain(3.0, 0.011, 0.5, 0.010, None) == pytest.approx((3.0 / 0.011) / (0.5 / 0.010) - 1.0)
+    # no deployment rate (nothing else measured): the bucket's own goodput ratio
+    assert coupled_gain(3.0, 0.011, 2.5, 0.010, Aggregate(rate=0.0, share=0.5)) == pytest.approx(own)
+    # a rate below 1 token/s is still a rate
+    low = Aggregate(rate=0.5, share=0.5)
+    assert coupled_gain(3.0, 0.011, 2.5, 0.010, low) != pytest.approx(own)
+    # a share outside 0..1 is clamped
+    rate = 2.5 / 0.010
+    assert coupled_gain(3.0, 0.011, 2.5, 0.010, Aggregate(rate=rate, share=1.5)) == pytest.approx(
+        coupled_gain(3.0, 0.011, 2.5, 0.010, Aggregate(rate=rate, share=1.0)))
