@@ -36,10 +36,11 @@ demo: deps-demo
 tools:
 	envtest/fetch-tools.sh
 
-# ruff (lint) and mypy (strict on the contract and the tuner), configured in pyproject.toml; `make test` runs it
-# first. `ruff format --check` is configured too but not yet part of it.
+# ruff (lint and format check) and mypy (strict on the contract and the tuner), configured in pyproject.toml;
+# `make test` runs it first. `$(BIN)/ruff format .` applies the format the check asks for.
 lint: deps-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 test: deps-test lint tools envtest registry promtool

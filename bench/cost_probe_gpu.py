@@ -78,33 +78,56 @@ def main(argv=None) -> int:
     runs, walls = [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        runs.append(cost_probe.run_probe(stages, CAPTURED, BUCKETS, sync=torch.cuda.synchronize,
-                                         budget_s=args.budget_ms / 1000.0))
+        runs.append(
+            cost_probe.run_probe(
+                stages, CAPTURED, BUCKETS, sync=torch.cuda.synchronize, budget_s=args.budget_ms / 1000.0
+            )
+        )
         walls.append(time.perf_counter() - t0)
     npoints = len(runs[0])
     spreads = []
     for i in range(npoints):
         vals = [r[i].seconds for r in runs]
         spreads.append((max(vals) - min(vals)) / statistics.median(vals))
-    rows = [{"stage": pt.stage, "steps": pt.steps, "bucket": pt.bucket, "batch": pt.batch,
-             "median_ms": 1000 * statistics.median(r[i].seconds for r in runs),
-             "spread": spreads[i]} for i, pt in enumerate(runs[0])]
+    rows = [
+        {
+            "stage": pt.stage,
+            "steps": pt.steps,
+            "bucket": pt.bucket,
+            "batch": pt.batch,
+            "median_ms": 1000 * statistics.median(r[i].seconds for r in runs),
+            "spread": spreads[i],
+        }
+        for i, pt in enumerate(runs[0])
+    ]
     prof = cost_probe.fit_profile(runs[0])
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "points": npoints,
-           "repeats": args.repeats, "budget_ms": args.budget_ms,
-           "probe_wall_s": walls, "ms_per_point": [1000 * w / npoints for w in walls],
-           "max_relative_spread": max(spreads), "median_relative_spread": statistics.median(spreads),
-           "rows": rows, "fit": {k: vars(v) for k, v in prof.items()}}
+    out = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "points": npoints,
+        "repeats": args.repeats,
+        "budget_ms": args.budget_ms,
+        "probe_wall_s": walls,
+        "ms_per_point": [1000 * w / npoints for w in walls],
+        "max_relative_spread": max(spreads),
+        "median_relative_spread": statistics.median(spreads),
+        "rows": rows,
+        "fit": {k: vars(v) for k, v in prof.items()},
+    }
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "cost_probe_gpu.json").write_text(json.dumps(out, indent=2))
-    print(f"{out['device']}: {npoints} points, probe {statistics.median(walls):.3f} s "
-          f"({statistics.median(out['ms_per_point']):.2f} ms per point, budget {args.budget_ms} ms); "
-          f"spread between {args.repeats} probes: median {100 * out['median_relative_spread']:.2f} %, "
-          f"max {100 * out['max_relative_spread']:.2f} %")
+    print(
+        f"{out['device']}: {npoints} points, probe {statistics.median(walls):.3f} s "
+        f"({statistics.median(out['ms_per_point']):.2f} ms per point, budget {args.budget_ms} ms); "
+        f"spread between {args.repeats} probes: median {100 * out['median_relative_spread']:.2f} %, "
+        f"max {100 * out['max_relative_spread']:.2f} %"
+    )
     for r in rows:
         if r["bucket"] in ("1", "8-31"):
-            print(f"  {r['bucket']:>5} b{r['batch']:<3} {r['stage']:<12} steps={r['steps']} {r['median_ms']:.4f} ms "
-                  f"spread {100 * r['spread']:.2f} %")
+            print(
+                f"  {r['bucket']:>5} b{r['batch']:<3} {r['stage']:<12} steps={r['steps']} {r['median_ms']:.4f} ms "
+                f"spread {100 * r['spread']:.2f} %"
+            )
     return 0
 
 

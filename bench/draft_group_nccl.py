@@ -38,8 +38,13 @@ def _worker(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     if cuda:
         torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=args.nprocs, **({"device_id": dev} if cuda else {}))
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=args.nprocs,
+        **({"device_id": dev} if cuda else {}),
+    )
     world = tuple(range(args.nprocs))
     groups = DraftGroups.create(DraftPlacement(target_ranks=world, draft_ranks=(0,)), rank=rank)
     layout = ProposalLayout(steps=args.steps)
@@ -117,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for bs in res["bcast"]:
         b, a = res["bcast"][bs], res["allreduce"][bs]
-        lines.append(f"| {bs} | {b * 1e3:.1f} ({int(bs) * args.steps * 8}) | {a * 1e3:.1f} | "
-                     f"{2 * args.layers * a * 1e3:.1f} | {res['check'][bs]} |")
+        lines.append(
+            f"| {bs} | {b * 1e3:.1f} ({int(bs) * args.steps * 8}) | {a * 1e3:.1f} | "
+            f"{2 * args.layers * a * 1e3:.1f} | {res['check'][bs]} |"
+        )
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:

@@ -119,7 +119,9 @@ class DraftHead:
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
 
-    def forward(self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [bs, q], hidden [bs, q, H], pos [bs, q] -> (next tokens [bs, q], hidden [bs, q, H])."""
         s = self.s
         bs, q = tokens.shape
@@ -133,14 +135,20 @@ class DraftHead:
             qh = self._rope(qh.view(bs, q, s.heads, s.head_dim), pos[..., None])
             # GQA as plain attention: the `grp` query heads of one KV head become grp*q query rows of it, so the
             # fused (flash / memory-efficient) kernels apply; the window is attended in full (no causal mask).
-            qh = qh.view(bs, q, s.kv_heads, grp, s.head_dim).permute(0, 2, 1, 3, 4).reshape(bs, s.kv_heads, q * grp, s.head_dim)
+            qh = (
+                qh.view(bs, q, s.kv_heads, grp, s.head_dim)
+                .permute(0, 2, 1, 3, 4)
+                .reshape(bs, s.kv_heads, q * grp, s.head_dim)
+            )
             kh = self._rope(kh.view(bs, q, s.kv_heads, s.head_dim), pos[..., None]).transpose(1, 2)
             vh = vh.view(bs, q, s.kv_heads, s.head_dim).transpose(1, 2)
             # KV write at the last q slots of the static window (positions are relative to the window).
             L["k_cache"][:bs, :, self.ctx - q :].copy_(kh)
             L["v_cache"][:bs, :, self.ctx - q :].copy_(vh)
             att = F.scaled_dot_product_attention(qh, L["k_cache"][:bs], L["v_cache"][:bs])
-            att = att.view(bs, s.kv_heads, q, grp, s.head_dim).permute(0, 2, 1, 3, 4).reshape(bs, q, s.heads * s.head_dim)
+            att = (
+                att.view(bs, s.kv_heads, q, grp, s.head_dim).permute(0, 2, 1, 3, 4).reshape(bs, q, s.heads * s.head_dim)
+            )
             x = x + att @ L["o"].T
             gu = self._rms(x, L["n_post"]) @ L["gate_up"].T
             gate, up = gu.chunk(2, -1)
@@ -267,7 +275,10 @@ def run(args: argparse.Namespace) -> dict:
         "extend_tokens_per_seq": q_ext,
         "iters": args.iters,
         "cuda_graphs": device.type == "cuda",
-        "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")},
+        "env": {
+            k: os.environ.get(k)
+            for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+        },
     }
     fit = {
         "draft_base_ms": step_base,
@@ -335,8 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = "draft_head_h200" if "H200" in report["meta"]["device"] else "draft_head_" + (
-            "tiny" if args.tiny else "run"
+        stem = (
+            "draft_head_h200"
+            if "H200" in report["meta"]["device"]
+            else "draft_head_" + ("tiny" if args.tiny else "run")
         )
         (out / f"{stem}.json").write_text(json.dumps(report, indent=2, sort_keys=True))
         (out / f"{stem}.md").write_text(md)

@@ -29,8 +29,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def configmap(ns: str, name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns},
-            "data": {"runtime.yaml": "x" * 2000}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns},
+        "data": {"runtime.yaml": "x" * 2000},
+    }
 
 
 async def with_kube_client(cfg, ns: str, n: int, prefix: str) -> dict:
@@ -48,8 +52,10 @@ async def with_kube_client(cfg, ns: str, n: int, prefix: str) -> dict:
                 else:
                     calls = [client.apply(configmap(ns, f"{prefix}-k-{j}"), "configmaps") for j in range(i, i + 8)]
                 await asyncio.gather(*calls)
-            out[what] = {"cpu_ms_per_request": round((time.process_time() - cpu) * 1000 / n, 3),
-                         "wall_ms_per_request": round((time.perf_counter() - started) * 1000 / n, 3)}
+            out[what] = {
+                "cpu_ms_per_request": round((time.process_time() - cpu) * 1000 / n, 3),
+                "wall_ms_per_request": round((time.perf_counter() - started) * 1000 / n, 3),
+            }
         return out
     finally:
         await client.close()
@@ -67,14 +73,18 @@ async def with_aiohttp(cfg, ns: str, n: int, prefix: str) -> dict:
     if token:
         headers["Authorization"] = token if token.startswith("Bearer") else f"Bearer {token}"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=16), headers=headers) as http:
+
         async def get(name):
             async with http.get(f"{host}/api/v1/namespaces/{ns}/configmaps/{name}") as r:
                 return r.status, await r.json()
 
         async def apply(obj):
-            async with http.patch(f"{host}/api/v1/namespaces/{ns}/configmaps/{obj['metadata']['name']}",
-                                  params={"fieldManager": "bench", "force": "true"}, data=json.dumps(obj),
-                                  headers={"Content-Type": "application/apply-patch+yaml"}) as r:
+            async with http.patch(
+                f"{host}/api/v1/namespaces/{ns}/configmaps/{obj['metadata']['name']}",
+                params={"fieldManager": "bench", "force": "true"},
+                data=json.dumps(obj),
+                headers={"Content-Type": "application/apply-patch+yaml"},
+            ) as r:
                 return r.status, await r.json()
 
         await get("warm-up")
@@ -88,8 +98,10 @@ async def with_aiohttp(cfg, ns: str, n: int, prefix: str) -> dict:
                     calls = [apply(configmap(ns, f"{prefix}-a-{j}")) for j in range(i, i + 8)]
                 results = await asyncio.gather(*calls)
                 assert all(s in (200, 201, 404) for s, _ in results), results[:1]
-            out[what] = {"cpu_ms_per_request": round((time.process_time() - cpu) * 1000 / n, 3),
-                         "wall_ms_per_request": round((time.perf_counter() - started) * 1000 / n, 3)}
+            out[what] = {
+                "cpu_ms_per_request": round((time.process_time() - cpu) * 1000 / n, 3),
+                "wall_ms_per_request": round((time.perf_counter() - started) * 1000 / n, 3),
+            }
         return out
 
 
@@ -118,10 +130,13 @@ def main() -> int:
         ns = "default"
     try:
         prefix = uuid.uuid4().hex[:6]
-        result = {"api_server": "kube-apiserver (envtest)" if env else "emulator", "requests_per_kind": args.requests,
-                  "concurrency": 8,
-                  "operator_client": asyncio.run(with_kube_client(cfg, ns, args.requests, prefix)),
-                  "aiohttp_on_the_loop": asyncio.run(with_aiohttp(cfg, ns, args.requests, prefix))}
+        result = {
+            "api_server": "kube-apiserver (envtest)" if env else "emulator",
+            "requests_per_kind": args.requests,
+            "concurrency": 8,
+            "operator_client": asyncio.run(with_kube_client(cfg, ns, args.requests, prefix)),
+            "aiohttp_on_the_loop": asyncio.run(with_aiohttp(cfg, ns, args.requests, prefix)),
+        }
     finally:
         if env is not None:
             env.stop()

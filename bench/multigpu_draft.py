@@ -96,8 +96,17 @@ class Shape:
 
     @classmethod
     def tiny(cls) -> Shape:
-        return cls(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, draft_vocab=96, target_vocab=128, ctx=16,
-                   verify_ffn=128)
+        return cls(
+            hidden=64,
+            heads=4,
+            kv_heads=2,
+            head_dim=16,
+            ffn=128,
+            draft_vocab=96,
+            target_vocab=128,
+            ctx=16,
+            verify_ffn=128,
+        )
 
     def draft_weight_bytes(self) -> int:
         h, qkv = self.hidden, (self.heads + 2 * self.kv_heads) * self.head_dim
@@ -147,8 +156,17 @@ class Draft:
     this rank's rows + an all-reduce), the extra collective of SGLang's ``VocabParallelEmbedding``.
     """
 
-    def __init__(self, s: Shape, t: int, r: int, group, max_bs: int, device: torch.device, dtype: torch.dtype,
-                 embed_allreduce: bool = False):
+    def __init__(
+        self,
+        s: Shape,
+        t: int,
+        r: int,
+        group,
+        max_bs: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        embed_allreduce: bool = False,
+    ):
         self.s, self.t, self.r, self.group, self.embed_allreduce = s, t, r, group, embed_allreduce
         g = _gen(device, 1000 + r)
         h = s.hidden
@@ -208,8 +226,9 @@ class Verify:
     gate_up column + down row + all-reduce), weights cycled over a few sets far larger than L2 so every layer
     streams its weights from HBM, as a real decode step does."""
 
-    def __init__(self, s: Shape, n: int, r: int, group, layers: int, device: torch.device, dtype: torch.dtype,
-                 sets: int = 4):
+    def __init__(
+        self, s: Shape, n: int, r: int, group, layers: int, device: torch.device, dtype: torch.dtype, sets: int = 4
+    ):
         g = _gen(device, 2000 + r)
         h, qkv = s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim
         self.group, self.n, self.layers, self.attn_cols = group, n, layers, s.heads * s.head_dim // n
@@ -423,6 +442,7 @@ def _worker(rank: int, cfg: dict) -> None:
                 t, h = m.forward(tok, hid)
                 tok.copy_(t)
                 hid.copy_(h)
+
             return f
 
         g = ctx.graph(step(full))
@@ -502,6 +522,7 @@ def _worker(rank: int, cfg: dict) -> None:
                         t, h = m.forward(tok_e, hid3 @ m.fc.T)  # EAGLE-3 fusion of 3 target hidden states
                         tok.copy_(t[:, -1:])
                         hid.copy_(h[:, -1:])
+
                     return f
 
                 def mk_step(m, i):
@@ -510,6 +531,7 @@ def _worker(rank: int, cfg: dict) -> None:
                         tok.copy_(t)
                         hid.copy_(h)
                         props[:, i : i + 1].copy_(t)
+
                     return f
 
                 def verify_fn():
@@ -615,8 +637,9 @@ def run_profile(name: str, cfg: dict, budget_s: float, log_dir: Path) -> dict:
     nccl_log = log_dir / name
     nccl_log.mkdir(parents=True, exist_ok=True)
     if not cfg["cpu"]:
-        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,P2P,SHM,NET",
-                          NCCL_DEBUG_FILE=str(nccl_log / "nccl.%h.%p.log"))
+        os.environ.update(
+            NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,P2P,SHM,NET", NCCL_DEBUG_FILE=str(nccl_log / "nccl.%h.%p.log")
+        )
     result_file = log_dir / f"{name}.json"
     wcfg = dict(cfg, profile=name, port=_free_port(), deadline=time.time() + budget_s, result_file=str(result_file))
     t0 = time.time()
@@ -678,18 +701,30 @@ def derive(report: dict) -> dict:
             n = p["world"]
             for key, colls in (("full", 3), ("full_embed_ar", 4)):
                 per = [(row(b)[key]["median_ms"] - row(b)["split1_step"]["median_ms"] / n) / colls * 1e3 for b in bss]
-                d[f"effective_collective_us_{key}"] = {"per_batch": dict(zip(bss, per)), "mean": sum(per) / len(per),
-                                                        "collectives": colls, "tp": n}
+                d[f"effective_collective_us_{key}"] = {
+                    "per_batch": dict(zip(bss, per)),
+                    "mean": sum(per) / len(per),
+                    "collectives": colls,
+                    "tp": n,
+                }
             fb, fs = fit_line([float(b) for b in bss], [row(b)["full"]["median_ms"] for b in bss])
             d[f"tp{n}_sharded_step_fit_ms"] = {"base": fb, "perSeq": fs}
             bc = [v["median_ms"] * 1e3 for b in bss for kk, v in row(b).items() if kk.startswith("split1_bcast")]
             d["broadcast_us_median"] = statistics.median(bc) if bc else None
         cyc = p.get("cycles") or {}
-        inc = [(r["split1"]["median_ms"] - r["split1_nobcast"]["median_ms"]) * 1e3
-               for kv in cyc.values() for r in kv.values() if r.get("split1") and r.get("split1_nobcast")]
+        inc = [
+            (r["split1"]["median_ms"] - r["split1_nobcast"]["median_ms"]) * 1e3
+            for kv in cyc.values()
+            for r in kv.values()
+            if r.get("split1") and r.get("split1_nobcast")
+        ]
         if inc:
-            d["broadcast_in_cycle_us"] = {"median": statistics.median(inc), "min": min(inc), "max": max(inc),
-                                          "n": len(inc)}
+            d["broadcast_in_cycle_us"] = {
+                "median": statistics.median(inc),
+                "min": min(inc),
+                "max": max(inc),
+                "n": len(inc),
+            }
         out[name] = d
     return out
 
@@ -724,65 +759,106 @@ def to_markdown(report: dict) -> str:
         return f"{st['median_ms'] * scale:.{nd}f} ({st['p10_ms'] * scale:.{nd}f}-{st['p90_ms'] * scale:.{nd}f})"
 
     for name, p in report["profiles"].items():
-        L += [f"## Profile `{name}`", "", f"{p.get('label')}. Status: {p.get('status')}; wall {p.get('wall_s', 0):.0f} s; "
-              f"NCCL {p.get('nccl_version', '?')}; parts done: {', '.join(p.get('parts_done', [])) or 'none'}.", "",
-              "NCCL environment: `" + " ".join(f"{k}={v}" for k, v in p.get("profile_env", {}).items()) + "`", ""]
+        L += [
+            f"## Profile `{name}`",
+            "",
+            f"{p.get('label')}. Status: {p.get('status')}; wall {p.get('wall_s', 0):.0f} s; "
+            f"NCCL {p.get('nccl_version', '?')}; parts done: {', '.join(p.get('parts_done', [])) or 'none'}.",
+            "",
+            "NCCL environment: `" + " ".join(f"{k}={v}" for k, v in p.get("profile_env", {}).items()) + "`",
+            "",
+        ]
         ar = p.get("allreduce") or {}
         if ar:
-            L += ["### All-reduce latency (bf16, TP group of N), microseconds", "",
-                  "| message | in a CUDA graph | eager |", "|---:|---:|---:|"]
+            L += [
+                "### All-reduce latency (bf16, TP group of N), microseconds",
+                "",
+                "| message | in a CUDA graph | eager |",
+                "|---:|---:|---:|",
+            ]
             for nb, v in sorted(ar.items(), key=lambda kv: int(kv[0])):
                 L.append(f"| {int(nb) // 1024} KB | {f(v['graph'], 1e3, 1)} | {f(v['eager'], 1e3, 1)} |")
             L.append("")
         steps = p.get("draft_step") or {}
         if steps:
-            L += ["### One draft step (ms) and the proposal broadcast (µs)", "",
-                  "`full`: sharded over all N ranks (2 all-reduces + logits all-gather); `+embAR`: plus the "
-                  "vocab-parallel embedding all-reduce; `S=1`: the whole draft on rank 0; bcast: "
-                  "`ProposalBroadcaster.broadcast` (eager, pack included) of [bs, k] int64. Ratio = (S=1 step + "
-                  "bcast k=1) / full step, i.e. one step per cycle, the split's worst case.", "",
-                  "| batch | full | +embAR | S=1 | bcast k=1 µs | bcast k=7 µs | S=1/full step | (S=1+bcast)/full |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            L += [
+                "### One draft step (ms) and the proposal broadcast (µs)",
+                "",
+                "`full`: sharded over all N ranks (2 all-reduces + logits all-gather); `+embAR`: plus the "
+                "vocab-parallel embedding all-reduce; `S=1`: the whole draft on rank 0; bcast: "
+                "`ProposalBroadcaster.broadcast` (eager, pack included) of [bs, k] int64. Ratio = (S=1 step + "
+                "bcast k=1) / full step, i.e. one step per cycle, the split's worst case.",
+                "",
+                "| batch | full | +embAR | S=1 | bcast k=1 µs | bcast k=7 µs | S=1/full step | (S=1+bcast)/full |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
             for bs, r in sorted(steps.items(), key=lambda kv: int(kv[0])):
                 s1, fu = r.get("split1_step"), r.get("full")
                 b1 = r.get("split1_bcast_k1")
-                bk = next((r[k] for k in sorted(r, reverse=True) if k.startswith("split1_bcast_k") and k != "split1_bcast_k1"), None)
+                bk = next(
+                    (
+                        r[k]
+                        for k in sorted(r, reverse=True)
+                        if k.startswith("split1_bcast_k") and k != "split1_bcast_k1"
+                    ),
+                    None,
+                )
                 ratio = ratio2 = "n/a"
                 if s1 and fu:
                     ratio = f"{s1['median_ms'] / fu['median_ms']:.2f}"
                     if b1:
                         ratio2 = f"{(s1['median_ms'] + b1['median_ms']) / fu['median_ms']:.2f}"
-                L.append(f"| {bs} | {f(fu)} | {f(r.get('full_embed_ar'))} | {f(s1)} | {f(b1, 1e3, 1)} | "
-                         f"{f(bk, 1e3, 1)} | {ratio} | {ratio2} |")
+                L.append(
+                    f"| {bs} | {f(fu)} | {f(r.get('full_embed_ar'))} | {f(s1)} | {f(b1, 1e3, 1)} | "
+                    f"{f(bk, 1e3, 1)} | {ratio} | {ratio2} |"
+                )
             L.append("")
         dec = p.get("decode") or {}
         cyc = p.get("cycles") or {}
         if dec or cyc:
             vc = p.get("verify_calibration") or {}
-            L += ["### Full cycle: extend + k steps (+ broadcast) + verify stand-in (ms)", "",
-                  f"Verify stand-in: {p.get('verify_layers')} TP-sharded dense layers, 2 all-reduces each"
-                  + (f" (calibrated here: {vc['per_layer_ms_1tok'] * 1e3:.0f} µs/layer at 1 token -> target "
-                     f"{vc['target_ms']:.2f} ms)" if vc else " (layer count from the nvlink calibration)") + ".", ""]
+            L += [
+                "### Full cycle: extend + k steps (+ broadcast) + verify stand-in (ms)",
+                "",
+                f"Verify stand-in: {p.get('verify_layers')} TP-sharded dense layers, 2 all-reduces each"
+                + (
+                    f" (calibrated here: {vc['per_layer_ms_1tok'] * 1e3:.0f} µs/layer at 1 token -> target "
+                    f"{vc['target_ms']:.2f} ms)"
+                    if vc
+                    else " (layer count from the nvlink calibration)"
+                )
+                + ".",
+                "",
+            ]
             if dec:
-                L.append("Plain decode (k = 0, verify stand-in on bs tokens): " + "; ".join(
-                    f"bs {b}: {f(v)}" for b, v in sorted(dec.items(), key=lambda kv: int(kv[0]))) + ".")
+                L.append(
+                    "Plain decode (k = 0, verify stand-in on bs tokens): "
+                    + "; ".join(f"bs {b}: {f(v)}" for b, v in sorted(dec.items(), key=lambda kv: int(kv[0])))
+                    + "."
+                )
                 L.append("")
             bss = sorted({int(b) for kv in cyc.values() for b in kv})
             if bss:
-                L += ["Per batch: full = draft sharded over all N; S=1 = draft on rank 0 + broadcast; ratio = "
-                      "S=1 / full; bc µs = the broadcast's cost inside the cycle (S=1 minus the same cycle without "
-                      "the broadcast; differences of medians, can be noise-negative).", "",
-                      "| k | " + " | ".join(f"bs {b} full | bs {b} S=1 | ratio | bc µs" for b in bss) + " |",
-                      "|---:|" + "---:|" * (4 * len(bss))]
+                L += [
+                    "Per batch: full = draft sharded over all N; S=1 = draft on rank 0 + broadcast; ratio = "
+                    "S=1 / full; bc µs = the broadcast's cost inside the cycle (S=1 minus the same cycle without "
+                    "the broadcast; differences of medians, can be noise-negative).",
+                    "",
+                    "| k | " + " | ".join(f"bs {b} full | bs {b} S=1 | ratio | bc µs" for b in bss) + " |",
+                    "|---:|" + "---:|" * (4 * len(bss)),
+                ]
                 for steps in sorted(cyc, key=int):
                     cells = []
                     for b in bss:
                         r = cyc[steps].get(str(b)) or cyc[steps].get(b) or {}
                         fu, sp = r.get("full"), r.get("split1")
                         nb = r.get("split1_nobcast")
-                        cells += [f(fu, nd=2), f(sp, nd=2),
-                                  f"{sp['median_ms'] / fu['median_ms']:.3f}" if fu and sp else "n/a",
-                                  f"{(sp['median_ms'] - nb['median_ms']) * 1e3:.0f}" if sp and nb else "n/a"]
+                        cells += [
+                            f(fu, nd=2),
+                            f(sp, nd=2),
+                            f"{sp['median_ms'] / fu['median_ms']:.3f}" if fu and sp else "n/a",
+                            f"{(sp['median_ms'] - nb['median_ms']) * 1e3:.0f}" if sp and nb else "n/a",
+                        ]
                     L.append(f"| {steps} | " + " | ".join(cells) + " |")
                 L.append("")
     der = report.get("derived") or {}
@@ -792,18 +868,31 @@ def to_markdown(report: dict) -> str:
             if not d:
                 continue
             tp1 = d.get("tp1_compute_ms", {})
-            L.append(f"- `{name}`: TP1 draft step fit base {tp1.get('base', float('nan')):.4f} ms + "
-                     f"{tp1.get('perSeq', float('nan')):.5f} ms/seq; effective cost per collective in the sharded "
-                     f"step (full - TP1/N)/3 = {d.get('effective_collective_us_full', {}).get('mean', float('nan')):.1f} µs "
-                     f"(per batch: " + ", ".join(f"{b}: {v:.1f}" for b, v in d.get('effective_collective_us_full', {}).get('per_batch', {}).items())
-                     + f"); with the embedding all-reduce, /4 = {d.get('effective_collective_us_full_embed_ar', {}).get('mean', float('nan')):.1f} µs; "
-                     f"proposal broadcast back-to-back median {d.get('broadcast_us_median') or float('nan'):.1f} µs"
-                     + (f"; inside a cycle (split - split without broadcast, over all k and batches) median "
-                        f"{d['broadcast_in_cycle_us']['median']:.1f} µs (range {d['broadcast_in_cycle_us']['min']:.1f}"
-                        f" .. {d['broadcast_in_cycle_us']['max']:.1f})" if d.get("broadcast_in_cycle_us") else "")
-                     + (f"; sharded TP{p_n} step fit {d[f'tp{p_n}_sharded_step_fit_ms']['base']:.4f} ms + "
-                        f"{d[f'tp{p_n}_sharded_step_fit_ms']['perSeq']:.5f} ms/seq"
-                        if (p_n := report['meta']['world']) and f"tp{p_n}_sharded_step_fit_ms" in d else "") + ".")
+            L.append(
+                f"- `{name}`: TP1 draft step fit base {tp1.get('base', float('nan')):.4f} ms + "
+                f"{tp1.get('perSeq', float('nan')):.5f} ms/seq; effective cost per collective in the sharded "
+                f"step (full - TP1/N)/3 = {d.get('effective_collective_us_full', {}).get('mean', float('nan')):.1f} µs "
+                f"(per batch: "
+                + ", ".join(
+                    f"{b}: {v:.1f}" for b, v in d.get("effective_collective_us_full", {}).get("per_batch", {}).items()
+                )
+                + f"); with the embedding all-reduce, /4 = {d.get('effective_collective_us_full_embed_ar', {}).get('mean', float('nan')):.1f} µs; "
+                f"proposal broadcast back-to-back median {d.get('broadcast_us_median') or float('nan'):.1f} µs"
+                + (
+                    f"; inside a cycle (split - split without broadcast, over all k and batches) median "
+                    f"{d['broadcast_in_cycle_us']['median']:.1f} µs (range {d['broadcast_in_cycle_us']['min']:.1f}"
+                    f" .. {d['broadcast_in_cycle_us']['max']:.1f})"
+                    if d.get("broadcast_in_cycle_us")
+                    else ""
+                )
+                + (
+                    f"; sharded TP{p_n} step fit {d[f'tp{p_n}_sharded_step_fit_ms']['base']:.4f} ms + "
+                    f"{d[f'tp{p_n}_sharded_step_fit_ms']['perSeq']:.5f} ms/seq"
+                    if (p_n := report["meta"]["world"]) and f"tp{p_n}_sharded_step_fit_ms" in d
+                    else ""
+                )
+                + "."
+            )
         L.append("")
     L += m.get("notes", [])
     return "\n".join(L) + "\n"
@@ -837,11 +926,17 @@ def main(argv: list[str] | None = None) -> int:
     vbase, vper = _scenario_verify(Path(args.scenario))
     step_counts = [int(x) for x in args.ks.split(",")]
     cfg = dict(
-        world=world, cpu=args.cpu, shape=asdict(shape), batches=[int(b) for b in args.batches.split(",")],
+        world=world,
+        cpu=args.cpu,
+        shape=asdict(shape),
+        batches=[int(b) for b in args.batches.split(",")],
         ks=[n for n in STEPS_ORDER if n in step_counts] + [n for n in step_counts if n not in STEPS_ORDER],
         reps=args.reps,
-        cycle_reps=args.cycle_reps, samples=args.samples, ar_sizes=AR_SIZES if not args.tiny else AR_SIZES[:2],
-        verify_target_ms=vbase + vper * 1, verify_layers=args.verify_layers,
+        cycle_reps=args.cycle_reps,
+        samples=args.samples,
+        ar_sizes=AR_SIZES if not args.tiny else AR_SIZES[:2],
+        verify_target_ms=vbase + vper * 1,
+        verify_layers=args.verify_layers,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -853,15 +948,26 @@ def main(argv: list[str] | None = None) -> int:
         f"Interconnect: NVLink ({', '.join(sorted(links))}) between the GPUs. This box is NOT PCIe-only: the "
         "`pcie-emulated` profile below only emulates PCIe (host-memory transport via NCCL_P2P_DISABLE=1), and the "
         "simulator's PCIe figures (bench/scenarios/pcie8-seed.yaml) come from its own profile, not from this run."
-        if links else "Interconnect: no NVLink seen in `nvidia-smi topo -m` (or no nvidia-smi)."
+        if links
+        else "Interconnect: no NVLink seen in `nvidia-smi topo -m` (or no nvidia-smi)."
     )
     meta = dict(
         command="python3 bench/multigpu_draft.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         gpus=(_sh(["nvidia-smi", "-L"]).replace("\n", "; ") if not args.cpu else platform.processor() or "cpu"),
-        torch=torch.__version__, world=world, dtype="float32" if args.cpu else "bfloat16", cpu=args.cpu,
-        shape=asdict(shape), draft_weight_gb=shape.draft_weight_bytes() / 1e9, reps=args.reps,
-        cycle_reps=args.cycle_reps, samples=args.samples, topo=topo, interconnect_note=interconnect_note,
-        verify_target_ms=cfg["verify_target_ms"], scenario=args.scenario, time_limit_s=args.time_limit,
+        torch=torch.__version__,
+        world=world,
+        dtype="float32" if args.cpu else "bfloat16",
+        cpu=args.cpu,
+        shape=asdict(shape),
+        draft_weight_gb=shape.draft_weight_bytes() / 1e9,
+        reps=args.reps,
+        cycle_reps=args.cycle_reps,
+        samples=args.samples,
+        topo=topo,
+        interconnect_note=interconnect_note,
+        verify_target_ms=cfg["verify_target_ms"],
+        scenario=args.scenario,
+        time_limit_s=args.time_limit,
         multicast_env=MULTICAST_ENV,
         notes=[
             "Notes:",
@@ -870,8 +976,11 @@ def main(argv: list[str] | None = None) -> int:
             "- The verify stand-in has no attention compute and no MoE: it is sized by time (a decode step of the "
             "scenario's length), not by model.",
             f"- Draft on S of size d for d < N dividing N; with N = {world} only "
-            + ("S = {0} is distinct from the full group (S of 2 ranks IS the full group here)." if world == 2 else
-               "the sizes listed in the JSON were run."),
+            + (
+                "S = {0} is distinct from the full group (S of 2 ranks IS the full group here)."
+                if world == 2
+                else "the sizes listed in the JSON were run."
+            ),
             "- The proposal broadcast is eager (it cannot sit in a graph replayed on S only); it is timed as "
             "back-to-back calls, and again inside the split cycles.",
         ],
@@ -883,7 +992,10 @@ def main(argv: list[str] | None = None) -> int:
             left = args.time_limit - (time.time() - t_start) - 70  # 60 s kill grace + writing
             share = left if i == len(names) - 1 else left * (0.55 if len(names) == 2 else 1 / (len(names) - i))
             if share < 30:
-                report["profiles"][name] = {"status": f"not run: {share:.0f} s left in the time limit", "label": PROFILES[name][0]}
+                report["profiles"][name] = {
+                    "status": f"not run: {share:.0f} s left in the time limit",
+                    "label": PROFILES[name][0],
+                }
                 continue
             print(f"[multigpu_draft] profile {name}: budget {share:.0f} s", flush=True)
             report["profiles"][name] = run_profile(name, cfg, share, Path(tmp))

@@ -60,8 +60,9 @@ CRD_FILE = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
 OPERATOR_USER = "specdecode-operator-bench"
 
 
-def operator_process(url: str | None, resync: float, conn, namespace: str | None = None,
-                     api_workers: int | None = None) -> None:
+def operator_process(
+    url: str | None, resync: float, conn, namespace: str | None = None, api_workers: int | None = None
+) -> None:
     """The operator alone in a process (as deployed: kopf, our handlers, the API client), answering the
     bench's requests for its counters over a pipe; nothing of the bench's client or polling runs here.
     ``url``: the emulator; else the API server of $KUBECONFIG (kopf and the client read it), watching
@@ -70,10 +71,16 @@ def operator_process(url: str | None, resync: float, conn, namespace: str | None
     from specdecode_operator.operator_process import freeze_gc
     from specdecode_operator.testbed.runner import OperatorThread
 
-    config = OperatorConfig(server=url, standalone=True, metrics_port=0, liveness_endpoint=None,
-                            resync_seconds=resync, request_timeout=10,
-                            namespaces=(namespace,) if namespace else (),
-                            **({"api_workers": api_workers} if api_workers else {}))
+    config = OperatorConfig(
+        server=url,
+        standalone=True,
+        metrics_port=0,
+        liveness_endpoint=None,
+        resync_seconds=resync,
+        request_timeout=10,
+        namespaces=(namespace,) if namespace else (),
+        **({"api_workers": api_workers} if api_workers else {}),
+    )
     with OperatorThread(config) as op:
         context = op.context
         freeze_gc()  # as the deployed process does once kopf is ready
@@ -84,10 +91,17 @@ def operator_process(url: str | None, resync: float, conn, namespace: str | None
                 continue
             client, rec = context.client, context.reconciler
             controller = context.controller
-            conn.send({"writes": client.writes, "calls": client.calls, "write_counts": dict(client.write_counts),
-                       "reconciles": len(rec.durations), "queue_adds": controller.queue.adds,
-                       "tuner_ticks": controller.tuner.ticks if controller.tuner else 0,
-                       "durations": list(rec.durations) if cmd == "durations" else None})
+            conn.send(
+                {
+                    "writes": client.writes,
+                    "calls": client.calls,
+                    "write_counts": dict(client.write_counts),
+                    "reconciles": len(rec.durations),
+                    "queue_adds": controller.queue.adds,
+                    "tuner_ticks": controller.tuner.ticks if controller.tuner else 0,
+                    "durations": list(rec.durations) if cmd == "durations" else None,
+                }
+            )
 
 
 def census(context, top: int = 12) -> dict:
@@ -114,11 +128,13 @@ def census(context, top: int = 12) -> dict:
     ctl = context.controller
     n = max(1, len(ctl.objects))
     seen: set = set()
-    kb = {"body": sum(deep(e.body, seen) for e in ctl.objects.values()),
-          "validation": sum(deep(e.state.validation, seen) for e in ctl.objects.values()),
-          "state_rest": sum(deep(e.state, seen) for e in ctl.objects.values()),
-          "indexes": sum(deep(i, seen) for i in ctl.indexes.values()),
-          "tuner": deep(ctl.tuner, seen)}
+    kb = {
+        "body": sum(deep(e.body, seen) for e in ctl.objects.values()),
+        "validation": sum(deep(e.state.validation, seen) for e in ctl.objects.values()),
+        "state_rest": sum(deep(e.state, seen) for e in ctl.objects.values()),
+        "indexes": sum(deep(i, seen) for i in ctl.indexes.values()),
+        "tuner": deep(ctl.tuner, seen),
+    }
     del seen
     counts: collections.Counter = collections.Counter()
     sizes: collections.Counter = collections.Counter()
@@ -138,18 +154,30 @@ def census(context, top: int = 12) -> dict:
             os.dup2(saved, 2)
             os.close(saved)
         tmp.seek(0)
-        pymalloc = [" ".join(line.split()) for line in tmp.read().splitlines()
-                    if line.startswith(("# bytes in allocated blocks", "# bytes in available blocks"))]
-    return {"kb_per_object": {k: round(v / n / 1024, 1) for k, v in kb.items()}, "pymalloc": pymalloc,
-            "tasks_pending": tasks,
-            "by_type": [(k, counts[k], round(v / 2**20, 1)) for k, v in sizes.most_common(top)]}
+        pymalloc = [
+            " ".join(line.split())
+            for line in tmp.read().splitlines()
+            if line.startswith(("# bytes in allocated blocks", "# bytes in available blocks"))
+        ]
+    return {
+        "kb_per_object": {k: round(v / n / 1024, 1) for k, v in kb.items()},
+        "pymalloc": pymalloc,
+        "tasks_pending": tasks,
+        "by_type": [(k, counts[k], round(v / 2**20, 1)) for k, v in sizes.most_common(top)],
+    }
 
 
 def body(i: int, namespace: str = "default") -> dict:
-    return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-            "metadata": {"name": f"sdd-{i:04d}", "namespace": namespace},
-            "spec": {"replicas": 1, "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": 8},
-                     "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1 + (i % 2)}}}
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": f"sdd-{i:04d}", "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": 8},
+            "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1 + (i % 2)},
+        },
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -163,8 +191,12 @@ class Emulator:
     name = "emulator"
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "specdecode_operator.testbed.serve"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "specdecode_operator.testbed.serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.url = self.proc.stdout.readline().strip()
         self.namespace = "default"
         self.operator_kubeconfig = None
@@ -204,25 +236,40 @@ class RealApiServer:
         self.api.configuration.connection_pool_maxsize = 16
         self.namespace = f"scale-{uuid.uuid4().hex[:6]}"
         crd = yaml.safe_load(CRD_FILE.read_text())
-        self.call("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
-                  crd, [("fieldManager", "operator-scale-bench"), ("force", "true")],
-                  content_type="application/apply-patch+yaml")
+        self.call(
+            "PATCH",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
+            crd,
+            [("fieldManager", "operator-scale-bench"), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+        )
         deadline = time.monotonic() + 60
-        while not any(c["type"] == "Established" and c["status"] == "True" for c in (self.call(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
-                .get("status") or {}).get("conditions") or []):
+        while not any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (
+                self.call(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+                ).get("status")
+                or {}
+            ).get("conditions")
+            or []
+        ):
             if time.monotonic() > deadline:
                 raise SystemExit("the CRD did not become Established")
             time.sleep(0.1)
-        self.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                 "metadata": {"name": self.namespace}})
+        self.call(
+            "POST",
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}},
+        )
 
     def call(self, method, path, body=None, query=None, content_type=None):
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        m, u, h, b, _ = self.api.param_serialize(method, path, query_params=query or [], header_params=headers,
-                                                 body=body, auth_settings=["BearerToken"])
+        m, u, h, b, _ = self.api.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
         r = self.api.call_api(m, u, h, b, _request_timeout=60)
         r.read()
         if not 200 <= r.status < 300:
@@ -236,8 +283,10 @@ class RealApiServer:
             return 0, {}
         for e in self.env.audit_events(since, user=OPERATOR_USER):
             ref = e.get("objectRef") or {}
-            counts[f"{e.get('verb')} {ref.get('resource', e.get('requestURI', '?'))}"
-                   + (f"/{ref['subresource']}" if ref.get("subresource") else "")] += 1
+            counts[
+                f"{e.get('verb')} {ref.get('resource', e.get('requestURI', '?'))}"
+                + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            ] += 1
         return sum(counts.values()), dict(counts.most_common())
 
     def audit_offset(self) -> int:
@@ -281,8 +330,10 @@ class Tracker:
         self.lock, self.complete = threading.Lock(), threading.Event()
         self.custom = kubernetes.client.CustomObjectsApi(api)
         self.watches = []
-        for group, version, plural, on in (("specdecode.io", "v1alpha1", "specdecodedeployments", self._sdd),
-                                           ("apps", "v1", "deployments", self._deployment)):
+        for group, version, plural, on in (
+            ("specdecode.io", "v1alpha1", "specdecodedeployments", self._sdd),
+            ("apps", "v1", "deployments", self._deployment),
+        ):
             rv = self.custom.list_namespaced_custom_object(group, version, ns, plural)["metadata"]["resourceVersion"]
             w = kubernetes.watch.Watch()
             self.watches.append(w)
@@ -290,8 +341,15 @@ class Tracker:
 
     def _follow(self, w, group, version, ns, plural, rv, on) -> None:
         try:
-            for event in w.stream(self.custom.list_namespaced_custom_object, group, version, ns, plural,
-                                  resource_version=rv, timeout_seconds=3600):
+            for event in w.stream(
+                self.custom.list_namespaced_custom_object,
+                group,
+                version,
+                ns,
+                plural,
+                resource_version=rv,
+                timeout_seconds=3600,
+            ):
                 with self.lock:
                     on(event["object"])
                     if len(self.ready) == self.count and len(self.deployments) == self.count:
@@ -309,8 +367,9 @@ class Tracker:
 
     def wait(self, started: float, timeout: float) -> None:
         if not self.complete.wait(max(0.0, timeout - (time.monotonic() - started))):
-            raise SystemExit(f"timeout: {len(self.ready)}/{self.count} with status, "
-                             f"{len(self.deployments)} deployments")
+            raise SystemExit(
+                f"timeout: {len(self.ready)}/{self.count} with status, {len(self.deployments)} deployments"
+            )
         for w in self.watches:
             w.stop()
 
@@ -319,21 +378,37 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--resync", type=float, default=30.0, help="operator resync period (s; the operator's default)")
-    parser.add_argument("--steady-seconds", type=float, default=None,
-                        help="window for steady-state writes (default: 1.2 resync periods, so a whole sweep)")
-    parser.add_argument("--settle", type=float, default=None,
-                        help="seconds after 'all ready' before the steady-state window starts (default: one resync "
-                             "period + 5 s, so the resync passes the wave's tail still owed have run)")
+    parser.add_argument(
+        "--steady-seconds",
+        type=float,
+        default=None,
+        help="window for steady-state writes (default: 1.2 resync periods, so a whole sweep)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds after 'all ready' before the steady-state window starts (default: one resync "
+        "period + 5 s, so the resync passes the wave's tail still owed have run)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--api-workers", type=int, default=None,
-                        help="the operator's concurrent API requests (default: the operator's own default)")
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        default=None,
+        help="the operator's concurrent API requests (default: the operator's own default)",
+    )
     server = parser.add_mutually_exclusive_group()
     server.add_argument("--kubeconfig", help="a real API server (admin credentials) instead of the emulator")
-    server.add_argument("--envtest", action="store_true",
-                        help="start a fresh kube-apiserver + etcd (tests/k8s/envtest.py) for this run")
+    server.add_argument(
+        "--envtest", action="store_true", help="start a fresh kube-apiserver + etcd (tests/k8s/envtest.py) for this run"
+    )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--census", action="store_true",
-                        help="also report where the operator's memory is at ready (after the RSS is read)")
+    parser.add_argument(
+        "--census",
+        action="store_true",
+        help="also report where the operator's memory is at ready (after the RSS is read)",
+    )
     args = parser.parse_args()
     if args.settle is None:
         args.settle = args.resync + 5.0
@@ -344,18 +419,25 @@ def main() -> int:
     ns = backend.namespace
 
     def call(method, path, body=None, query=None):
-        m, u, h, b, _ = backend.api.param_serialize(method, path, query_params=query or [],
-                                                    header_params={"Accept": "application/json"}, body=body,
-                                                    auth_settings=["BearerToken"])
+        m, u, h, b, _ = backend.api.param_serialize(
+            method,
+            path,
+            query_params=query or [],
+            header_params={"Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         r = backend.api.call_api(m, u, h, b, _request_timeout=60)
         r.read()
         return json.loads(r.data)
 
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=operator_process, args=(backend.url, args.resync, child, None if backend.url else ns,
-                                                          args.api_workers),
-                       daemon=True)
+    proc = ctx.Process(
+        target=operator_process,
+        args=(backend.url, args.resync, child, None if backend.url else ns, args.api_workers),
+        daemon=True,
+    )
     load_before = os.getloadavg()
     audit: dict = {}
     if backend.operator_kubeconfig:  # read when the kubernetes package is imported, so set before the spawn
@@ -377,8 +459,14 @@ def main() -> int:
             tracker = Tracker(backend.api, ns, args.count)
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda i: call("POST", resource_path("specdecode.io/v1alpha1", "specdecodedeployments",
-                                                                ns), body(i, ns)), range(args.count)))
+            list(
+                pool.map(
+                    lambda i: call(
+                        "POST", resource_path("specdecode.io/v1alpha1", "specdecodedeployments", ns), body(i, ns)
+                    ),
+                    range(args.count),
+                )
+            )
         created = time.monotonic() - started
         if isinstance(backend, RealApiServer):
             tracker.wait(started, args.timeout)
@@ -435,8 +523,9 @@ def main() -> int:
         "reconciles_after_ready_before_steady": mark["reconciles"] - at_ready["reconciles"],
         "writes_after_ready_by_resource": delta(at_ready["write_counts"], mark["write_counts"]),
         "settle_seconds": args.settle,
-        "settle_rule": "resync + 5 s; window 1.2 x resync" if (args.settle, args.steady_seconds) == (
-            args.resync + 5.0, 1.2 * args.resync) else "given",
+        "settle_rule": "resync + 5 s; window 1.2 x resync"
+        if (args.settle, args.steady_seconds) == (args.resync + 5.0, 1.2 * args.resync)
+        else "given",
         "steady_window_seconds": args.steady_seconds,
         "steady_reconciles": end["reconciles"] - mark["reconciles"],
         "tuner_ticks": end["tuner_ticks"],

@@ -50,20 +50,31 @@ def run(seconds: float) -> list[dict]:
         eng.advance(seconds)
         plan = planner.plan(sc, list(range(0, 8)), target_tp=8, current_tp=8, alphas=alphas)
         rec = plan.recommendation
-        rows.append({"draft_step_ms": ms, "best_steps": best_steps, "analytic": goodput(alphas, cost1, best_steps, 1),
-                     "simulated": eng.throughput(), "allreduce8_us": sc.draft_tp.all_reduce_us[8],
-                     "plan": f"draft TP {rec.draftTensorParallelSize}, k={rec.numSteps}, "
-                             f"{rec.predictedTokensPerSecond:.1f} tok/s"})
+        rows.append(
+            {
+                "draft_step_ms": ms,
+                "best_steps": best_steps,
+                "analytic": goodput(alphas, cost1, best_steps, 1),
+                "simulated": eng.throughput(),
+                "allreduce8_us": sc.draft_tp.all_reduce_us[8],
+                "plan": f"draft TP {rec.draftTensorParallelSize}, k={rec.numSteps}, "
+                f"{rec.predictedTokensPerSecond:.1f} tok/s",
+            }
+        )
     return rows
 
 
 def table(rows: list[dict], seconds: float) -> str:
-    out = [f"SIMULATED, pcie8-seed, draft on rank 0 (TP1), {seconds:g} simulated s per run, batch 1",
-           f"{'TP1 draft step ms':>17} {'eff. TP8 collective us':>22} {'best k':>6} {'tok/s (analytic)':>16} "
-           f"{'tok/s (simulated)':>17}  planner recommends"]
+    out = [
+        f"SIMULATED, pcie8-seed, draft on rank 0 (TP1), {seconds:g} simulated s per run, batch 1",
+        f"{'TP1 draft step ms':>17} {'eff. TP8 collective us':>22} {'best k':>6} {'tok/s (analytic)':>16} "
+        f"{'tok/s (simulated)':>17}  planner recommends",
+    ]
     for r in rows:
-        out.append(f"{r['draft_step_ms']:17.2f} {r['allreduce8_us']:22.1f} {r['best_steps']:6d} {r['analytic']:16.1f} "
-                   f"{r['simulated']:17.1f}  {r['plan']}")
+        out.append(
+            f"{r['draft_step_ms']:17.2f} {r['allreduce8_us']:22.1f} {r['best_steps']:6d} {r['analytic']:16.1f} "
+            f"{r['simulated']:17.1f}  {r['plan']}"
+        )
     return "\n".join(out)
 
 
@@ -81,10 +92,11 @@ def main(argv=None) -> int:
         Path(args.out).write_text(
             "# PCIe seed: sensitivity to the unmeasured TP1 draft step (SIMULATED)\n\n"
             f"Command: `.venv/bin/python bench/pcie_draft_sensitivity.py --out {args.out}`. The TP1 draft step is the "
-            "one input of the \"draft on rank 0\" result the seed did not measure; the shipped scenario derives "
+            'one input of the "draft on rank 0" result the seed did not measure; the shipped scenario derives '
             "1.40 ms (docs/scenarios.md, pcie8-seed calibration). Verify, overhead, acceptance and the TP8 draft cost "
             "(fitted to the seed's measured 71 tok/s) are held fixed; the effective TP8 collective is re-derived.\n\n"
-            "```\n" + text + "\n```\n")
+            "```\n" + text + "\n```\n"
+        )
     return 0
 
 

@@ -81,8 +81,11 @@ def compare(measured: dict, scenario: Scenario, profile: str) -> tuple[list[str]
 
     lines.append(f"### Draft step, {profile} ({world} ranks): predicted vs measured (ms)")
     lines.append("")
-    splits = sorted(int(key[len("split"):-len("_step")]) for key in prof["draft_step"]["1"]
-                    if key.startswith("split") and key.endswith("_step"))
+    splits = sorted(
+        int(key[len("split") : -len("_step")])
+        for key in prof["draft_step"]["1"]
+        if key.startswith("split") and key.endswith("_step")
+    )
     head = ["batch", f"sharded TP{world} pred", "meas"] + [x for d in splits for x in (f"on {d} pred", "meas")]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---:|" * len(head))
@@ -104,14 +107,21 @@ def compare(measured: dict, scenario: Scenario, profile: str) -> tuple[list[str]
             for key, stats in layouts.items():
                 if not key.startswith("split") or key.endswith("_nobcast"):
                     continue
-                d = int(key[len("split"):])
+                d = int(key[len("split") :])
                 pred = _cycle(costs[d], steps, b, verify) / full_pred
                 meas = stats["median_ms"] / layouts["full"]["median_ms"]
-                rows.append(Row(
-                    batch=b, steps=steps, d=d, predicted_ratio=pred, measured_ratio=meas,
-                    measured_tie=_spread_overlaps(stats, layouts["full"]),
-                    planner_pick=f"on {d}" if pred < 1 else "sharded",
-                    measured_pick=f"on {d}" if meas < 1 else "sharded"))
+                rows.append(
+                    Row(
+                        batch=b,
+                        steps=steps,
+                        d=d,
+                        predicted_ratio=pred,
+                        measured_ratio=meas,
+                        measured_tie=_spread_overlaps(stats, layouts["full"]),
+                        planner_pick=f"on {d}" if pred < 1 else "sharded",
+                        measured_pick=f"on {d}" if meas < 1 else "sharded",
+                    )
+                )
 
     lines.append(f"### Full cycle, split / sharded, {profile}: predicted vs measured (verify = measured decode)")
     lines.append("")
@@ -119,13 +129,17 @@ def compare(measured: dict, scenario: Scenario, profile: str) -> tuple[list[str]
     lines.append("|---:|---:|---:|---:|---:|---|---|---|")
     for r in rows:
         faster = "tie (spreads overlap)" if r.measured_tie else r.measured_pick
-        lines.append(f"| {r.batch} | {r.steps} | {r.d} | {r.predicted_ratio:.3f} | {r.measured_ratio:.3f} | "
-                     f"{r.planner_pick} | {faster} | {'yes' if r.matches else 'NO'} |")
+        lines.append(
+            f"| {r.batch} | {r.steps} | {r.d} | {r.predicted_ratio:.3f} | {r.measured_ratio:.3f} | "
+            f"{r.planner_pick} | {faster} | {'yes' if r.matches else 'NO'} |"
+        )
     lines.append("")
     errors = [abs(r.predicted_ratio - r.measured_ratio) for r in rows]
     n_match = sum(r.matches for r in rows)
-    lines.append(f"Planner's layout choice matches the measurement in {n_match} of {len(rows)} (batch, k) points; "
-                 f"ratio error median {sorted(errors)[len(errors) // 2]:.3f}, max {max(errors):.3f}.")
+    lines.append(
+        f"Planner's layout choice matches the measurement in {n_match} of {len(rows)} (batch, k) points; "
+        f"ratio error median {sorted(errors)[len(errors) // 2]:.3f}, max {max(errors):.3f}."
+    )
     lines.append("")
     return lines, rows
 
@@ -145,10 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     scenario = load_scenario(args.scenario)
     profiles = args.profile or sorted(measured["profiles"])
     cmd = "python bench/plan_vs_measured.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    out = [f"# Planner vs measurement: {Path(args.measured).name} against {Path(args.scenario).name}", "",
-           f"Command: `{cmd}`", "",
-           f"Measured: {measured['meta'].get('command', '?')} ({measured['meta'].get('gpus', '?').count('GPU ')} GPUs). "
-           "Predicted: the scenario's draftTp model (`cost_for_draft_tp`), never fitted to this file by this script.", ""]
+    out = [
+        f"# Planner vs measurement: {Path(args.measured).name} against {Path(args.scenario).name}",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Measured: {measured['meta'].get('command', '?')} ({measured['meta'].get('gpus', '?').count('GPU ')} GPUs). "
+        "Predicted: the scenario's draftTp model (`cost_for_draft_tp`), never fitted to this file by this script.",
+        "",
+    ]
     all_match = True
     for prof in profiles:
         if prof not in measured["profiles"]:

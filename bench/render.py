@@ -57,7 +57,9 @@ def main(argv=None) -> int:
     else:
         print(f"{'example':28} {'render ms':>10} {'+yaml ms':>10} {'+validate ms':>13}")
         for r in rows:
-            print(f"{r['example']:28} {r['render_ms']:10.3f} {r['render_yaml_ms']:10.3f} {r['validate_parse_render_ms']:13.3f}")
+            print(
+                f"{r['example']:28} {r['render_ms']:10.3f} {r['render_yaml_ms']:10.3f} {r['validate_parse_render_ms']:13.3f}"
+            )
         print(f"worst median render {worst:.3f} ms = {worst / GOAL_MS:.2f} x the {GOAL_MS} ms goal")
     return 0
 

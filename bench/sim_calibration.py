@@ -18,8 +18,12 @@ from specdecode_runtime.simulate.engine import SimEngine
 
 
 def accept_length(engine: SimEngine) -> float:
-    vals = {s.name: s.value for f in text_string_to_metric_families(engine.metrics_text()) for s in f.samples
-            if s.name in ("specdecode_tokens_generated_total", "specdecode_requests_verified_total")}
+    vals = {
+        s.name: s.value
+        for f in text_string_to_metric_families(engine.metrics_text())
+        for s in f.samples
+        if s.name in ("specdecode_tokens_generated_total", "specdecode_requests_verified_total")
+    }
     return vals["specdecode_tokens_generated_total"] / vals["specdecode_requests_verified_total"]
 
 
@@ -44,10 +48,12 @@ def main() -> int:
         results = {steps: run(s, steps, args.seconds, tp) for steps in range(1, 8)}
         best = max(results, key=lambda steps: results[steps].throughput())
         at_seed_steps = results[5]
-        print(f"{label:<24} k=5: {at_seed_steps.throughput():6.1f} tok/s (x{at_seed_steps.throughput() / base:.3f} of "
-              f"baseline, accept length {accept_length(at_seed_steps):.2f}); "
-              f"best k={best}: {results[best].throughput():6.1f} tok/s "
-              f"(x{results[best].throughput() / base:.3f})")
+        print(
+            f"{label:<24} k=5: {at_seed_steps.throughput():6.1f} tok/s (x{at_seed_steps.throughput() / base:.3f} of "
+            f"baseline, accept length {accept_length(at_seed_steps):.2f}); "
+            f"best k={best}: {results[best].throughput():6.1f} tok/s "
+            f"(x{results[best].throughput() / base:.3f})"
+        )
     return 0
 
 

@@ -26,7 +26,7 @@ def main() -> int:
     for path in sorted((Path(__file__).parent / "scenarios").glob("*.yaml")):
         s = load_scenario(path)
         for steps in (0, 3, 5):
-            for observed in ((False, True) if args.observed else (False,)):
+            for observed in (False, True) if args.observed else (False,):
                 e = SimEngine(s)
                 e.set_step_table([(1, steps)])
                 if observed:

@@ -45,9 +45,13 @@ def measure(path: str, interval: float) -> dict:
         if d.changed:
             eng.set_step_table(d.table)
         eng.advance(interval)
-    return {"intervals": len(step_ms), "text_bytes": int(statistics.median(sizes)),
-            "parse_ms": statistics.median(parse_ms), "step_ms": statistics.median(step_ms),
-            "first_parse_ms": parse_ms[0]}
+    return {
+        "intervals": len(step_ms),
+        "text_bytes": int(statistics.median(sizes)),
+        "parse_ms": statistics.median(parse_ms),
+        "step_ms": statistics.median(step_ms),
+        "first_parse_ms": parse_ms[0],
+    }
 
 
 def main(argv=None) -> int:
@@ -60,12 +64,16 @@ def main(argv=None) -> int:
         return 2
     r = measure(args.scenario, args.interval)
     per_pod_s = (r["parse_ms"] + r["step_ms"]) / 1000.0
-    print(f"{r['intervals']} intervals of {args.interval:g} s on {Path(args.scenario).name}: metrics text "
-          f"{r['text_bytes']} bytes; median parse {r['parse_ms']:.2f} ms (first scrape with the cost probe "
-          f"{r['first_parse_ms']:.2f} ms), median Tuner.step {r['step_ms']:.2f} ms")
+    print(
+        f"{r['intervals']} intervals of {args.interval:g} s on {Path(args.scenario).name}: metrics text "
+        f"{r['text_bytes']} bytes; median parse {r['parse_ms']:.2f} ms (first scrape with the cost probe "
+        f"{r['first_parse_ms']:.2f} ms), median Tuner.step {r['step_ms']:.2f} ms"
+    )
     for iv in (5, 10, 30):
-        print(f"  interval {iv:>2} s: {1000 * per_pod_s / iv:.2f} ms CPU per pod per second; "
-              f"{500 * per_pod_s / iv:.2f} cores at 500 pods")
+        print(
+            f"  interval {iv:>2} s: {1000 * per_pod_s / iv:.2f} ms CPU per pod per second; "
+            f"{500 * per_pod_s / iv:.2f} cores at 500 pods"
+        )
     return 0
 
 

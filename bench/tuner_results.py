@@ -14,8 +14,12 @@ import math
 import sys
 
 RATIOS = ("ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive", "ours_over_sglang_0to7")
-SHORT = {"ours_over_oracle": "o/orc", "ours_over_best_static": "o/bst", "ours_over_sglang_adaptive": "o/sgl",
-         "ours_over_sglang_0to7": "o/s07"}
+SHORT = {
+    "ours_over_oracle": "o/orc",
+    "ours_over_best_static": "o/bst",
+    "ours_over_sglang_adaptive": "o/sgl",
+    "ours_over_sglang_0to7": "o/s07",
+}
 HELD_OUT = {"ramp-up-down", "pcie-best-k-moves", "flip-20s", "noisy-regimes"}
 
 

@@ -14,7 +14,11 @@ EXAMPLE = ROOT / "examples" / "pcie8-glm5-eagle3.yaml"
 def run(*args, stdin=None):
     return subprocess.run(
         [sys.executable, "-m", "specdecode_operator.cli", *args],
-        capture_output=True, text=True, input=stdin, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        timeout=120,
     )
 
 

@@ -55,8 +55,9 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     out: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and (
-                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+        ):
             out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     return out
 
@@ -73,8 +74,7 @@ def imports_of(name: str, source: str, mods: dict[str, Path] | None = None, is_p
         if isinstance(node, ast.Import):
             targets.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = (_resolve_relative(name, is_package, node.level, node.module) if node.level
-                    else node.module or "")
+            base = _resolve_relative(name, is_package, node.level, node.module) if node.level else node.module or ""
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
                 targets.add(sub if sub in mods else base)
@@ -192,8 +192,13 @@ def test_operator_has_no_import_cycles():
 
 
 def test_runtime_never_imports_the_operator():
-    bad = sorted(f"{m} -> {t}" for m, ts in internal_graph().items() if _within(m, "specdecode_runtime")
-                 for t in ts if _within(t, "specdecode_operator"))
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in internal_graph().items()
+        if _within(m, "specdecode_runtime")
+        for t in ts
+        if _within(t, "specdecode_operator")
+    )
     assert not bad, "\n".join(bad)
 
 
@@ -243,7 +248,9 @@ def test_tuner_imports_no_network_or_kubernetes_client():
 def test_scheduler_process_code_never_reaches_the_launcher(module):
     """A scheduler process reads runtime.yaml through the contract; the launcher sits above it, not beside it."""
     path = _reachable(module, internal_graph())
-    assert "specdecode_runtime.launch" not in path, f"{module} reaches launch via {path.get('specdecode_runtime.launch')}"
+    assert "specdecode_runtime.launch" not in path, (
+        f"{module} reaches launch via {path.get('specdecode_runtime.launch')}"
+    )
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
@@ -339,17 +346,20 @@ def test_layer_check_catches_a_planted_upward_import():
     module importing a runtime module outside the contract are both reported."""
     tables = parse_layer_tables(ARCHITECTURE.read_text())
     graph = {m: set(ts) for m, ts in internal_graph().items()}
-    planted = imports_of("specdecode_operator.render.pod", "def f():\n    from ..reconcile import reconciler\n",
-                         is_package=False)
+    planted = imports_of(
+        "specdecode_operator.render.pod", "def f():\n    from ..reconcile import reconciler\n", is_package=False
+    )
     graph["specdecode_operator.render.pod"] |= planted
     graph["specdecode_operator.tuner.tuner"].add("specdecode_runtime.cost_probe")
     bad = layer_violations(graph, tables)
-    assert any(b.startswith("specdecode_operator.render.pod imports specdecode_operator.reconcile.reconciler")
-               for b in bad), bad
+    assert any(
+        b.startswith("specdecode_operator.render.pod imports specdecode_operator.reconcile.reconciler") for b in bad
+    ), bad
     assert any(b.startswith("specdecode_operator.tuner.tuner imports specdecode_runtime.cost_probe") for b in bad), bad
     graph["specdecode_operator.brand_new"] = set()
     assert "specdecode_operator.brand_new: no row of docs/architecture.md names its home" in layer_violations(
-        graph, tables)
+        graph, tables
+    )
 
 
 def test_annotation_only_imports_are_not_dependencies():

@@ -36,11 +36,13 @@ def test_make_test_runs_lint_first():
     assert test_rule and "lint" in test_rule.group(1).split()
     lint_rule = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M)
     assert lint_rule and "ruff check" in lint_rule.group(1) and "mypy" in lint_rule.group(1)
+    assert "ruff format --check" in lint_rule.group(1)
 
 
 def test_a_planted_extra_skip_is_refused():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    pyproject["tool"]["mypy"]["overrides"].append({"module": ["specdecode_runtime.contract.config"],
-                                                   "ignore_errors": True})
+    pyproject["tool"]["mypy"]["overrides"].append(
+        {"module": ["specdecode_runtime.contract.config"], "ignore_errors": True}
+    )
     skipped = skipped_modules(pyproject)
     assert [m for m in skipped if m.startswith(STRICT)] == ["specdecode_runtime.contract.config"]

@@ -23,10 +23,14 @@ TEXT_SUFFIXES = {".py", ".md", ".txt", ".toml", ".yaml", ".yml", ".sh", ""}
 
 
 def tracked_files(root: Path = ROOT) -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True, text=True,
-                         check=True).stdout.split()
-    return [root / f for f in out if not f.startswith(RECORDS) and f != SELF and (root / f).suffix in TEXT_SUFFIXES
-            and (root / f).is_file()]
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [
+        root / f
+        for f in out
+        if not f.startswith(RECORDS) and f != SELF and (root / f).suffix in TEXT_SUFFIXES and (root / f).is_file()
+    ]
 
 
 def wrong_mentions(files: list[Path], pin: str, root: Path = ROOT) -> list[str]:
@@ -50,13 +54,21 @@ def hard_coded_pins(files: list[Path], pin: str, root: Path = ROOT) -> list[str]
         if f.suffix != ".py" or f.name == "versions.py":
             continue
         tree = ast.parse(f.read_text(), str(f))
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                      and node.body and isinstance(node.body[0], ast.Expr)
-                      and isinstance(node.body[0].value, ast.Constant)}
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and pin in node.value
-                    and id(node) not in docstrings):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and pin in node.value
+                and id(node) not in docstrings
+            ):
                 bad.append(f"{f.relative_to(root)}:{node.lineno}: {node.value[:60]!r}")
     return bad
 

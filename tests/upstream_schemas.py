@@ -70,7 +70,11 @@ def _pod_template_registry() -> tuple[str, Any]:
     import kubernetes_validate
     from referencing import Registry, Resource
 
-    base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{POD_TEMPLATE_K8S_VERSION}-local-strict"
+    base = (
+        Path(kubernetes_validate.__file__).parent
+        / "kubernetes-json-schema"
+        / f"v{POD_TEMPLATE_K8S_VERSION}-local-strict"
+    )
     pod = json.loads((base / "podtemplatespec-v1.json").read_text())
     defs = json.loads((base / "_definitions.json").read_text())
     registry = Resource.from_contents(pod) @ Registry()
@@ -115,7 +119,9 @@ def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator:
     schema = k8s_to_jsonschema(_crds()[(api_version, kind)])
     schema.setdefault("properties", {})
     # The root also carries apiVersion/kind/metadata; metadata is checked as ObjectMeta by the API server, not here.
-    schema["properties"].update({"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}})
+    schema["properties"].update(
+        {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}}
+    )
     cls = jsonschema.Draft202012Validator
     cls.check_schema(schema)
     if ELIDED in json.dumps(_crds()[(api_version, kind)]):

@@ -38,42 +38,86 @@ STANDIN = Path(__file__).resolve().parent / "standin"
 MAX_BYTES = 56 * 1024 * 1024  # the repository (~5 MB) and the kit travel together under 64 MiB
 
 
-
 def _pinned_sglang() -> str:
     """The runtime's one SGLang pin (runtime/specdecode_runtime/contract/versions.py), read without importing it."""
     tree = ast.parse((ROOT / "runtime/specdecode_runtime/contract/versions.py").read_text())
-    return next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                and getattr(node.targets[0], "id", None) == "SGLANG_VERSION")
+    return next(
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "SGLANG_VERSION"
+    )
 
 
 SGLANG_VERSION = _pinned_sglang()
 SGLANG_PLATFORM = ["--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux_2_34_x86_64"]
 TARGET_PLATFORM = ["--python-version", "3.12", "--implementation", "cp"] + [
     arg
-    for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                "manylinux1_x86_64")
+    for tag in (
+        "manylinux_2_28_x86_64",
+        "manylinux_2_27_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux1_x86_64",
+    )
     for arg in ("--platform", tag)
 ]
 DROP_PREFIXES = ("sglang/multimodal_gen/", "sglang/test/", "sglang/benchmark/")
 
 # Versions from requirements/sglang-cpu.txt (the set the CPU contract tests run against).
 PINS_FROM_CPU_REQUIREMENTS = {
-    "annotated-types": "0.8.0", "apache-tvm-ffi": "0.1.15.post2", "compressed-tensors": "0.20.1", "dill": "0.4.1",
-    "fastapi": "0.165.0", "gguf": "0.19.0", "httpcore2": "2.16.2", "httpx2": "2.16.2", "ipython": "9.18.1",
-    "jsonschema": "4.26.0", "loguru": "0.7.3", "msgspec": "0.23.0", "openai": "3.57.0",
-    "opentelemetry-api": "1.45.2", "orjson": "3.13.0", "partial-json-parser": "0.2.1.1.post7", "pybase64": "1.5.1",
-    "pydantic": "2.14.4", "pydantic_core": "2.50.5", "python-multipart": "0.0.34", "pyzmq": "27.3.0",
-    "referencing": "0.37.0", "setproctitle": "1.3.8", "soundfile": "0.14.0", "sniffio": "1.3.1",
-    "starlette": "1.10.0", "traitlets": "5.16.1", "truststore": "0.10.5", "typing-inspection": "0.4.5",
-    "uvicorn": "0.54.0", "xgrammar": "0.2.8",
+    "annotated-types": "0.8.0",
+    "apache-tvm-ffi": "0.1.15.post2",
+    "compressed-tensors": "0.20.1",
+    "dill": "0.4.1",
+    "fastapi": "0.165.0",
+    "gguf": "0.19.0",
+    "httpcore2": "2.16.2",
+    "httpx2": "2.16.2",
+    "ipython": "9.18.1",
+    "jsonschema": "4.26.0",
+    "loguru": "0.7.3",
+    "msgspec": "0.23.0",
+    "openai": "3.57.0",
+    "opentelemetry-api": "1.45.2",
+    "orjson": "3.13.0",
+    "partial-json-parser": "0.2.1.1.post7",
+    "pybase64": "1.5.1",
+    "pydantic": "2.14.4",
+    "pydantic_core": "2.50.5",
+    "python-multipart": "0.0.34",
+    "pyzmq": "27.3.0",
+    "referencing": "0.37.0",
+    "setproctitle": "1.3.8",
+    "soundfile": "0.14.0",
+    "sniffio": "1.3.1",
+    "starlette": "1.10.0",
+    "traitlets": "5.16.1",
+    "truststore": "0.10.5",
+    "typing-inspection": "0.4.5",
+    "uvicorn": "0.54.0",
+    "xgrammar": "0.2.8",
 }
 # Import-time dependencies of the above that the GPU image lacks; versions current on PyPI on 2026-12-02.
 PINS_IMPORT_DEPENDENCIES = {
-    "argcomplete": "3.7.2", "asttokens": "3.0.2", "cffi": "2.1.1", "decorator": "5.3.1", "distro": "1.9.0",
-    "executing": "2.3.0", "jedi": "0.20.1", "jiter": "0.19.0", "jsonschema-specifications": "2025.9.1",
-    "matplotlib-inline": "0.2.2", "parso": "0.8.7", "pexpect": "4.9.0", "prompt_toolkit": "3.0.53",
-    "ptyprocess": "0.7.0", "pure-eval": "0.2.4", "pycparser": "3.12", "rpds-py": "2026.9.1",
-    "stack-data": "0.6.3", "wcwidth": "0.9.4",
+    "argcomplete": "3.7.2",
+    "asttokens": "3.0.2",
+    "cffi": "2.1.1",
+    "decorator": "5.3.1",
+    "distro": "1.9.0",
+    "executing": "2.3.0",
+    "jedi": "0.20.1",
+    "jiter": "0.19.0",
+    "jsonschema-specifications": "2025.9.1",
+    "matplotlib-inline": "0.2.2",
+    "parso": "0.8.7",
+    "pexpect": "4.9.0",
+    "prompt_toolkit": "3.0.53",
+    "ptyprocess": "0.7.0",
+    "pure-eval": "0.2.4",
+    "pycparser": "3.12",
+    "rpds-py": "2026.9.1",
+    "stack-data": "0.6.3",
+    "wcwidth": "0.9.4",
 }
 PINS = {**PINS_FROM_CPU_REQUIREMENTS, **PINS_IMPORT_DEPENDENCIES}
 
@@ -152,8 +196,11 @@ def sha256_file(path: Path) -> str:
 
 def standin_sources() -> list[Path]:
     return sorted(
-        p for p in STANDIN.rglob("*")
-        if p.is_file() and p.suffix in {".py", ".toml", ""} and "__pycache__" not in p.parts
+        p
+        for p in STANDIN.rglob("*")
+        if p.is_file()
+        and p.suffix in {".py", ".toml", ""}
+        and "__pycache__" not in p.parts
         and not any(part.endswith(".egg-info") or part == "build" for part in p.relative_to(STANDIN).parts)
     )
 
@@ -180,8 +227,10 @@ def cache_is_current(expected: str) -> bool:
     present = {p.name for p in KIT.iterdir() if p.name != "MANIFEST.json"}
     if present != {f["name"] for f in data["files"]}:
         return False
-    return all((KIT / f["name"]).stat().st_size == f["size"] and sha256_file(KIT / f["name"]) == f["sha256"]
-               for f in data["files"])
+    return all(
+        (KIT / f["name"]).stat().st_size == f["size"] and sha256_file(KIT / f["name"]) == f["sha256"]
+        for f in data["files"]
+    )
 
 
 def pip(*args: str) -> None:
@@ -201,7 +250,8 @@ def dual_gemm_wrapper(original: str) -> str:
     max_tokens = quant_mode = params = None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "MAX_DUAL_GEMM_DECODE_TOKENS" for t in node.targets):
+            isinstance(t, ast.Name) and t.id == "MAX_DUAL_GEMM_DECODE_TOKENS" for t in node.targets
+        ):
             max_tokens = ast.get_source_segment(original, node)
         elif isinstance(node, ast.ClassDef) and node.name == "DualGemmQuantMode":
             quant_mode = ast.get_source_segment(original, node)
@@ -210,17 +260,22 @@ def dual_gemm_wrapper(original: str) -> str:
     if not (max_tokens and quant_mode and params):
         fail(f"{DUAL_GEMM} no longer defines MAX_DUAL_GEMM_DECODE_TOKENS, DualGemmQuantMode and can_use_dual_gemm")
     indent = lambda text: "\n".join("    " + line if line else line for line in text.splitlines())  # noqa: E731
-    fallback = DUAL_GEMM_FALLBACK.format(max_tokens=indent(max_tokens), quant_mode=indent(quant_mode),
-                                         params=params).rstrip()
+    fallback = DUAL_GEMM_FALLBACK.format(
+        max_tokens=indent(max_tokens), quant_mode=indent(quant_mode), params=params
+    ).rstrip()
     return WRAPPER_HEAD.format(
         doc="SM100 fused dual GEMM (gate/up + SwiGLU); CUTLASS DSL is optional.",
-        impl="sglang.kernels.ops.gemm._cutedsl_dual_gemm_impl", fallback=fallback)
+        impl="sglang.kernels.ops.gemm._cutedsl_dual_gemm_impl",
+        fallback=fallback,
+    )
 
 
 def flashmla_wrapper() -> str:
     return WRAPPER_HEAD.format(
         doc="FlashMLA attention backend; flash_mla is optional.",
-        impl="sglang.srt.layers.attention._flashmla_backend_impl", fallback=FLASHMLA_FALLBACK.rstrip())
+        impl="sglang.srt.layers.attention._flashmla_backend_impl",
+        fallback=FLASHMLA_FALLBACK.rstrip(),
+    )
 
 
 def private_sibling(path: str) -> str:
@@ -250,8 +305,8 @@ def repack_sglang(source: Path, dest_dir: Path) -> Path:
     for path in (DUAL_GEMM, FLASHMLA):
         compile(entries[path], path, "exec")
     entries[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: specdecode bench/gpu/build_kit.py\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n")
+        b"Wheel-Version: 1.0\nGenerator: specdecode bench/gpu/build_kit.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     out = dest_dir / f"sglang-{SGLANG_VERSION}-py3-none-any.whl"
     rows = [record_line(name, data) for name, data in sorted(entries.items())]
     rows.append([f"{dist_info}/RECORD", "", ""])
@@ -260,8 +315,11 @@ def repack_sglang(source: Path, dest_dir: Path) -> Path:
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
         for name, data in sorted(entries.items()):
             zout.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
-        zout.writestr(zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0)),
-                      record.getvalue(), zipfile.ZIP_DEFLATED)
+        zout.writestr(
+            zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0)),
+            record.getvalue(),
+            zipfile.ZIP_DEFLATED,
+        )
     return out
 
 
@@ -272,13 +330,27 @@ def build(expected: str) -> None:
         staging.mkdir()
         downloads.mkdir()
         print(f"build_kit: downloading sglang=={SGLANG_VERSION}", flush=True)
-        pip("download", "--no-deps", "--only-binary=:all:", *SGLANG_PLATFORM, "-d", str(downloads),
-            f"sglang=={SGLANG_VERSION}")
+        pip(
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            *SGLANG_PLATFORM,
+            "-d",
+            str(downloads),
+            f"sglang=={SGLANG_VERSION}",
+        )
         (source,) = downloads.glob("sglang-*.whl")
         repack_sglang(source, staging)
         print(f"build_kit: downloading {len(PINS)} wheels for Python 3.12", flush=True)
-        pip("download", "--no-deps", "--only-binary=:all:", *TARGET_PLATFORM, "-d", str(staging),
-            *(f"{name}=={version}" for name, version in sorted(PINS.items())))
+        pip(
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            *TARGET_PLATFORM,
+            "-d",
+            str(staging),
+            *(f"{name}=={version}" for name, version in sorted(PINS.items())),
+        )
         print("build_kit: building the sgl_kernel stand-in", flush=True)
         src = tmp / "standin"
         shutil.copytree(STANDIN, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
@@ -287,8 +359,10 @@ def build(expected: str) -> None:
         total = sum(p.stat().st_size for p in files)
         if total > MAX_BYTES:
             listing = "\n".join(f"  {p.stat().st_size:>10}  {p.name}" for p in files)
-            fail(f"kit is {total / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB allowed "
-                 f"(it travels with the repository under 64 MiB):\n{listing}")
+            fail(
+                f"kit is {total / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB allowed "
+                f"(it travels with the repository under 64 MiB):\n{listing}"
+            )
         manifest = {
             "input_hash": expected,
             "sglang": SGLANG_VERSION,

@@ -77,9 +77,13 @@ def scenario_costs(profile: dict[str, dict[str, float]]) -> dict[str, dict[str, 
     db, dp = _line(dx, dy)
     eb, ep = _line(ex, ey)
     r = lambda v: round(max(v, 0.0), 5)  # noqa: E731
-    return {"verify": {"base": r(vb), "perToken": r(vp)}, "draftStep": {"base": r(db), "perSeq": r(dp)},
-            "draftExtend": {"base": r(eb), "perToken": r(ep)}, "overhead": r(statistics.median(over)),
-            "broadcast": 0.0}
+    return {
+        "verify": {"base": r(vb), "perToken": r(vp)},
+        "draftStep": {"base": r(db), "perSeq": r(dp)},
+        "draftExtend": {"base": r(eb), "perToken": r(ep)},
+        "overhead": r(statistics.median(over)),
+        "broadcast": 0.0,
+    }
 
 
 def summarize(raw: Path) -> dict:
@@ -93,7 +97,7 @@ def summarize(raw: Path) -> dict:
     out: dict = {
         "device": f"1x NVIDIA H200 (lent test machine), torch 2.11+cu130, SGLang {_sglang_version()} + the runtime's patches",
         "model": "Llama-3-8B shape (32 layers, hidden 4096, GQA 32/8, vocab 128256), dummy bf16 weights; EAGLE-3 "
-                 "head (1 layer), triton attention, CUDA graphs for batch 1/4/8/16/32, overlap scheduler on",
+        "head (1 layer), triton attention, CUDA graphs for batch 1/4/8/16/32, overlap scheduler on",
         "probe_over_served": {**probe, "max": max(probe.values()), "min": min(probe.values())},
         "served_cycle_ms": served,
         "predicted_cycle_ms": predicted,
@@ -116,14 +120,16 @@ def summarize(raw: Path) -> dict:
         patched = {_point(r): r["tokens_per_s"] for r in runs["sharded"]["served"]}
         for p in stock:
             pos[p] = round(patched[p] / stock[p], 4)
-    out["patched_over_stock"] = {**pos, "min": min(pos.values()) if pos else None,
-                                 "not_run": [f"b{b}_k{k}" for k in (1, 5) for b in (1, 8, 32)
-                                             if f"b{b}_k{k}" not in pos]}
+    out["patched_over_stock"] = {
+        **pos,
+        "min": min(pos.values()) if pos else None,
+        "not_run": [f"b{b}_k{k}" for k in (1, 5) for b in (1, 8, 32) if f"b{b}_k{k}" not in pos],
+    }
     tiny, tiny_rep = _runs(raw / "tp1_tiny.json")
     sh = tiny["sharded"]
     out["selftest"] = {
         "command": "specdecode-runtime selftest --device cuda --tp 1 --algorithm EAGLE3 --layouts nospec,sharded "
-                   "--steps 3 --live-steps 1,5 --prompts 4 --max-new-tokens 48 (agreeing tiny models, float32)",
+        "--steps 3 --live-steps 1,5 --prompts 4 --max-new-tokens 48 (agreeing tiny models, float32)",
         "tokens_identical": bool(sh["tokens_equal_reference"]),
         "accepted_drafts": sh["acceptance"]["engine"]["correct_drafts"],
         "accept_length": sh["acceptance"]["engine"]["accept_length"],
@@ -136,48 +142,91 @@ def summarize(raw: Path) -> dict:
 
 def markdown(s: dict) -> str:
     pts = [k for k in s["served_cycle_ms"]]
-    lines = ["# GPU truth on one H200 (TP 1, measured)", "", s["device"] + ".", s["model"] + ".", "",
-             "## Start-up cost probe vs the served cycle", "",
-             f"The probe launched its stages as **{s['cost_mode']}** (CUDA graph replays timed with CUDA events). "
-             "Served cycle: two greedy generations of 8 and 72 tokens per request after a warm-up, wall-time "
-             "difference over the difference in SGLang's own verify counts (`selftest --measure-cycles`).", "",
-             "| point | served cycle ms | probe predicted ms | probe / served |", "|---|---|---|---|"]
+    lines = [
+        "# GPU truth on one H200 (TP 1, measured)",
+        "",
+        s["device"] + ".",
+        s["model"] + ".",
+        "",
+        "## Start-up cost probe vs the served cycle",
+        "",
+        f"The probe launched its stages as **{s['cost_mode']}** (CUDA graph replays timed with CUDA events). "
+        "Served cycle: two greedy generations of 8 and 72 tokens per request after a warm-up, wall-time "
+        "difference over the difference in SGLang's own verify counts (`selftest --measure-cycles`).",
+        "",
+        "| point | served cycle ms | probe predicted ms | probe / served |",
+        "|---|---|---|---|",
+    ]
     for p in pts:
-        lines.append(f"| {p} | {s['served_cycle_ms'][p]} | {s['predicted_cycle_ms'][p]} | "
-                     f"{s['probe_over_served'].get(p)} |")
-    lines += ["", f"probe / served: min {s['probe_over_served']['min']}, max {s['probe_over_served']['max']} "
-              "(the eager probe it replaces priced the same cycle 4.4x the served one).", "",
-              "## Patched vs stock SGLang (same arguments, static steps, tok/s)", "",
-              "| point | patched / stock |", "|---|---|"]
+        lines.append(
+            f"| {p} | {s['served_cycle_ms'][p]} | {s['predicted_cycle_ms'][p]} | {s['probe_over_served'].get(p)} |"
+        )
+    lines += [
+        "",
+        f"probe / served: min {s['probe_over_served']['min']}, max {s['probe_over_served']['max']} "
+        "(the eager probe it replaces priced the same cycle 4.4x the served one).",
+        "",
+        "## Patched vs stock SGLang (same arguments, static steps, tok/s)",
+        "",
+        "| point | patched / stock |",
+        "|---|---|",
+    ]
     for k, v in s["patched_over_stock"].items():
         if k.startswith("b"):
             lines.append(f"| {k} | {v} |")
-    lines += ["", f"min {s['patched_over_stock']['min']}; not run for lack of device time: "
-              f"{', '.join(s['patched_over_stock']['not_run']) or 'none'}.", "",
-              "## What each Live tier costs at start-up", "", "| tier | capture s | graph memory GiB |",
-              "|---|---|---|"]
+    lines += [
+        "",
+        f"min {s['patched_over_stock']['min']}; not run for lack of device time: "
+        f"{', '.join(s['patched_over_stock']['not_run']) or 'none'}.",
+        "",
+        "## What each Live tier costs at start-up",
+        "",
+        "| tier | capture s | graph memory GiB |",
+        "|---|---|---|",
+    ]
     for k in s["capture_s_per_tier"]:
         lines.append(f"| {k} | {s['capture_s_per_tier'][k]} | {s['graph_mem_gb_per_tier'][k]} |")
-    lines += ["", "Tier 3 is the start-up tier: its row includes the first capture of every graph kind (Triton "
-              "compilation); tiers 1 and 5 are the extra Live tiers.", "",
-              "Step-table PUT to the new tier applied on the rank: " +
-              ", ".join(f"{k} {v} ms" for k, v in s["switch_latency_ms"].items()) +
-              " (includes the client's idle time until the next decode exchange).", "",
-              "## Self-test on CUDA (agreeing tiny models)", "", f"`{s['selftest']['command']}`: tokens identical "
-              f"{s['selftest']['tokens_identical']}, {s['selftest']['accepted_drafts']} drafts accepted (accept "
-              f"length {s['selftest']['accept_length']}).", ""]
+    lines += [
+        "",
+        "Tier 3 is the start-up tier: its row includes the first capture of every graph kind (Triton "
+        "compilation); tiers 1 and 5 are the extra Live tiers.",
+        "",
+        "Step-table PUT to the new tier applied on the rank: "
+        + ", ".join(f"{k} {v} ms" for k, v in s["switch_latency_ms"].items())
+        + " (includes the client's idle time until the next decode exchange).",
+        "",
+        "## Self-test on CUDA (agreeing tiny models)",
+        "",
+        f"`{s['selftest']['command']}`: tokens identical "
+        f"{s['selftest']['tokens_identical']}, {s['selftest']['accepted_drafts']} drafts accepted (accept "
+        f"length {s['selftest']['accept_length']}).",
+        "",
+    ]
     for name, ok in s["selftest"]["checks"].items():
         lines.append(f"- {'ok' if ok else 'FAIL'}: {name}")
-    lines += ["", "The exported counters counted one more verified request than the engine's per-request counts "
-              "(319 vs 318): SGLang's overlap scheduler runs one more cycle for a finishing request than the request "
-              "delivers. The self-test now allows at most one such cycle per request under the overlap scheduler "
-              "(exact equality on CPU, where it is off).", "", "## Commands", ""]
+    lines += [
+        "",
+        "The exported counters counted one more verified request than the engine's per-request counts "
+        "(319 vs 318): SGLang's overlap scheduler runs one more cycle for a finishing request than the request "
+        "delivers. The self-test now allows at most one such cycle per request under the overlap scheduler "
+        "(exact equality on CPU, where it is off).",
+        "",
+        "## Commands",
+        "",
+    ]
     lines += [f"- {k}: `{v}`" for k, v in s["commands"].items()]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    return summary_cli.main(__doc__, "gpu_h200_tp1", "bench/results/gpu_h200", summarize, markdown, ("probe_over_served", "patched_over_stock", "scenario_costs"))
+    return summary_cli.main(
+        __doc__,
+        "gpu_h200_tp1",
+        "bench/results/gpu_h200",
+        summarize,
+        markdown,
+        ("probe_over_served", "patched_over_stock", "scenario_costs"),
+    )
 
 
 if __name__ == "__main__":

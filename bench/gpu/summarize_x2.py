@@ -17,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def summarize(raw: Path) -> dict:
-    out: dict = {"tokens_identical": {}, "split_over_sharded_accept": {}, "served_cycle_ms": {},
-                 "plan_over_measured": {}, "mem_gb_per_rank": {}, "checks_failed": {}}
+    out: dict = {
+        "tokens_identical": {},
+        "split_over_sharded_accept": {},
+        "served_cycle_ms": {},
+        "plan_over_measured": {},
+        "mem_gb_per_rank": {},
+        "checks_failed": {},
+    }
     for f in sorted(raw.glob("x2_*.json")):
         phase = f.stem[3:]
         rep = json.loads(f.read_text())

@@ -15,8 +15,14 @@ from typing import Callable, Sequence
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def main(doc: str | None, name: str, default_raw: str, summarize: Callable[[Path], dict],
-         markdown: Callable[[dict], str], show: Sequence[str]) -> int:
+def main(
+    doc: str | None,
+    name: str,
+    default_raw: str,
+    summarize: Callable[[Path], dict],
+    markdown: Callable[[dict], str],
+    show: Sequence[str],
+) -> int:
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--raw", default=str(ROOT / default_raw), help="folder of the run's raw reports")
     ap.add_argument("--out", default=str(ROOT / "bench/results"), help=f"folder for {name}.json and {name}.md")

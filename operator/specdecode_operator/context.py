@@ -43,9 +43,15 @@ class OperatorContext:
     def start(self) -> None:
         """Make the API client, the pods' HTTP session and the reconciler; on the event loop that will use them."""
         config = self.config
-        self.client = KubeClient(kube_configuration(config), metrics=self.metrics, timeout=config.request_timeout,
-                                 retries=config.retries, backoff=config.backoff_seconds, workers=config.api_workers,
-                                 fence=self.fence)
+        self.client = KubeClient(
+            kube_configuration(config),
+            metrics=self.metrics,
+            timeout=config.request_timeout,
+            retries=config.retries,
+            backoff=config.backoff_seconds,
+            workers=config.api_workers,
+            fence=self.fence,
+        )
         self.http = pod_client.open_session()
         self.reconciler = Reconciler(config, self.metrics, self.client)
 

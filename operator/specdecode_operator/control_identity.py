@@ -40,8 +40,9 @@ def bearer(config) -> str | None:
     except (OSError, UnicodeDecodeError) as e:
         if path not in _warned:
             _warned.add(path)
-            log.warning("control token file %s unusable (%s): step control falls back to the control-token Secret",
-                        path, e)
+            log.warning(
+                "control token file %s unusable (%s): step control falls back to the control-token Secret", path, e
+            )
         return None
 
 
@@ -56,6 +57,10 @@ def control_auth(config) -> ControlAuth | None:
     except (jwt.InvalidTokenError, KeyError) as e:
         if "claims" not in _warned:
             _warned.add("claims")
-            log.warning("control token file %s is not a ServiceAccount token (%s): step control falls back to the "
-                        "control-token Secret", config.control_token_file, e)
+            log.warning(
+                "control token file %s is not a ServiceAccount token (%s): step control falls back to the "
+                "control-token Secret",
+                config.control_token_file,
+                e,
+            )
         return None

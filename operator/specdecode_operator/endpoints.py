@@ -23,8 +23,17 @@ HealthFn = Callable[[], tuple[bool, dict]]  # -> (healthy, details for the JSON 
 
 
 class Endpoints:
-    def __init__(self, registry, health: HealthFn, *, metrics_port: int, health_port: int | None,
-                 host: str = "0.0.0.0", metrics_auth=None, metrics_tls=None) -> None:
+    def __init__(
+        self,
+        registry,
+        health: HealthFn,
+        *,
+        metrics_port: int,
+        health_port: int | None,
+        host: str = "0.0.0.0",
+        metrics_auth=None,
+        metrics_tls=None,
+    ) -> None:
         self.registry, self.health = registry, health
         self.metrics_port, self.health_port, self.host = metrics_port, health_port, host
         self.metrics_auth, self.metrics_tls = metrics_auth, metrics_tls
@@ -35,9 +44,11 @@ class Endpoints:
         if self.metrics_auth is not None:
             status = await self.metrics_auth.status(request.headers.get("Authorization"))
             if status != 200:
-                why = {401: "a bearer token the API server authenticates is required",
-                       403: "the token's user may not get /metrics (ClusterRole <release>-metrics-reader)",
-                       503: "the API server could not review the token; try again"}[status]
+                why = {
+                    401: "a bearer token the API server authenticates is required",
+                    403: "the token's user may not get /metrics (ClusterRole <release>-metrics-reader)",
+                    503: "the API server could not review the token; try again",
+                }[status]
                 headers = {"WWW-Authenticate": 'Bearer realm="specdecode-operator"'} if status == 401 else {}
                 return web.Response(text=why + "\n", status=status, headers=headers)
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

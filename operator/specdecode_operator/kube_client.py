@@ -38,8 +38,9 @@ class ApiError(Exception):
         self.status, self.reason, self.message, self.body = status, reason, message, body or {}
 
 
-def resource_path(api_version: str, plural: str, namespace: str | None, name: str | None = None,
-                  subresource: str | None = None) -> str:
+def resource_path(
+    api_version: str, plural: str, namespace: str | None, name: str | None = None, subresource: str | None = None
+) -> str:
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     path = base + (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
     if name:
@@ -83,8 +84,17 @@ def ssl_context(cfg: kubernetes.client.Configuration) -> ssl.SSLContext | bool |
 class KubeClient:
     """Made on the event loop that uses it; ``workers`` bounds the requests in flight (one connection each)."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration, *, metrics=None, timeout: float = 10.0,
-                 retries: int = 6, backoff: float = 0.2, workers: int = 16, fence=None):
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration,
+        *,
+        metrics=None,
+        timeout: float = 10.0,
+        retries: int = 6,
+        backoff: float = 0.2,
+        workers: int = 16,
+        fence=None,
+    ):
         self.configuration = configuration
         self.host = configuration.host.rstrip("/")
         self.metrics = metrics
@@ -105,8 +115,11 @@ class KubeClient:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.workers, ssl=self._ssl if self._ssl is not None else True),
-            headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout), auto_decompress=False,
-            json_serialize=json.dumps)
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            auto_decompress=False,
+            json_serialize=json.dumps,
+        )
 
     def _fresh_session(self) -> None:
         """A connection that went silent (half-open after a network fault) is rarely alone: the idle ones opened
@@ -145,8 +158,14 @@ class KubeClient:
             headers["Content-Type"] = content_type or "application/json"
             data = json.dumps(body, separators=(",", ":"))
         try:
-            async with self._session.request(method, self.host + path, params=query or None, data=data,
-                                             headers=headers, proxy=self.configuration.proxy) as response:
+            async with self._session.request(
+                method,
+                self.host + path,
+                params=query or None,
+                data=data,
+                headers=headers,
+                proxy=self.configuration.proxy,
+            ) as response:
                 raw = await response.read()
                 return response.status, _json(raw)
         except TimeoutError as e:  # aiohttp raises it (ServerTimeoutError included) past ClientTimeout
@@ -155,8 +174,17 @@ class KubeClient:
         except (aiohttp.ClientError, OSError) as e:
             return 0, {"reason": "Timeout", "message": str(e) or type(e).__name__}
 
-    async def request(self, method: str, path: str, *, query: list | None = None, body: Any = None,
-                      content_type: str | None = None, verb: str | None = None, retry_conflict: bool = True) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        verb: str | None = None,
+        retry_conflict: bool = True,
+    ) -> Any:
         verb = verb or method.lower()
         delay = self.backoff
         for attempt in range(self.retries + 1):
@@ -168,8 +196,9 @@ class KubeClient:
             if method in ("POST", "PUT", "PATCH", "DELETE"):
                 self.writes += 1
                 manager = dict(query or []).get("fieldManager", FIELD_MANAGER)
-                self.write_counts[f"{verb} {_resource_of(path)}"
-                                  + ("" if manager == FIELD_MANAGER else f" ({manager})")] += 1
+                self.write_counts[
+                    f"{verb} {_resource_of(path)}" + ("" if manager == FIELD_MANAGER else f" ({manager})")
+                ] += 1
             if self.metrics:
                 self.metrics.api_requests.labels(verb).inc()
             status, data = await self._call(method, path, query or [], body, content_type)
@@ -198,26 +227,36 @@ class KubeClient:
         md = obj["metadata"]
         path = resource_path(obj["apiVersion"], plural, md.get("namespace"), md["name"], subresource)
         query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
-        return await self.request("PATCH", path, query=query, body=obj,
-                                  content_type="application/apply-patch+yaml", verb="apply")
+        return await self.request(
+            "PATCH", path, query=query, body=obj, content_type="application/apply-patch+yaml", verb="apply"
+        )
 
     async def delete(self, api_version: str, plural: str, namespace: str | None, name: str, uid: str) -> None:
         """Delete exactly the object we saw (uid precondition): never a same-named successor created by others."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid},
-                "propagationPolicy": "Background"}
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": uid},
+            "propagationPolicy": "Background",
+        }
         try:
-            await self.request("DELETE", resource_path(api_version, plural, namespace, name), body=body,
-                               verb="delete", retry_conflict=False)
+            await self.request(
+                "DELETE",
+                resource_path(api_version, plural, namespace, name),
+                body=body,
+                verb="delete",
+                retry_conflict=False,
+            )
         except ApiError as e:
             if e.status not in (404, 409):  # gone already, or replaced by another object: nothing of ours to delete
                 raise
 
 
 def _resource_of(path: str) -> str:
-    """"plural" or "plural/subresource" of a resource path (for the per-resource write counts)."""
+    """ "plural" or "plural/subresource" of a resource path (for the per-resource write counts)."""
     parts = path.strip("/").split("/")
     if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
-        parts = parts[parts.index("namespaces") + 2:]
+        parts = parts[parts.index("namespaces") + 2 :]
     else:
         parts = parts[2:] if parts[0] == "api" else parts[3:]
     return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")

@@ -36,8 +36,9 @@ class TimedLeaseLock(LeaseLock):
     """The package's LeaseLock on our own ApiClient, with a timeout on every call; records when the last
     successful write was *sent* (the fence's reference point)."""
 
-    def __init__(self, name: str, namespace: str, identity: str, api_client: kubernetes.client.ApiClient,
-                 timeout: float) -> None:
+    def __init__(
+        self, name: str, namespace: str, identity: str, api_client: kubernetes.client.ApiClient, timeout: float
+    ) -> None:
         super().__init__(name, namespace, identity)
         self.api_instance = kubernetes.client.CoordinationV1Api(api_client)
         self.timeout = timeout
@@ -45,7 +46,6 @@ class TimedLeaseLock(LeaseLock):
         self.holder: str | None = None  # holderIdentity as last read
         self.closed = False  # set when the replica stops: the election loop can neither renew nor take over
         self.renewing = False  # our last write succeeded: renewals skip the read (see ``get``)
-
 
     def get(self, name, namespace):
         if self.renewing and self.lease_reference is not None:
@@ -73,8 +73,9 @@ class TimedLeaseLock(LeaseLock):
         body = kubernetes.client.V1Lease(metadata={"name": name}, spec=self.get_lease_spec(election_record))
         sent = time.monotonic()
         try:
-            self.lease_reference = self.api_instance.create_namespaced_lease(namespace, body,
-                                                                             _request_timeout=self.timeout)
+            self.lease_reference = self.api_instance.create_namespaced_lease(
+                namespace, body, _request_timeout=self.timeout
+            )
         except Exception as e:  # ApiException (409: someone else created it first) or a timeout
             log.info("lease %s/%s not created: %s", namespace, name, e)
             return False
@@ -90,7 +91,8 @@ class TimedLeaseLock(LeaseLock):
             self.lease_reference.spec = self.get_lease_spec(updated_record, self.lease_reference.spec)
             # replace carries the resourceVersion we read: a concurrent writer makes this fail with 409
             self.lease_reference = self.api_instance.replace_namespaced_lease(
-                name=name, namespace=namespace, body=self.lease_reference, _request_timeout=self.timeout)
+                name=name, namespace=namespace, body=self.lease_reference, _request_timeout=self.timeout
+            )
         except Exception as e:
             log.warning("lease %s/%s not updated after %.1f s: %s", namespace, name, time.monotonic() - sent, e)
             self.renewing = False  # read it again before the next attempt
@@ -111,8 +113,9 @@ class TimedLeaseLock(LeaseLock):
         spec.lease_duration_seconds = 1
         spec.renew_time = datetime.datetime.now(datetime.UTC)
         try:
-            self.api_instance.replace_namespaced_lease(name=self.name, namespace=self.namespace,
-                                                       body=self.lease_reference, _request_timeout=self.timeout)
+            self.api_instance.replace_namespaced_lease(
+                name=self.name, namespace=self.namespace, body=self.lease_reference, _request_timeout=self.timeout
+            )
         except Exception as e:
             log.info("lease %s/%s not released: %s", self.namespace, self.name, e)
             return False
@@ -123,13 +126,25 @@ class LeaderElector:
     """Runs the package's election loop in a thread. ``on_started`` is called once this replica leads,
     ``on_lost`` at most once when it stops leading (renewal failed, deadline passed, or another holder)."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient, *, name: str, namespace: str, identity: str,
-                 lease_duration: float = 8.0, renew_deadline: float = 5.0, retry_period: float = 1.0,
-                 request_timeout: float | None = None, on_started: Callable[[], None] = lambda: None,
-                 on_lost: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float = 8.0,
+        renew_deadline: float = 5.0,
+        retry_period: float = 1.0,
+        request_timeout: float | None = None,
+        on_started: Callable[[], None] = lambda: None,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
         if not (float(lease_duration).is_integer() and lease_duration > renew_deadline > 1.2 * retry_period >= 1.2):
-            raise ValueError("leader election needs a whole number of seconds lease_duration > renew_deadline > "
-                             f"1.2 x retry_period >= 1.2 s, got {lease_duration}, {renew_deadline}, {retry_period}")
+            raise ValueError(
+                "leader election needs a whole number of seconds lease_duration > renew_deadline > "
+                f"1.2 x retry_period >= 1.2 s, got {lease_duration}, {renew_deadline}, {retry_period}"
+            )
         lease_duration = int(lease_duration)  # Lease.spec.leaseDurationSeconds is an integer
         self.identity = identity
         self.renew_deadline = renew_deadline
@@ -139,9 +154,14 @@ class LeaderElector:
         self._started = threading.Event()
         self._lost = threading.Event()
         self._stopping = threading.Event()
-        self.config = electionconfig.Config(self.lock, lease_duration=lease_duration, renew_deadline=renew_deadline,
-                                            retry_period=retry_period, onstarted_leading=self._started_leading,
-                                            onstopped_leading=self._stopped_leading)
+        self.config = electionconfig.Config(
+            self.lock,
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
+            onstarted_leading=self._started_leading,
+            onstopped_leading=self._stopped_leading,
+        )
         self._threads: list[threading.Thread] = []
         self._released = False
 
@@ -150,8 +170,12 @@ class LeaderElector:
     def leading(self) -> bool:
         """True only while this replica holds the Lease and its last renewal was sent within renew_deadline."""
         sent = self.lock.last_write_sent
-        return (self._started.is_set() and not self._lost.is_set() and sent is not None
-                and time.monotonic() - sent < self.renew_deadline)
+        return (
+            self._started.is_set()
+            and not self._lost.is_set()
+            and sent is not None
+            and time.monotonic() - sent < self.renew_deadline
+        )
 
     def alive(self) -> bool:
         """The election loop still runs (a standby whose loop died would wait forever: its probe must fail)."""

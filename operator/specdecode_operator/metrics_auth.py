@@ -45,22 +45,29 @@ class MetricsAuth:
 
     def _review(self, token: str) -> int:
         review = self.authn.create_token_review(
-            kubernetes.client.V1TokenReview(spec=kubernetes.client.V1TokenReviewSpec(token=token)))
+            kubernetes.client.V1TokenReview(spec=kubernetes.client.V1TokenReviewSpec(token=token))
+        )
         status = review.status
         if not status or not status.authenticated or not status.user:
             return 401
         user = status.user
-        sar = self.authz.create_subject_access_review(kubernetes.client.V1SubjectAccessReview(
-            spec=kubernetes.client.V1SubjectAccessReviewSpec(
-                user=user.username, groups=user.groups, uid=user.uid,
-                extra={k: list(v) for k, v in (user.extra or {}).items()},
-                non_resource_attributes=kubernetes.client.V1NonResourceAttributes(path=PATH, verb="get"))))
+        sar = self.authz.create_subject_access_review(
+            kubernetes.client.V1SubjectAccessReview(
+                spec=kubernetes.client.V1SubjectAccessReviewSpec(
+                    user=user.username,
+                    groups=user.groups,
+                    uid=user.uid,
+                    extra={k: list(v) for k, v in (user.extra or {}).items()},
+                    non_resource_attributes=kubernetes.client.V1NonResourceAttributes(path=PATH, verb="get"),
+                )
+            )
+        )
         return 200 if sar.status and sar.status.allowed else 403
 
     async def status(self, header: str | None) -> int:
         if not header or not header.startswith("Bearer ") or len(header) > MAX_TOKEN_BYTES:
             return 401
-        token = header[len("Bearer "):].strip()
+        token = header[len("Bearer ") :].strip()
         if not token:
             return 401
         key = hashlib.sha256(token.encode()).hexdigest()
@@ -97,15 +104,22 @@ def self_signed(directory: pathlib.Path, names: list[str]) -> tuple[pathlib.Path
             sans.append(x509.DNSName(n))
     now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=365))
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     crt, pem = directory / "tls.crt", directory / "tls.key"
     crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
+    pem.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     pem.chmod(0o600)
     return crt, pem
 

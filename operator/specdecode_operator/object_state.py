@@ -88,7 +88,7 @@ class ObjectState:
         event handler skips it instead of running a pass per echo."""
         rv = ((written or {}).get("metadata") or {}).get("resourceVersion")
         if rv:
-            self.own_status_rvs = (*self.own_status_rvs[-(OWN_WRITES_KEPT - 1):], rv)
+            self.own_status_rvs = (*self.own_status_rvs[-(OWN_WRITES_KEPT - 1) :], rv)
 
 
 def not_older(rv: str | None, than: str | None) -> bool:

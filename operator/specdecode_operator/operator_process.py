@@ -70,8 +70,9 @@ class OperatorProcess:
         alive = self._kopf_task is None or not self._kopf_task.done()
         if self.elector is not None and self.role in ("standby", "leader"):
             alive = alive and self.elector.alive()
-        reconciles = sum(s.value for m in self.metrics.reconciles.collect() for s in m.samples
-                         if s.name.endswith("_total"))
+        reconciles = sum(
+            s.value for m in self.metrics.reconciles.collect() for s in m.samples if s.name.endswith("_total")
+        )
         return alive, {"role": self.role, "identity": self.config.identity, "reconciles": reconciles}
 
     # ------------------------------------------------------------------ control
@@ -100,9 +101,13 @@ class OperatorProcess:
         config = self.config
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self.endpoints = await Endpoints(self.metrics.registry, self.health, metrics_port=config.metrics_port,
-                                         health_port=port_of(config.liveness_endpoint),
-                                         **secure_metrics(config)).start()
+        self.endpoints = await Endpoints(
+            self.metrics.registry,
+            self.health,
+            metrics_port=config.metrics_port,
+            health_port=port_of(config.liveness_endpoint),
+            **secure_metrics(config),
+        ).start()
         try:
             fence: Callable[[], bool] | None = None
             if config.leader_election:
@@ -114,11 +119,16 @@ class OperatorProcess:
                 api.user_agent = USER_AGENT + " leader-election"
                 started = asyncio.Event()
                 self.elector = LeaderElector(
-                    api, name=config.lease_name, namespace=config.operator_namespace, identity=config.identity,
-                    lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
+                    api,
+                    name=config.lease_name,
+                    namespace=config.operator_namespace,
+                    identity=config.identity,
+                    lease_duration=config.lease_duration_seconds,
+                    renew_deadline=config.renew_deadline_seconds,
                     retry_period=config.retry_period_seconds,
                     request_timeout=min(config.request_timeout, config.renew_deadline_seconds / 2),
-                    on_started=lambda: self._loop.call_soon_threadsafe(started.set), on_lost=self._lost,
+                    on_started=lambda: self._loop.call_soon_threadsafe(started.set),
+                    on_lost=self._lost,
                 ).start()
                 log.info("%s waits for Lease %s/%s", config.identity, config.operator_namespace, config.lease_name)
                 waiting = [asyncio.ensure_future(started.wait()), asyncio.ensure_future(self._stop.wait())]
@@ -137,9 +147,17 @@ class OperatorProcess:
             # nothing of ours is left for kopf's shutdown to wait on.
             ready: asyncio.Future = self._loop.create_future()
             ready.add_done_callback(lambda _: self._started())
-            self._kopf_task = asyncio.ensure_future(kopf.operator(
-                registry=self.registry, clusterwide=not config.namespaces, namespaces=list(config.namespaces),
-                standalone=True, liveness_endpoint=None, stop_flag=self._stop, ready_flag=ready))
+            self._kopf_task = asyncio.ensure_future(
+                kopf.operator(
+                    registry=self.registry,
+                    clusterwide=not config.namespaces,
+                    namespaces=list(config.namespaces),
+                    standalone=True,
+                    liveness_endpoint=None,
+                    stop_flag=self._stop,
+                    ready_flag=ready,
+                )
+            )
             await self._kopf_task
             return 1 if self.elector is not None and self.role == "lost" else 0
         finally:

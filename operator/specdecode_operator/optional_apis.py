@@ -32,13 +32,21 @@ class Optional_:
 
 OPTIONAL = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): Optional_(
-        "monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors",
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+        "servicemonitors",
         "install the prometheus-operator CRDs (kube-prometheus-stack or prometheus-operator), or set "
-        "spec.monitoring.serviceMonitor: false", serving=False),
+        "spec.monitoring.serviceMonitor: false",
+        serving=False,
+    ),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): Optional_(
-        "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets",
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
         "install LeaderWorkerSet (https://lws.sigs.k8s.io, v0.6 or later); a target tensorParallelSize above "
-        "placement.gpusPerNode spans nodes and needs it", serving=True),
+        "placement.gpusPerNode spans nodes and needs it",
+        serving=True,
+    ),
 }
 
 
@@ -57,8 +65,9 @@ class Discovery:
             return seen[1]
         try:
             data = await self.client.request("GET", f"/apis/{api_version}", verb="get")
-            kinds = frozenset(r.get("kind") for r in (data or {}).get("resources") or []
-                              if "/" not in (r.get("name") or ""))
+            kinds = frozenset(
+                r.get("kind") for r in (data or {}).get("resources") or [] if "/" not in (r.get("name") or "")
+            )
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -95,8 +104,9 @@ async def unserved(discovery: Discovery, desired: list[dict]) -> list[Optional_]
 
 
 def message(missing: list[Optional_]) -> str:
-    return "; ".join(f"{m.kind} ({m.api_version}) is not served by this cluster, so it was not created: "
-                     f"{m.install}" for m in missing)
+    return "; ".join(
+        f"{m.kind} ({m.api_version}) is not served by this cluster, so it was not created: {m.install}" for m in missing
+    )
 
 
 def condition(missing: list[Optional_]) -> dict:
@@ -104,8 +114,9 @@ def condition(missing: list[Optional_]) -> dict:
     return {"type": CONDITION_TYPE, "status": "False", "reason": REASON, "message": message(missing)[:1024]}
 
 
-async def served_children(client, body: dict, state, obs, desired: list[dict],
-                          recheck_seconds: float = 60.0) -> list[dict]:
+async def served_children(
+    client, body: dict, state, obs, desired: list[dict], recheck_seconds: float = 60.0
+) -> list[dict]:
     """The pass's hook: ``desired`` without the children whose API is not served; reports those (condition in
     ``obs.extra``, Degraded when the serving workload is among them, one Event per distinct message)."""
     from .reconcile import events

@@ -38,14 +38,28 @@ class Rule(NamedTuple):
 
 
 RULES: list[Rule] = [
-    Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "kopf discovers served resources",
-         "cluster"),
-    Rule("authentication.k8s.io", "tokenreviews", ("create",), "metrics: authenticate a scraper's bearer token",
-         "cluster"),
-    Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "metrics: may that user get /metrics",
-         "cluster"),
-    Rule("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election: one active replica",
-         "operator-namespace"),
+    Rule(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("list", "watch"),
+        "kopf discovers served resources",
+        "cluster",
+    ),
+    Rule(
+        "authentication.k8s.io",
+        "tokenreviews",
+        ("create",),
+        "metrics: authenticate a scraper's bearer token",
+        "cluster",
+    ),
+    Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "metrics: may that user get /metrics", "cluster"),
+    Rule(
+        "coordination.k8s.io",
+        "leases",
+        ("get", "create", "update"),
+        "leader election: one active replica",
+        "operator-namespace",
+    ),
     Rule("specdecode.io", "specdecodedeployments", ("list", "watch", "patch"), "watch the CRs; kopf's finalizer"),
     Rule("specdecode.io", "specdecodedeployments/status", ("patch",), "status by server-side apply"),
     Rule("apps", "deployments", DROPPABLE, "single-node serving workload"),

@@ -49,6 +49,7 @@ def make_registry(context: OperatorContext, *, serve_metrics: bool = True) -> ko
 # ---------------------------------------------------------------------------------------------- stages
 def _register_login(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     if config.server:
+
         @kopf.on.login(registry=registry)
         def login(**_):
             return kopf.ConnectionInfo(server=config.server, insecure=True, token=config.token)
@@ -60,8 +61,9 @@ def _register_login(registry: kopf.OperatorRegistry, config: OperatorConfig) -> 
             return kopf.login_via_client(**kwargs)
 
 
-def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContext, controller: Controller,
-                        serve_metrics: bool) -> None:
+def _register_lifecycle(
+    registry: kopf.OperatorRegistry, context: OperatorContext, controller: Controller, serve_metrics: bool
+) -> None:
     """Startup: kopf's settings, then the context's client and session (on kopf's loop). Cleanup: stop the
     controller's workers, then close the client and session."""
     config, metrics = context.config, context.metrics
@@ -72,8 +74,11 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
         _configure_kopf(settings, config)
         context.start()
         if serve_metrics and config.metrics_port:
-            endpoints.append(await Endpoints(metrics.registry, lambda: (True, {}), metrics_port=config.metrics_port,
-                                             health_port=None).start())
+            endpoints.append(
+                await Endpoints(
+                    metrics.registry, lambda: (True, {}), metrics_port=config.metrics_port, health_port=None
+                ).start()
+            )
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
@@ -101,8 +106,11 @@ async def _release_abandoned_pause_waiters() -> None:
     cleanup activity runs after every root task, watchers included, has ended, so a waiter still pending here
     belongs to no live stream: cancel it, as the stream would have."""
     current = asyncio.current_task()
-    leftovers = [task for task in asyncio.all_tasks()
-                 if task is not current and not task.done() and task.get_name().startswith(PAUSE_WAITER_PREFIX)]
+    leftovers = [
+        task
+        for task in asyncio.all_tasks()
+        if task is not current and not task.done() and task.get_name().startswith(PAUSE_WAITER_PREFIX)
+    ]
     for task in leftovers:
         task.cancel()
     if leftovers:
@@ -154,8 +162,7 @@ class NoEssence(kopf.DiffBaseStorage):
         return None
 
 
-def _register_child_indexes(registry: kopf.OperatorRegistry, controller: Controller,
-                            index_ids: dict[str, str]) -> None:
+def _register_child_indexes(registry: kopf.OperatorRegistry, controller: Controller, index_ids: dict[str, str]) -> None:
     """kopf indexes of our children by (namespace, controller uid); each child event also reaches the controller.
 
     Key children by (namespace, controller uid) and keep a slim record (``children.cache_record``), not the body:
@@ -171,14 +178,22 @@ def _register_child_indexes(registry: kopf.OperatorRegistry, controller: Control
 
     for api_version, _kind, plural, _ in children.INDEXED_KINDS:
         group, version = _split(api_version)
-        kopf.index(group, version, plural, id=index_ids[plural], registry=registry,
-                   labels={children.MANAGED_BY_LABEL: MANAGED_BY})(index_fn)
+        kopf.index(
+            group,
+            version,
+            plural,
+            id=index_ids[plural],
+            registry=registry,
+            labels={children.MANAGED_BY_LABEL: MANAGED_BY},
+        )(index_fn)
 
 
-def _register_object_handlers(registry: kopf.OperatorRegistry, context: OperatorContext,
-                              controller: Controller) -> None:
+def _register_object_handlers(
+    registry: kopf.OperatorRegistry, context: OperatorContext, controller: Controller
+) -> None:
     """Every event of every SpecDecodeDeployment goes to the controller, which applies the label selector itself
     (so that it also sees an object leave the selection)."""
+
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def on_event(event, body, **kwargs):
         controller.observe(event.get("type"), body, kwargs)
@@ -187,4 +202,3 @@ def _register_object_handlers(registry: kopf.OperatorRegistry, context: Operator
 # ---------------------------------------------------------------------------------------------- helpers
 def _split(api_version: str) -> tuple[str, str]:
     return tuple(api_version.split("/")) if "/" in api_version else ("", api_version)  # type: ignore[return-value]
-

@@ -19,10 +19,14 @@ from .contract.cli_common import (
 # runs (tests/runtime/test_launch.py checks it is the module's own).
 COMMANDS = {
     "simulate": ("specdecode_runtime.simulate.cli", "simulated runtime (all numbers simulated)"),
-    "selftest": ("specdecode_runtime.selftest",
-                 "run real SGLang with a layout and compare greedy tokens across layouts"),
-    "fetch-models": ("specdecode_runtime.hub_fetch",
-                     "fetch runtime.yaml's hf:// models into the hub cache (init container)"),
+    "selftest": (
+        "specdecode_runtime.selftest",
+        "run real SGLang with a layout and compare greedy tokens across layouts",
+    ),
+    "fetch-models": (
+        "specdecode_runtime.hub_fetch",
+        "fetch runtime.yaml's hf:// models into the hub cache (init container)",
+    ),
 }
 
 
@@ -32,9 +36,12 @@ def _cmd_launch(ns: argparse.Namespace) -> int:
     try:
         return launch(ns.config, ns.sglang_args, dry_run=ns.dry_run)
     except ImportError as e:  # the runtime image provides SGLang's dependencies; a bare install may not
-        print(f"specdecode-runtime: error: cannot start SGLang: Python module {_missing_module(e)!r} is not "
-              f"installed; run inside the runtime image, or install sglang=={_sglang_version()} with its "
-              "dependencies (`specdecode-runtime check-sglang` checks the installation)", file=sys.stderr)
+        print(
+            f"specdecode-runtime: error: cannot start SGLang: Python module {_missing_module(e)!r} is not "
+            f"installed; run inside the runtime image, or install sglang=={_sglang_version()} with its "
+            "dependencies (`specdecode-runtime check-sglang` checks the installation)",
+            file=sys.stderr,
+        )
         return EXIT_UNSUPPORTED
 
 
@@ -116,7 +123,6 @@ def _quiet_imports(verbose: bool):
             yield
     finally:
         root.setLevel(level)
-
 
 
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:

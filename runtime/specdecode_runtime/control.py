@@ -70,7 +70,7 @@ class TokenFile:
         expected = self.token()
         if not expected or not header or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), expected.encode())
+        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), expected.encode())
 
 
 def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None) -> None:
@@ -91,8 +91,10 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         if settings is not None:
             verifier = sa_token_auth.ServiceAccountVerifier(settings)
 
-    def _unauthorized(why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
-                                 "Secret, or the operator's ServiceAccount token>)") -> web.Response:
+    def _unauthorized(
+        why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
+        "Secret, or the operator's ServiceAccount token>)",
+    ) -> web.Response:
         return web.json_response({"error": why}, status=401, headers={"WWW-Authenticate": 'Bearer realm="specdecode"'})
 
     async def _refusal(request: web.Request) -> web.Response | None:
@@ -105,7 +107,7 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         from .sa_token_auth import Refused
 
         try:
-            await asyncio.to_thread(verifier.verify, header[len("Bearer "):].strip())
+            await asyncio.to_thread(verifier.verify, header[len("Bearer ") :].strip())
         except Refused as err:
             if err.status == 403:
                 return web.json_response({"error": err.message}, status=403)
@@ -130,8 +132,9 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
             data = await read_json(request)
         except BodyError as err:
             return web.json_response(
-                {"error": err.message, "expected": "application/json: {\"table\": [{\"minBatch\": 1, \"steps\": N}]}"},
-                status=err.status)
+                {"error": err.message, "expected": 'application/json: {"table": [{"minBatch": 1, "steps": N}]}'},
+                status=err.status,
+            )
         try:
             table = parse_step_table(data, sink.candidates)
         except StepTableError as err:
@@ -174,8 +177,16 @@ class StepControlChannel:
 
     HEADER = 4
 
-    def __init__(self, group=None, src: int = 0, lead: int = 2, every: int = 1, initial: StepTable | None = None,
-                 device: str = "cpu", candidates: Iterable[int] | None = None) -> None:
+    def __init__(
+        self,
+        group=None,
+        src: int = 0,
+        lead: int = 2,
+        every: int = 1,
+        initial: StepTable | None = None,
+        device: str = "cpu",
+        candidates: Iterable[int] | None = None,
+    ) -> None:
         if lead < 0 or every < 1:
             raise ValueError(f"lead must be >= 0 and every >= 1, got lead={lead} every={every}")
         self.group, self.src, self.lead, self.every, self.device = group, src, lead, every, device
@@ -225,8 +236,9 @@ class StepControlChannel:
 
     def decode(self, msg: Sequence[int], iteration: int) -> None:
         if int(msg[0]) != iteration:
-            raise RuntimeError(f"step control out of sync: rank {self.src} is at iteration {int(msg[0])}, "
-                               f"this rank at {iteration}")
+            raise RuntimeError(
+                f"step control out of sync: rank {self.src} is at iteration {int(msg[0])}, this rank at {iteration}"
+            )
         n = int(msg[3])
         if n:
             pairs = [(int(msg[self.HEADER + 2 * i]), int(msg[self.HEADER + 2 * i + 1])) for i in range(n)]
@@ -257,4 +269,3 @@ class StepControlChannel:
             self.table = table
             self.applied.append((iteration, seq))
         return self.table
-

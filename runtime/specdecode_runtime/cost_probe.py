@@ -36,8 +36,24 @@ from .contract.cost_profile import STAGES, ProbePoint, fit_bucket, fit_profile, 
 from .contract.metric_names import DEFAULT_BUCKETS, bucket_label
 
 # The points and their fit are the contract's (the tuner fits the scraped points with the same code).
-__all__ = ["GRAPH", "EAGER", "RunStep", "STAGES", "ProbePoint", "fit_bucket", "fit_profile", "points_from_samples", "probe_batch", "plan_points",
-           "run_probe", "export", "summary", "probe_at_start", "cuda_event_timer", "time_stage"]
+__all__ = [
+    "GRAPH",
+    "EAGER",
+    "RunStep",
+    "STAGES",
+    "ProbePoint",
+    "fit_bucket",
+    "fit_profile",
+    "points_from_samples",
+    "probe_batch",
+    "plan_points",
+    "run_probe",
+    "export",
+    "summary",
+    "probe_at_start",
+    "cuda_event_timer",
+    "time_stage",
+]
 
 log = logging.getLogger("specdecode.cost_probe")
 
@@ -45,8 +61,9 @@ GRAPH, EAGER = "graph", "eager"  # how a runner launches a stage: replaying capt
 RunStep = Callable[[str, int, int], None]  # (stage, steps, batch): launch one replay of that stage
 
 
-def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None,
-                graph_sizes: Sequence[int] = ()) -> int:
+def probe_batch(
+    bounds: Sequence[int], index: int, max_batch: int | None = None, graph_sizes: Sequence[int] = ()
+) -> int:
     """The batch size a bucket is probed at: the geometric middle of its bounds (the open top bucket: twice its
     lower bound), capped at the largest captured batch. Why the middle: the tuner evaluates the cost at the
     bucket's live mean batch, and a per-token cost fitted across tiers at a middle batch errs least over it.
@@ -64,11 +81,18 @@ def probe_batch(bounds: Sequence[int], index: int, max_batch: int | None = None,
     return b
 
 
-def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
-               clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002, min_samples: int = 3,
-               max_samples: int = 50, warmup: int = 1, agree: Callable[[bool], bool] | None = None,
-               give_up: Callable[[], bool] = lambda: False,
-               timer: Callable[[Callable[[], None]], float] | None = None) -> float:
+def time_stage(
+    run: Callable[[], None],
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+    budget_s: float = 0.002,
+    min_samples: int = 3,
+    max_samples: int = 50,
+    warmup: int = 1,
+    agree: Callable[[bool], bool] | None = None,
+    give_up: Callable[[], bool] = lambda: False,
+    timer: Callable[[Callable[[], None]], float] | None = None,
+) -> float:
     """Median seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
     ``budget_s`` is spent, at least ``min_samples`` and at most ``max_samples``. The median, not the mean: one
     stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life.
@@ -98,9 +122,14 @@ def time_stage(run: Callable[[], None], sync: Callable[[], None] = lambda: None,
     return statistics.median(samples) if samples else float("nan")
 
 
-def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS, split_draft: bool = False,
-                max_batch: int | None = None, mode: str = EAGER,
-                graph_sizes: Sequence[int] = ()) -> list[tuple[str, int, str, int]]:
+def plan_points(
+    captured: Iterable[int],
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    split_draft: bool = False,
+    max_batch: int | None = None,
+    mode: str = EAGER,
+    graph_sizes: Sequence[int] = (),
+) -> list[tuple[str, int, str, int]]:
     """(stage, steps, bucket, batch) for every point the probe times: per bucket, verify at k = 0 and every captured
     k, draft-extend at every captured k > 0, the draft (eager: one draft step; graph: each tier's whole draft
     phase, since SGLang captures a tier's draft steps as one graph), the cycle overhead and (split draft) the
@@ -126,12 +155,20 @@ def plan_points(captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKET
     return points
 
 
-def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int] = DEFAULT_BUCKETS,
-              split_draft: bool = False, sync: Callable[[], None] = lambda: None,
-              clock: Callable[[], float] = time.perf_counter, budget_s: float = 0.002,
-              max_batch: int | None = None, agree: Callable[[bool], bool] | None = None,
-              timer: Callable[[Callable[[], None]], float] | None = None, warmup: int = 1,
-              min_samples: int = 3) -> list[ProbePoint]:
+def run_probe(
+    run_step: RunStep,
+    captured: Iterable[int],
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    split_draft: bool = False,
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+    budget_s: float = 0.002,
+    max_batch: int | None = None,
+    agree: Callable[[bool], bool] | None = None,
+    timer: Callable[[Callable[[], None]], float] | None = None,
+    warmup: int = 1,
+    min_samples: int = 3,
+) -> list[ProbePoint]:
     """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
     profile is still served (the tuner falls back per stage).
 
@@ -145,12 +182,14 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
     mode = getattr(run_step, "mode", EAGER)
     sizes = getattr(run_step, "graph_sizes", ()) if mode == GRAPH else ()
     out = []
-    for stage, steps, label, batch in plan_points(captured, buckets, split_draft, max_batch, mode=mode,
-                                                  graph_sizes=sizes):
+    for stage, steps, label, batch in plan_points(
+        captured, buckets, split_draft, max_batch, mode=mode, graph_sizes=sizes
+    ):
         failure: list[BaseException] = []
 
-        def run(stage: str = stage, steps: int = steps, batch: int = batch,
-                failure: list[BaseException] = failure) -> None:
+        def run(
+            stage: str = stage, steps: int = steps, batch: int = batch, failure: list[BaseException] = failure
+        ) -> None:
             if failure:
                 return
             try:
@@ -158,8 +197,17 @@ def run_probe(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int]
             except Exception as exc:  # a missing tier or stage must not stop the pod from serving
                 failure.append(exc)
 
-        sec = time_stage(run, sync=sync, clock=clock, budget_s=budget_s, agree=agree, give_up=functools.partial(bool, failure),
-                         timer=timer, warmup=warmup, min_samples=min_samples)
+        sec = time_stage(
+            run,
+            sync=sync,
+            clock=clock,
+            budget_s=budget_s,
+            agree=agree,
+            give_up=functools.partial(bool, failure),
+            timer=timer,
+            warmup=warmup,
+            min_samples=min_samples,
+        )
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count
         if failed or local:
@@ -181,13 +229,21 @@ def summary(points: Iterable[ProbePoint]) -> str:
     rows: dict[str, dict[str, list[str]]] = {}
     for p in sorted(points, key=lambda p: (p.batch, p.stage, p.steps)):
         rows.setdefault(f"{p.bucket}@b{p.batch}", {}).setdefault(p.stage, []).append(f"{1000 * p.seconds:.3f}")
-    return "; ".join(f"{b}: " + " ".join(f"{st}={'/'.join(v)}" for st, v in stages.items())
-                     for b, stages in rows.items())
+    return "; ".join(
+        f"{b}: " + " ".join(f"{st}={'/'.join(v)}" for st, v in stages.items()) for b, stages in rows.items()
+    )
 
 
-def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence[int], metrics=None,
-                   split_draft: bool = False, sync: Callable[[], None] | None = None,
-                   budget_s: float = 0.002, agree: Callable[[bool], bool] | None = None) -> list[ProbePoint]:
+def probe_at_start(
+    run_step: RunStep,
+    captured: Iterable[int],
+    buckets: Sequence[int],
+    metrics=None,
+    split_draft: bool = False,
+    sync: Callable[[], None] | None = None,
+    budget_s: float = 0.002,
+    agree: Callable[[bool], bool] | None = None,
+) -> list[ProbePoint]:
     """The runtime's start-up hook: probe every captured tier on every TP rank in the same order (stage replays may
     hold collectives), export on the rank that owns the metrics, and log one summary line.
 
@@ -198,9 +254,18 @@ def probe_at_start(run_step: RunStep, captured: Iterable[int], buckets: Sequence
         sync = _device_sync()
     graph = getattr(run_step, "mode", EAGER) == GRAPH
     try:
-        points = run_probe(run_step, captured, buckets, split_draft=split_draft, sync=sync, budget_s=budget_s,
-                           agree=agree, timer=getattr(run_step, "timer", None), warmup=3 if graph else 1,
-                           min_samples=5 if graph else 3)
+        points = run_probe(
+            run_step,
+            captured,
+            buckets,
+            split_draft=split_draft,
+            sync=sync,
+            budget_s=budget_s,
+            agree=agree,
+            timer=getattr(run_step, "timer", None),
+            warmup=3 if graph else 1,
+            min_samples=5 if graph else 3,
+        )
     finally:
         close = getattr(run_step, "close", None)
         if callable(close):

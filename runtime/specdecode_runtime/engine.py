@@ -163,16 +163,32 @@ class EngineRuntime:
     cost_points: list = field(default_factory=list)
 
     # ---- start-up ----------------------------------------------------------------------------------------------
-    def start(self, *, tp_rank: int, tp_size: int, cpu_group=None, src: int = 0, device_group=None, device=None,
-              registry=None, serve: bool = True) -> EngineRuntime:
+    def start(
+        self,
+        *,
+        tp_rank: int,
+        tp_size: int,
+        cpu_group=None,
+        src: int = 0,
+        device_group=None,
+        device=None,
+        registry=None,
+        serve: bool = True,
+    ) -> EngineRuntime:
         """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
         ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
         from .control import StepControlChannel
 
         s = self.settings
         self.tp_rank = tp_rank
-        self.channel = StepControlChannel(group=cpu_group, src=src, lead=0, every=s.exchange_every,
-                                          initial=StepTable.single(s.num_steps), candidates=s.captured)
+        self.channel = StepControlChannel(
+            group=cpu_group,
+            src=src,
+            lead=0,
+            every=s.exchange_every,
+            initial=StepTable.single(s.num_steps),
+            candidates=s.captured,
+        )
         if tp_rank == 0:
             from prometheus_client import CollectorRegistry
 
@@ -180,34 +196,49 @@ class EngineRuntime:
 
             # A private registry: under PROMETHEUS_MULTIPROC_DIR the values live in the shared files whatever the
             # registry, and SGLang's /metrics reads those files (MultiProcessCollector), not this process.
-            self.metrics = SpecMetrics(registry=registry if registry is not None else CollectorRegistry(),
-                                       buckets=s.buckets)
+            self.metrics = SpecMetrics(
+                registry=registry if registry is not None else CollectorRegistry(), buckets=s.buckets
+            )
             self.metrics.set_candidates(s.captured)
             self.metrics.set_draft_tp(s.draft_tp)
             self._publish(self.channel.table)
         if s.preflight and tp_size > 1:
             from . import preflight
 
-            self.preflight_results = preflight.run_preflight(group=device_group, device=device, src=src,
-                                                            iterations=s.preflight_iterations,
-                                                            warmup=max(s.preflight_iterations // 10, 1))
+            self.preflight_results = preflight.run_preflight(
+                group=device_group,
+                device=device,
+                src=src,
+                iterations=s.preflight_iterations,
+                warmup=max(s.preflight_iterations // 10, 1),
+            )
             if self.metrics is not None:
                 preflight.export(self.preflight_results, self.metrics)
                 log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
         if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
             from . import cost_probe
 
-            self.cost_points = cost_probe.probe_at_start(self.cost_runner, s.captured, s.buckets, self.metrics,
-                                                         split_draft=is_split_draft(s.draft_tp, tp_size), sync=self.cost_sync,
-                                                         budget_s=s.cost_budget_ms / 1000.0,
-                                                         agree=_rank0_decides(cpu_group, src) if tp_size > 1 else None)
+            self.cost_points = cost_probe.probe_at_start(
+                self.cost_runner,
+                s.captured,
+                s.buckets,
+                self.metrics,
+                split_draft=is_split_draft(s.draft_tp, tp_size),
+                sync=self.cost_sync,
+                budget_s=s.cost_budget_ms / 1000.0,
+                agree=_rank0_decides(cpu_group, src) if tp_size > 1 else None,
+            )
         if tp_rank == 0 and serve and s.control_port is not None:
             from .control import create_control_app
 
             self.server = ControlServer(create_control_app(self.channel, s.token_file), s.host, s.control_port)
             self.server.start()
-            log.info("specdecode: step control on %s:%s (captured tiers %s)", s.host, self.server.bound_port,
-                     list(s.captured))
+            log.info(
+                "specdecode: step control on %s:%s (captured tiers %s)",
+                s.host,
+                self.server.bound_port,
+                list(s.captured),
+            )
         return self
 
     def on_worker_ready(self, worker: Any) -> None:
@@ -225,8 +256,14 @@ class EngineRuntime:
                 self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
             except AttributeError as exc:  # a worker without the EAGLEWorkerV2 layout: serve without a probe
                 log.warning("specdecode: no start-up cost probe for %s: %s", type(worker).__name__, exc)
-        self.start(tp_rank=par.tp_rank, tp_size=par.tp_size, cpu_group=tp.cpu_group, src=tp.ranks[0],
-                   device_group=tp.device_group, device=device)
+        self.start(
+            tp_rank=par.tp_rank,
+            tp_size=par.tp_size,
+            cpu_group=tp.cpu_group,
+            src=tp.ranks[0],
+            device_group=tp.device_group,
+            device=device,
+        )
 
     # ---- per iteration / per batch / per verify -----------------------------------------------------------------
     def on_iteration(self) -> None:
@@ -241,8 +278,9 @@ class EngineRuntime:
         table = self.channel.table if self.channel is not None else None
         return table.lookup(batch_size) if table is not None else None
 
-    def on_verify(self, accepted_per_req: Sequence[int], batch_size: int, steps: int,
-                  phase_seconds: Mapping[str, float]) -> None:
+    def on_verify(
+        self, accepted_per_req: Sequence[int], batch_size: int, steps: int, phase_seconds: Mapping[str, float]
+    ) -> None:
         if self.metrics is not None:
             self.metrics.record_cycle(batch_size, steps, accepted_per_req, phase_seconds)
 

@@ -21,9 +21,11 @@ PROG = "specdecode-runtime fetch-models"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("fetch-models",
-                              help="fetch runtime.yaml's hf:// models into the hub cache (init container)",
-                              description=__doc__.splitlines()[0].replace("``", ""))
+    p = subparsers.add_parser(
+        "fetch-models",
+        help="fetch runtime.yaml's hf:// models into the hub cache (init container)",
+        description=__doc__.splitlines()[0].replace("``", ""),
+    )
     p.add_argument("--config", required=True, help="runtime.yaml written by the operator's renderer")
     p.set_defaults(func=run)
     return p
@@ -58,8 +60,11 @@ def run(ns: argparse.Namespace) -> int:
         try:
             path = snapshot_download(source.repo_id, revision=source.revision)
         except Exception as e:  # noqa: BLE001 - every failure of the library ends the pod with the same one line
-            print(f"{PROG}: error: could not fetch {source.uri} from {where} into {constants.HF_HUB_CACHE}: "
-                  f"{type(e).__name__}: {_reason(e)}", file=sys.stderr)
+            print(
+                f"{PROG}: error: could not fetch {source.uri} from {where} into {constants.HF_HUB_CACHE}: "
+                f"{type(e).__name__}: {_reason(e)}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         print(f"{PROG}: {source.uri} -> {path}", flush=True)
     return EXIT_OK

@@ -116,8 +116,12 @@ class LaunchPlan:
     control_port: int = 0
 
 
-def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, str] | None = None,
-                sglang_version: str | None = "__detect__") -> LaunchPlan:
+def plan_launch(
+    config_path: str,
+    extra: Sequence[str] = (),
+    environ: dict[str, str] | None = None,
+    sglang_version: str | None = "__detect__",
+) -> LaunchPlan:
     """Everything ``launch`` will do, computed without importing SGLang (``--dry-run`` prints it)."""
     cfg = model_paths.resolve(load_runtime_config(str(config_path)))  # pvc:// and hf:// -> local directories
     environ = dict(os.environ if environ is None else environ)
@@ -133,8 +137,9 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
         env[DEVICE_ENV] = "cpu"
     files: dict[str, str] = {}
     # Refusal checks see the user's arguments only (our own adaptive flags are appended after them).
-    reasons = unsupported_reasons(cfg, args, sglang_patch.installed_sglang_version() if sglang_version == "__detect__"
-                                  else sglang_version)
+    reasons = unsupported_reasons(
+        cfg, args, sglang_patch.installed_sglang_version() if sglang_version == "__detect__" else sglang_version
+    )
     if live(cfg):
         path = adaptive_config_path(environ)
         files[path] = json.dumps(adaptive_config(cfg), sort_keys=True) + "\n"
@@ -145,8 +150,17 @@ def plan_launch(config_path: str, extra: Sequence[str] = (), environ: dict[str, 
             ranks = choose_draft_ranks(cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size, cfg.draft.ranks)
         except DraftGroupError:
             ranks = None
-    return LaunchPlan(config_path, args, env, draft_is_split(cfg), ranks, reasons, files, step_candidates(cfg),
-                      cfg.server.control_port)
+    return LaunchPlan(
+        config_path,
+        args,
+        env,
+        draft_is_split(cfg),
+        ranks,
+        reasons,
+        files,
+        step_candidates(cfg),
+        cfg.server.control_port,
+    )
 
 
 def format_plan(plan: LaunchPlan) -> str:
@@ -160,15 +174,19 @@ def format_plan(plan: LaunchPlan) -> str:
     else:
         lines.append("# draft: on the whole target TP group (stock SGLang placement)")
     if plan.files:
-        lines.append(f"# step tiers captured at start-up: {plan.captured} (autotune Live; SGLang's own EMA "
-                     "controller never decides)")
+        lines.append(
+            f"# step tiers captured at start-up: {plan.captured} (autotune Live; SGLang's own EMA "
+            "controller never decides)"
+        )
     else:
         lines.append(f"# step tiers captured at start-up: {plan.captured} (no live step changes)")
     for path, text in plan.files.items():
         lines.append(f"# file written at launch (not by --dry-run): {path}")
         lines += [f"#   {line}" for line in text.rstrip("\n").splitlines()]
-    lines.append(f"# metrics: {METRICS_DIR_ENV}={plan.env.get(METRICS_DIR_ENV)} (*.db files removed at launch); "
-                 "specdecode_* series on SGLang's /metrics")
+    lines.append(
+        f"# metrics: {METRICS_DIR_ENV}={plan.env.get(METRICS_DIR_ENV)} (*.db files removed at launch); "
+        "specdecode_* series on SGLang's /metrics"
+    )
     lines.append(f"# step control: GET/PUT /specdecode/v1/steps on port {plan.control_port} (TP rank 0)")
     return "\n".join(lines)
 

@@ -25,7 +25,8 @@ def hub_snapshot(source: ms.HubSource, field: str) -> str:
     except LocalEntryNotFoundError:
         raise ModelNotCached(
             f"{field}: {source.uri} is not (completely) in the hub cache {constants.HF_HUB_CACHE}; the "
-            "fetch-models init container fills it (its log says why it could not)") from None
+            "fetch-models init container fills it (its log says why it could not)"
+        ) from None
 
 
 def local_path(model: str, field: str) -> str:
@@ -42,5 +43,9 @@ def resolve(cfg: RuntimeConfig) -> RuntimeConfig:
     draft = local_path(cfg.draft.model, "draft.model")
     if (target, draft) == (cfg.target.model, cfg.draft.model):
         return cfg
-    return cfg.model_copy(update={"target": cfg.target.model_copy(update={"model": target}),
-                                  "draft": cfg.draft.model_copy(update={"model": draft})})
+    return cfg.model_copy(
+        update={
+            "target": cfg.target.model_copy(update={"model": target}),
+            "draft": cfg.draft.model_copy(update={"model": draft}),
+        }
+    )

@@ -73,12 +73,19 @@ class ServiceAccountVerifier:
             with urllib.request.urlopen(req, timeout=self.settings.timeout, context=self._ssl) as r:
                 doc = json.loads(r.read(MAX_DISCOVERY_BYTES + 1)[:MAX_DISCOVERY_BYTES])
             if doc.get("issuer") != self.settings.issuer:
-                raise Refused(401, f"the API server's issuer is {doc.get('issuer')!r}, not the configured "
-                                   f"{self.settings.issuer!r}")
+                raise Refused(
+                    401,
+                    f"the API server's issuer is {doc.get('issuer')!r}, not the configured {self.settings.issuer!r}",
+                )
             path = urllib.parse.urlsplit(doc["jwks_uri"]).path
-            self._jwks = jwt.PyJWKClient(self.settings.api_server.rstrip("/") + path, cache_keys=False,
-                                         lifespan=self.settings.cooldown, timeout=self.settings.timeout,
-                                         ssl_context=self._ssl, cooldown_duration=self.settings.cooldown)
+            self._jwks = jwt.PyJWKClient(
+                self.settings.api_server.rstrip("/") + path,
+                cache_keys=False,
+                lifespan=self.settings.cooldown,
+                timeout=self.settings.timeout,
+                ssl_context=self._ssl,
+                cooldown_duration=self.settings.cooldown,
+            )
         self._jwks.headers = self._headers()  # the runtime's own token rotates too
         return self._jwks
 
@@ -87,13 +94,20 @@ class ServiceAccountVerifier:
         thread in an event loop."""
         try:
             key = self._jwks_client().get_signing_key_from_jwt(token)
-            claims = jwt.decode(token, key.key, algorithms=ALGORITHMS, audience=self.settings.audience,
-                                issuer=self.settings.issuer, options={"require": ["exp", "iss", "aud", "sub"]})
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=ALGORITHMS,
+                audience=self.settings.audience,
+                issuer=self.settings.issuer,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
         except jwt.ExpiredSignatureError:
             raise Refused(401, "the ServiceAccount token has expired") from None
         except jwt.InvalidAudienceError:
-            raise Refused(401, f"the ServiceAccount token is not bound to audience {self.settings.audience!r}") \
-                from None
+            raise Refused(
+                401, f"the ServiceAccount token is not bound to audience {self.settings.audience!r}"
+            ) from None
         except jwt.InvalidIssuerError:
             raise Refused(401, f"the token was not issued by {self.settings.issuer!r}") from None
         except jwt.PyJWKClientConnectionError as e:
@@ -104,8 +118,9 @@ class ServiceAccountVerifier:
             raise Refused(401, f"the issuer's discovery document could not be read: {e}") from None
         subject = claims["sub"]
         if subject not in self.settings.subjects:
-            raise Refused(403, f"{subject} may not change speculative steps (allowed: "
-                               f"{', '.join(self.settings.subjects)})")
+            raise Refused(
+                403, f"{subject} may not change speculative steps (allowed: {', '.join(self.settings.subjects)})"
+            )
         return subject
 
 
@@ -123,12 +138,21 @@ def settings_from_env(env=None) -> Settings | None:
     subjects = tuple(s.strip() for s in env.get("SPECDECODE_CONTROL_SUBJECTS", "").split(",") if s.strip())
     audience = env.get("SPECDECODE_CONTROL_AUDIENCE", "").strip()
     if not subjects or not audience:
-        raise ValueError("SPECDECODE_CONTROL_ISSUER needs SPECDECODE_CONTROL_AUDIENCE and SPECDECODE_CONTROL_SUBJECTS "
-                         "(system:serviceaccount:<namespace>:<name>, comma-separated)")
+        raise ValueError(
+            "SPECDECODE_CONTROL_ISSUER needs SPECDECODE_CONTROL_AUDIENCE and SPECDECODE_CONTROL_SUBJECTS "
+            "(system:serviceaccount:<namespace>:<name>, comma-separated)"
+        )
     host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-    default_api = f"https://{'[' + host + ']' if host and ':' in host else host}:{port}" if host else \
-        "https://kubernetes.default.svc"
-    return Settings(issuer=issuer, audience=audience, subjects=subjects,
-                    api_server=env.get("SPECDECODE_CONTROL_API_SERVER", default_api),
-                    ca_file=env.get("SPECDECODE_CONTROL_CA_FILE", f"{SA_DIR}/ca.crt"),
-                    token_file=env.get("SPECDECODE_CONTROL_TOKEN_FILE", f"{SA_DIR}/token"))
+    default_api = (
+        f"https://{'[' + host + ']' if host and ':' in host else host}:{port}"
+        if host
+        else "https://kubernetes.default.svc"
+    )
+    return Settings(
+        issuer=issuer,
+        audience=audience,
+        subjects=subjects,
+        api_server=env.get("SPECDECODE_CONTROL_API_SERVER", default_api),
+        ca_file=env.get("SPECDECODE_CONTROL_CA_FILE", f"{SA_DIR}/ca.crt"),
+        token_file=env.get("SPECDECODE_CONTROL_TOKEN_FILE", f"{SA_DIR}/token"),
+    )

@@ -52,4 +52,3 @@ def sglang_plugin() -> None:
     SGLang calls every general plugin at the start of each process; a no-op unless the launcher set
     ``SPECDECODE_RUNTIME_CONFIG``."""
     bootstrap_from_env()
-

@@ -85,30 +85,51 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
     ("target tp 15 just under 2 nodes", edits((TARGET_TP, 15)), [(TARGET_TP, "multiple of it")]),
     ("target tp 17 just over 2 nodes", edits((TARGET_TP, 17)), [(TARGET_TP, "multiple of it")]),
     ("target tp 4 with 4 gpus per node", edits((TARGET_TP, 4), ("spec.placement", {"gpusPerNode": 4})), OK),
-    ("target tp 6 with 4 gpus per node", edits((TARGET_TP, 6), ("spec.placement", {"gpusPerNode": 4})),
-     [(TARGET_TP, "multiple of it")]),
+    (
+        "target tp 6 with 4 gpus per node",
+        edits((TARGET_TP, 6), ("spec.placement", {"gpusPerNode": 4})),
+        [(TARGET_TP, "multiple of it")],
+    ),
     # launcher sglang: draft TP == target TP, autotune not Live, no hf:// model
     ("sglang full draft", sglang(), OK),
     ("sglang draft tp 4 of 8", sglang((TP, 4)), [(TP, "launcher sglang")]),
     ("specdecode draft tp 4 of 8", edits(("spec.runtime", {"launcher": "specdecode"}), (TP, 4)), OK),
-    ("sglang autotune Rollout", sglang((SPEC, {"autotune": {"mode": "Rollout"}})),
-     [(MODE, "needs speculative.autotune.mode Off")]),
+    (
+        "sglang autotune Rollout",
+        sglang((SPEC, {"autotune": {"mode": "Rollout"}})),
+        [(MODE, "needs speculative.autotune.mode Off")],
+    ),
     ("sglang autotune Off", sglang((SPEC, {"autotune": {"mode": "Off"}})), OK),
-    ("sglang autotune Live", sglang((SPEC, {"autotune": {"mode": "Live"}})),
-     [(MODE, "needs speculative.autotune.mode Off")]),
+    (
+        "sglang autotune Live",
+        sglang((SPEC, {"autotune": {"mode": "Live"}})),
+        [(MODE, "needs speculative.autotune.mode Off")],
+    ),
     ("specdecode autotune Live", edits((SPEC, {"autotune": {"mode": "Live"}})), OK),
     ("sglang pvc target", sglang((TARGET_MODEL, "pvc://models/t")), OK),
     # spec.rollout: int or percent within 0..100 %, never both 0
     ("rollout surge 100%", edits(("spec.rollout", {"maxSurge": "100%"})), OK),
-    ("rollout surge 101%", edits(("spec.rollout", {"maxSurge": "101%"})),
-     [("spec.rollout.maxSurge", "rollout.maxSurge must be a non-negative integer or a percentage")]),
-    ("rollout unavailable 101%", edits(("spec.rollout", {"maxUnavailable": "101%"})),
-     [("spec.rollout.maxUnavailable", "rollout.maxUnavailable must be a non-negative integer or a percentage")]),
+    (
+        "rollout surge 101%",
+        edits(("spec.rollout", {"maxSurge": "101%"})),
+        [("spec.rollout.maxSurge", "rollout.maxSurge must be a non-negative integer or a percentage")],
+    ),
+    (
+        "rollout unavailable 101%",
+        edits(("spec.rollout", {"maxUnavailable": "101%"})),
+        [("spec.rollout.maxUnavailable", "rollout.maxUnavailable must be a non-negative integer or a percentage")],
+    ),
     ("rollout surge 0 unavailable 1", edits(("spec.rollout", {"maxSurge": 0, "maxUnavailable": 1})), OK),
-    ("rollout surge 0 unavailable 0", edits(("spec.rollout", {"maxSurge": 0, "maxUnavailable": 0})),
-     [("spec.rollout.maxUnavailable", "may not both be 0")]),
-    ("rollout surge 0% unavailable 0%", edits(("spec.rollout", {"maxSurge": "0%", "maxUnavailable": "0%"})),
-     [("spec.rollout.maxUnavailable", "may not both be 0")]),
+    (
+        "rollout surge 0 unavailable 0",
+        edits(("spec.rollout", {"maxSurge": 0, "maxUnavailable": 0})),
+        [("spec.rollout.maxUnavailable", "may not both be 0")],
+    ),
+    (
+        "rollout surge 0% unavailable 0%",
+        edits(("spec.rollout", {"maxSurge": "0%", "maxUnavailable": "0%"})),
+        [("spec.rollout.maxUnavailable", "may not both be 0")],
+    ),
     ("sglang hf target", sglang((TARGET_MODEL, "hf://org/t")), [("spec.runtime.launcher", "hf:// models need")]),
     ("sglang hf draft", sglang((DRAFT_MODEL, "hf://org/d")), [("spec.runtime.launcher", "hf:// models need")]),
     ("specdecode hf target", edits((TARGET_MODEL, "hf://org/t")), OK),
@@ -146,20 +167,29 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
     # runtime.extraArgs may not set managed flags (whole flag names, with or without =value)
     ("managed flag", edits((ARGS, ["--tp-size"])), [(ARGS, "may not set flags")]),
     ("managed flag with value", edits((ARGS, ["--tp-size=2"])), [(ARGS, "may not set flags")]),
-    ("managed flag as a later argument", edits((ARGS, ["--log-level", "info", "--port"])),
-     [(ARGS, "may not set flags")]),
+    (
+        "managed flag as a later argument",
+        edits((ARGS, ["--log-level", "info", "--port"])),
+        [(ARGS, "may not set flags")],
+    ),
     ("longer flag sharing a managed prefix", edits((ARGS, ["--tp-sizes"])), OK),
     ("single-dash spelling", edits((ARGS, ["-tp-size"])), OK),
     ("managed flag as a value", edits((ARGS, ["--log-level", "tp-size"])), OK),
-    ("any --speculative-* flag", edits((ARGS, ["--speculative-attention-mode=prefill"])),
-     [(ARGS, "may not set flags")]),
+    (
+        "any --speculative-* flag",
+        edits((ARGS, ["--speculative-attention-mode=prefill"])),
+        [(ARGS, "may not set flags")],
+    ),
     ("bare --speculative", edits((ARGS, ["--speculative"])), OK),
     ("--enable-metrics", edits((ARGS, ["--enable-metrics"])), [(ARGS, "may not set flags")]),
     ("--enable-metrics-for-all-schedulers", edits((ARGS, ["--enable-metrics-for-all-schedulers"])), OK),
     # runtime.port != runtime.controlPort
     ("control port = port + 1", edits(("spec.runtime", {"port": 8000, "controlPort": 8001})), OK),
-    ("control port = port", edits(("spec.runtime", {"port": 8000, "controlPort": 8000})),
-     [(CONTROL_PORT, "must differ")]),
+    (
+        "control port = port",
+        edits(("spec.runtime", {"port": 8000, "controlPort": 8000})),
+        [(CONTROL_PORT, "must differ")],
+    ),
     # model: a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]
     ("model absolute path", edits((TARGET_MODEL, "/models/t")), OK),
     ("model relative path", edits((TARGET_MODEL, "models/t")), OK),
@@ -179,8 +209,11 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
     # modelCache: claimName or sizeLimit, not both
     ("cache claim", edits(("spec.modelCache", {"claimName": "hf-cache"})), OK),
     ("cache size", edits(("spec.modelCache", {"sizeLimit": "10Gi"})), OK),
-    ("cache both", edits(("spec.modelCache", {"claimName": "hf-cache", "sizeLimit": "10Gi"})),
-     [("spec.modelCache.sizeLimit", "not both")]),
+    (
+        "cache both",
+        edits(("spec.modelCache", {"claimName": "hf-cache", "sizeLimit": "10Gi"})),
+        [("spec.modelCache.sizeLimit", "not both")],
+    ),
 ]
 
 

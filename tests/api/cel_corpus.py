@@ -71,21 +71,34 @@ def rule_cases() -> list[tuple[str, dict]]:
     full = with_("spec.draft", {"model": "/d", "tensorParallelSize": 8}, sglang)
     out.append(("rule-ok:launcher sglang with full draft", full))
     out.append(("rule-bad:launcher sglang with Live", with_("spec.speculative", {"autotune": {"mode": "Live"}}, full)))
-    out.append(("rule-bad:launcher sglang with Rollout",
-                with_("spec.speculative", {"autotune": {"mode": "Rollout"}}, full)))
+    out.append(
+        ("rule-bad:launcher sglang with Rollout", with_("spec.speculative", {"autotune": {"mode": "Rollout"}}, full))
+    )
     out.append(("rule-bad:launcher sglang with an hf:// model", with_("spec.target.model", "hf://org/t", full)))
     out.append(("rule-ok:launcher sglang with a pvc:// model", with_("spec.target.model", "pvc://models/t", full)))
-    out.append(("rule-ok:launcher sglang with autotune Off",
-                with_("spec.speculative", {"autotune": {"mode": "Off"}}, full)))
+    out.append(
+        ("rule-ok:launcher sglang with autotune Off", with_("spec.speculative", {"autotune": {"mode": "Off"}}, full))
+    )
     out.append(("rule-bad:draft tp 0 (division)", with_("spec.draft.tensorParallelSize", 0)))
     out.append(("rule-bad:nccl key lowercase", with_("spec.nccl.env", {"NCCL_algo": "Ring"})))
-    out.append(("rule-bad:tp 24 over 16 gpus per node",
-                with_("spec.placement", {"gpusPerNode": 16}, with_("spec.target.tensorParallelSize", 24))))
-    out.append(("rule-ok:tp 32 over 16 gpus per node",
-                with_("spec.placement", {"gpusPerNode": 16}, with_("spec.target.tensorParallelSize", 32))))
-    out.append(("rule-bad:two rules at once",
-                with_("spec.runtime", {"port": 8000, "controlPort": 8000},
-                      with_("spec.draft.tensorParallelSize", 3))))
+    out.append(
+        (
+            "rule-bad:tp 24 over 16 gpus per node",
+            with_("spec.placement", {"gpusPerNode": 16}, with_("spec.target.tensorParallelSize", 24)),
+        )
+    )
+    out.append(
+        (
+            "rule-ok:tp 32 over 16 gpus per node",
+            with_("spec.placement", {"gpusPerNode": 16}, with_("spec.target.tensorParallelSize", 32)),
+        )
+    )
+    out.append(
+        (
+            "rule-bad:two rules at once",
+            with_("spec.runtime", {"port": 8000, "controlPort": 8000}, with_("spec.draft.tensorParallelSize", 3)),
+        )
+    )
     return out
 
 
@@ -100,8 +113,10 @@ def schema_cases() -> list[tuple[str, dict]]:
         ("schema:minimum replicas", with_("spec.replicas", -1)),
         ("schema:type tp string", with_("spec.target.tensorParallelSize", "8")),
         ("schema:type replicas bool", with_("spec.replicas", True)),
-        ("schema:exclusive minimum itl", with_("spec.speculative.autotune",
-                                               {"objective": "Latency", "maxInterTokenLatencyMs": 0})),
+        (
+            "schema:exclusive minimum itl",
+            with_("spec.speculative.autotune", {"objective": "Latency", "maxInterTokenLatencyMs": 0}),
+        ),
         ("schema:maxLength model", with_("spec.target.model", "m" * 1025)),
         ("schema:minLength model", with_("spec.target.model", "")),
         ("schema:pattern shmSize", with_("spec.runtime.shmSize", "lots")),

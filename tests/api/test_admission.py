@@ -50,8 +50,10 @@ DEFAULTING = {
             "properties": {
                 "n": {"type": "integer", "default": 3},
                 "box": {"type": "object", "default": {}, "properties": {"inner": {"type": "string", "default": "d"}}},
-                "items": {"type": "array",
-                          "items": {"type": "object", "properties": {"k": {"type": "integer", "default": 7}}}},
+                "items": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"k": {"type": "integer", "default": 7}}},
+                },
                 "tags": {"type": "array", "default": ["a"], "items": {"type": "string"}},
                 "deep": {"type": "object", "default": {"inner": {"x": 1}}, "properties": {"inner": {"type": "object"}}},
             },
@@ -63,8 +65,15 @@ DEFAULTING = {
 def test_defaults_fill_absent_fields_only_and_recurse_into_defaulted_objects_and_list_items():
     crd = crd_of(DEFAULTING)
     got = apply_defaults({"spec": {"items": [{}, {"k": 1}]}}, crd)
-    assert got == {"spec": {"n": 3, "box": {"inner": "d"}, "items": [{"k": 7}, {"k": 1}], "tags": ["a"],
-                            "deep": {"inner": {"x": 1}}}}
+    assert got == {
+        "spec": {
+            "n": 3,
+            "box": {"inner": "d"},
+            "items": [{"k": 7}, {"k": 1}],
+            "tags": ["a"],
+            "deep": {"inner": {"x": 1}},
+        }
+    }
     kept = apply_defaults({"spec": {"n": 0, "box": {"inner": "mine"}, "tags": [], "deep": {}}}, crd)
     assert kept["spec"] == {"n": 0, "box": {"inner": "mine"}, "tags": [], "deep": {}}
     # a value of the wrong shape is left as it is (the schema check reports it)
@@ -87,8 +96,11 @@ def test_defaults_copy_the_schema_default_and_leave_the_input_alone():
 
 def test_real_crd_defaults_are_the_documented_ones():
     spec = apply_defaults(base())["spec"]
-    assert spec["speculative"] == {"numSteps": 3, "eagleTopK": 1, "autotune": {
-        "mode": "Off", "objective": "Throughput", "minSteps": 1, "maxSteps": 7, "intervalSeconds": 10}}
+    assert spec["speculative"] == {
+        "numSteps": 3,
+        "eagleTopK": 1,
+        "autotune": {"mode": "Off", "objective": "Throughput", "minSteps": 1, "maxSteps": 7, "intervalSeconds": 10},
+    }
     assert spec["draft"]["algorithm"] == "EAGLE3"
     assert spec["rollout"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert openapi_of(None) is openapi_of(None)
@@ -99,16 +111,20 @@ def test_real_crd_defaults_are_the_documented_ones():
 
 def test_one_unknown_field_is_named_with_the_allowed_ones():
     problems = validate_object(with_("spec.draft.colour", "red"))
-    assert problems == [Problem("spec.draft.colour",
-                                "unknown field; allowed fields here: algorithm, model, ranks, tensorParallelSize")]
+    assert problems == [
+        Problem("spec.draft.colour", "unknown field; allowed fields here: algorithm, model, ranks, tensorParallelSize")
+    ]
 
 
 def test_several_unknown_fields_are_listed_at_their_parent():
     doc = base()
     doc["extra"] = 1
     doc["more"] = 2
-    assert validate_object(doc) == [Problem(
-        "<root>", "unknown fields ['extra', 'more']; allowed fields here: apiVersion, kind, metadata, spec, status")]
+    assert validate_object(doc) == [
+        Problem(
+            "<root>", "unknown fields ['extra', 'more']; allowed fields here: apiVersion, kind, metadata, spec, status"
+        )
+    ]
 
 
 def test_unknown_fields_alone_are_reported_even_beside_other_mistakes():
@@ -124,16 +140,22 @@ def test_required_field_is_named_at_its_own_path():
 
 def test_enum_names_the_value_and_every_supported_one():
     problems = validate_object(with_("spec.speculative.autotune", {"mode": "Auto"}))
-    assert problems == [Problem("spec.speculative.autotune.mode",
-                                "Unsupported value: 'Auto': supported values: 'Off', 'Live', 'Rollout'")]
+    assert problems == [
+        Problem(
+            "spec.speculative.autotune.mode", "Unsupported value: 'Auto': supported values: 'Off', 'Live', 'Rollout'"
+        )
+    ]
 
 
-@pytest.mark.parametrize("value,problem", [
-    (-1, "Invalid value: -1: should be greater than or equal to 0"),
-    (0, None),
-    (1024, None),
-    (1025, "Invalid value: 1025: should be less than or equal to 1024"),
-])
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        (-1, "Invalid value: -1: should be greater than or equal to 0"),
+        (0, None),
+        (1024, None),
+        (1025, "Invalid value: 1025: should be less than or equal to 1024"),
+    ],
+)
 def test_minimum_and_maximum_at_and_just_outside(value, problem):
     assert validate_object(with_("spec.replicas", value)) == ([Problem("spec.replicas", problem)] if problem else [])
 
@@ -157,7 +179,8 @@ def test_exclusive_minimum_refuses_the_bound_and_takes_just_above():
     assert validate_object(with_(field, {"objective": "Latency", "maxInterTokenLatencyMs": 0.001})) == []
     assert validate_object(with_(field, {"objective": "Latency", "maxInterTokenLatencyMs": 10000})) == []
     assert paths(validate_object(with_(field, {"objective": "Latency", "maxInterTokenLatencyMs": 10000.5}))) == [
-        "spec.speculative.autotune.maxInterTokenLatencyMs"]
+        "spec.speculative.autotune.maxInterTokenLatencyMs"
+    ]
 
 
 @pytest.mark.parametrize("value,ok", [(0, True), (3, True), ("25%", True), (2.5, False), (True, False), (None, False)])
@@ -183,8 +206,13 @@ def test_map_values_are_translated_too(value, ok):
 
 
 def test_preserve_unknown_fields_takes_any_field():
-    doc = with_("spec.placement", {"affinity": {"podAffinity": {"anything": [1, 2]}},
-                                   "tolerations": [{"key": "k", "operator": "Exists", "made": "up"}]})
+    doc = with_(
+        "spec.placement",
+        {
+            "affinity": {"podAffinity": {"anything": [1, 2]}},
+            "tolerations": [{"key": "k", "operator": "Exists", "made": "up"}],
+        },
+    )
     assert validate_object(doc) == []
 
 
@@ -195,22 +223,41 @@ def test_metadata_beyond_name_is_left_to_the_api_server():
 
 
 def test_items_of_a_list_are_closed_objects_too():
-    schema = {"type": "object", "properties": {
-        "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}}}
-    problems = validate_object(obj(list=[{"a": 1}, {"b": 2}]), crd_of({**schema, "properties": {
-        **schema["properties"], "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-        "metadata": {"type": "object", "properties": {"name": {"type": "string"}}}}}))
+    schema = {
+        "type": "object",
+        "properties": {
+            "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}
+        },
+    }
+    problems = validate_object(
+        obj(list=[{"a": 1}, {"b": 2}]),
+        crd_of(
+            {
+                **schema,
+                "properties": {
+                    **schema["properties"],
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+                },
+            }
+        ),
+    )
     assert problems == [Problem("list[1].b", "unknown field; allowed fields here: a")]
 
 
-NULLABLE = {"type": "object", "properties": {
-    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-    "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
-    "maybe": {"type": "integer", "nullable": True},
-    "never": {"type": "integer"},
-    "below": {"type": "number", "maximum": 10, "exclusiveMaximum": True},
-    "open": {"type": "object", "additionalProperties": True, "properties": {"a": {"type": "integer"}}},
-}}
+NULLABLE = {
+    "type": "object",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+        "maybe": {"type": "integer", "nullable": True},
+        "never": {"type": "integer"},
+        "below": {"type": "number", "maximum": 10, "exclusiveMaximum": True},
+        "open": {"type": "object", "additionalProperties": True, "properties": {"a": {"type": "integer"}}},
+    },
+}
 
 
 def test_nullable_takes_null_and_its_type_and_nothing_else():
@@ -234,13 +281,29 @@ def test_an_object_that_declares_additional_properties_keeps_its_own_choice():
 def test_each_crd_is_judged_by_its_own_schema():
     """Validators are cached per schema: alternating CRDs (and more of them than the cache holds) still each get
     their own verdict."""
-    strict = crd_of({"type": "object", "properties": {
-        "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-        "n": {"type": "integer", "maximum": 1}}})
+    strict = crd_of(
+        {
+            "type": "object",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "n": {"type": "integer", "maximum": 1},
+            },
+        }
+    )
     for bound in range(20):
-        lax = crd_of({"type": "object", "properties": {
-            "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-            "n": {"type": "integer", "maximum": 5 + bound}}})
+        lax = crd_of(
+            {
+                "type": "object",
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "n": {"type": "integer", "maximum": 5 + bound},
+                },
+            }
+        )
         assert validate_object(obj(n=5), lax) == []
         assert paths(validate_object(obj(n=5), strict)) == ["n"]
     same = copy.deepcopy(strict)
@@ -268,8 +331,12 @@ def test_a_crd_is_compiled_once_and_equal_schemas_share_the_compiled_validator(m
     assert validate_object(obj(maybe="x"), reordered) != []
     assert len(compiled) == 2 and compiled[0] == compiled[1] and real.cache_info().misses == 1
     for bound in range(40):
-        validate_object(obj(below=1), crd_of({**NULLABLE, "properties": {**NULLABLE["properties"],
-                                                                          "below": {"type": "number", "maximum": bound}}}))
+        validate_object(
+            obj(below=1),
+            crd_of(
+                {**NULLABLE, "properties": {**NULLABLE["properties"], "below": {"type": "number", "maximum": bound}}}
+            ),
+        )
         assert len(validate._VALIDATORS) <= 17
 
 
@@ -293,13 +360,16 @@ def test_wrong_api_version_and_kind_are_both_named_and_stop_there():
     assert validate_object(doc) == [Problem("kind", f"must be {KIND}, got None")]
 
 
-@pytest.mark.parametrize("name,rfc1123_ok", [
-    ("a" * 253, True),       # the API server's limit (the CRD's own rule refuses beyond 47)
-    ("a" * 254, False),
-    ("a.b", True),           # a subdomain passes the API server; the CRD's DNS-1035 rule refuses it
-    ("-a", False),
-    ("a_b", False),
-])
+@pytest.mark.parametrize(
+    "name,rfc1123_ok",
+    [
+        ("a" * 253, True),  # the API server's limit (the CRD's own rule refuses beyond 47)
+        ("a" * 254, False),
+        ("a.b", True),  # a subdomain passes the API server; the CRD's DNS-1035 rule refuses it
+        ("-a", False),
+        ("a_b", False),
+    ],
+)
 def test_api_server_name_check_at_its_bounds(name, rfc1123_ok):
     problems = [p for p in validate_object(with_("metadata.name", name)) if "RFC 1123" in p.message]
     assert (problems == []) is rfc1123_ok, problems
@@ -309,13 +379,18 @@ def test_api_server_name_check_at_its_bounds(name, rfc1123_ok):
 
 def test_api_server_name_check_message():
     assert [p for p in validate_object(with_("metadata.name", "a_b")) if p.message.startswith("Invalid value")] == [
-        Problem("metadata.name", "Invalid value: 'a_b': the API server takes only a lowercase RFC 1123 subdomain "
-                "(lowercase letters, digits, '-' and '.', at most 253 characters)")]
+        Problem(
+            "metadata.name",
+            "Invalid value: 'a_b': the API server takes only a lowercase RFC 1123 subdomain "
+            "(lowercase letters, digits, '-' and '.', at most 253 characters)",
+        )
+    ]
 
 
 def test_metadata_that_is_not_a_mapping_is_a_type_error():
     assert validate_object(with_("metadata", "llama")) == [
-        Problem("metadata", "Invalid value: 'llama': must be of type object")]
+        Problem("metadata", "Invalid value: 'llama': must be of type object")
+    ]
 
 
 def test_missing_metadata_and_name_are_not_the_name_checks_business():
@@ -338,8 +413,10 @@ def test_blocking_schema_errors_hold_back_the_rules_and_bounds_do_not():
     # a value out of bounds is not blocking: the rules run beside it
     bounded = with_("spec.target.tensorParallelSize", 65, with_("spec.draft.tensorParallelSize", 2))
     assert [p.message.split(":")[0] for p in validate_object(bounded)] == [
-        "draft tensorParallelSize must divide target tensorParallelSize", "Invalid value",
-        "target tensorParallelSize must be at most placement.gpusPerNode or a multiple of it"]
+        "draft tensorParallelSize must divide target tensorParallelSize",
+        "Invalid value",
+        "target tensorParallelSize must be at most placement.gpusPerNode or a multiple of it",
+    ]
     long = with_("spec.target.model", "m" * 1025, with_("spec.draft.tensorParallelSize", 16))
     assert paths(validate_object(long)) == ["spec.target.model"]
 
@@ -389,27 +466,57 @@ def test_problems_are_unique_and_sorted_by_path():
 # ---------------------------------------------------------------- CEL at every place a schema may carry it
 
 
-RULED = {"type": "object", "x-kubernetes-validations": [
-    {"rule": "self.spec.a <= self.spec.b", "message": "a must be at most b", "fieldPath": ".spec.a"},
-    {"rule": "!has(self.spec.c) || self.spec.c > 0"},
-], "properties": {
-    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-    "spec": {"type": "object", "properties": {
-        "a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"},
-        "fixed": {"type": "string", "x-kubernetes-validations": [
-            {"rule": "self == oldSelf", "message": "fixed is immutable"},
-            {"rule": "self != ''", "message": "fixed is not empty"}]},
-        "flags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [
-            {"rule": "self.startsWith('--')", "message": "a flag starts with --"}]}},
-        "mode": {"type": "string", "default": "a", "x-kubernetes-validations": [
-            {"rule": "self == oldSelf", "message": "mode is immutable"}]},
-        "nested": {"type": "object", "x-kubernetes-validations": [
-            {"rule": "self.x != 0", "message": "x is not 0", "fieldPath": ".x"}],
-            "properties": {"x": {"type": "integer"}}},
-        "bare": {"type": "object", "x-kubernetes-validations": [{"rule": "self.y > 0", "message": "y > 0"}],
-                 "properties": {"y": {"type": "integer"}}},
-    }},
-}}
+RULED = {
+    "type": "object",
+    "x-kubernetes-validations": [
+        {"rule": "self.spec.a <= self.spec.b", "message": "a must be at most b", "fieldPath": ".spec.a"},
+        {"rule": "!has(self.spec.c) || self.spec.c > 0"},
+    ],
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": "integer"},
+                "c": {"type": "integer"},
+                "fixed": {
+                    "type": "string",
+                    "x-kubernetes-validations": [
+                        {"rule": "self == oldSelf", "message": "fixed is immutable"},
+                        {"rule": "self != ''", "message": "fixed is not empty"},
+                    ],
+                },
+                "flags": {
+                    "type": "array",
+                    "items": {
+                        "type": "string",
+                        "x-kubernetes-validations": [
+                            {"rule": "self.startsWith('--')", "message": "a flag starts with --"}
+                        ],
+                    },
+                },
+                "mode": {
+                    "type": "string",
+                    "default": "a",
+                    "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "mode is immutable"}],
+                },
+                "nested": {
+                    "type": "object",
+                    "x-kubernetes-validations": [{"rule": "self.x != 0", "message": "x is not 0", "fieldPath": ".x"}],
+                    "properties": {"x": {"type": "integer"}},
+                },
+                "bare": {
+                    "type": "object",
+                    "x-kubernetes-validations": [{"rule": "self.y > 0", "message": "y > 0"}],
+                    "properties": {"y": {"type": "integer"}},
+                },
+            },
+        },
+    },
+}
 
 
 def test_a_rule_at_the_root_names_its_field_path_or_the_root():
@@ -418,7 +525,8 @@ def test_a_rule_at_the_root_names_its_field_path_or_the_root():
     assert validate_object(obj(spec={"a": 2, "b": 1}), crd) == [Problem("spec.a", "a must be at most b")]
     # no message: the rule itself is the message; no fieldPath at the root: the root
     assert validate_object(obj(spec={"a": 0, "b": 1, "c": 0}), crd) == [
-        Problem("<root>", "!has(self.spec.c) || self.spec.c > 0")]
+        Problem("<root>", "!has(self.spec.c) || self.spec.c > 0")
+    ]
 
 
 def test_a_rule_that_cannot_be_evaluated_fails_as_on_the_api_server():
@@ -432,14 +540,18 @@ def test_rules_on_nested_objects_name_their_path_plus_field_path():
     crd = crd_of(RULED)
     assert validate_object(obj(spec={"a": 0, "b": 0, "nested": {"x": 1}, "bare": {"y": 1}}), crd) == []
     assert validate_object(obj(spec={"a": 0, "b": 0, "nested": {"x": 0}, "bare": {"y": 0}}), crd) == [
-        Problem("spec.bare", "y > 0"), Problem("spec.nested.x", "x is not 0")]
+        Problem("spec.bare", "y > 0"),
+        Problem("spec.nested.x", "x is not 0"),
+    ]
 
 
 def test_rules_on_list_items_name_the_item():
     crd = crd_of(RULED)
     assert validate_object(obj(spec={"a": 0, "b": 0, "flags": ["--a", "--b"]}), crd) == []
     assert validate_object(obj(spec={"a": 0, "b": 0, "flags": ["--a", "b", "c"]}), crd) == [
-        Problem("spec.flags[1]", "a flag starts with --"), Problem("spec.flags[2]", "a flag starts with --")]
+        Problem("spec.flags[1]", "a flag starts with --"),
+        Problem("spec.flags[2]", "a flag starts with --"),
+    ]
 
 
 def test_transition_rules_apply_to_updates_only_and_see_the_old_value():
@@ -448,12 +560,14 @@ def test_transition_rules_apply_to_updates_only_and_see_the_old_value():
     assert validate_object(new, crd) == []
     assert validate_object(new, crd, old=obj(spec={"a": 0, "b": 0, "fixed": "one"})) == []
     assert validate_object(new, crd, old=obj(spec={"a": 0, "b": 0, "fixed": "two"})) == [
-        Problem("spec.fixed", "fixed is immutable")]
+        Problem("spec.fixed", "fixed is immutable")
+    ]
     # a field absent before is new on this update: there is no old value to compare with
     assert validate_object(new, crd, old=obj(spec={"a": 0, "b": 0})) == []
     # the rules after a skipped transition rule still run on create
     assert validate_object(obj(spec={"a": 0, "b": 0, "fixed": ""}), crd) == [
-        Problem("spec.fixed", "fixed is not empty")]
+        Problem("spec.fixed", "fixed is not empty")
+    ]
 
 
 def test_an_update_compares_with_the_old_object_defaulted_by_the_same_crd():
@@ -461,7 +575,8 @@ def test_an_update_compares_with_the_old_object_defaulted_by_the_same_crd():
     old = obj(spec={"a": 0, "b": 0})  # mode: "a" by default
     assert validate_object(obj(spec={"a": 0, "b": 0, "mode": "a"}), crd, old=old) == []
     assert validate_object(obj(spec={"a": 0, "b": 0, "mode": "b"}), crd, old=old) == [
-        Problem("spec.mode", "mode is immutable")]
+        Problem("spec.mode", "mode is immutable")
+    ]
 
 
 def test_real_crd_update_is_judged_on_the_defaulted_new_object():
@@ -477,7 +592,11 @@ def test_real_crd_update_is_judged_on_the_defaulted_new_object():
 def test_rule_to_crd_carries_field_path_and_reason_only_when_set():
     assert rules.Rule("self.a", "m").to_crd() == {"rule": "self.a", "message": "m"}
     assert rules.Rule("self.a", "m", ".a", "FieldValueForbidden").to_crd() == {
-        "rule": "self.a", "message": "m", "fieldPath": ".a", "reason": "FieldValueForbidden"}
+        "rule": "self.a",
+        "message": "m",
+        "fieldPath": ".a",
+        "reason": "FieldValueForbidden",
+    }
 
 
 MODEL_VERDICTS = [
@@ -489,7 +608,7 @@ MODEL_VERDICTS = [
     ("hf://org/name", None),
     ("hf://org/name@v1.0", None),
     ("s3://bucket/x", 0),
-    ("pvc:/claim/x", None),           # no scheme: a path
+    ("pvc:/claim/x", None),  # no scheme: a path
     ("pvc://Claim/x", 1),
     ("pvc://claim/.hidden", 1),
     ("hf://name-only", 2),
@@ -517,9 +636,21 @@ def test_model_rules_for_each_owner(owner, model, refused_by):
 
 INT_OR_PERCENT = [
     # (value, accepted): integers from 0, percentages 0%..100% without leading zeros
-    (0, True), (1, True), (-1, False),
-    ("0%", True), ("9%", True), ("10%", True), ("99%", True), ("100%", True), ("101%", False), ("1000%", False),
-    ("05%", False), ("%", False), ("25", False), ("25 %", False), ("-5%", False),
+    (0, True),
+    (1, True),
+    (-1, False),
+    ("0%", True),
+    ("9%", True),
+    ("10%", True),
+    ("99%", True),
+    ("100%", True),
+    ("101%", False),
+    ("1000%", False),
+    ("05%", False),
+    ("%", False),
+    ("25", False),
+    ("25 %", False),
+    ("-5%", False),
 ]
 
 
@@ -577,9 +708,17 @@ def test_parse_of_a_validated_object_skips_admission():
 
 
 def test_parse_reports_what_the_models_refuse_beyond_the_schema():
-    lax = crd_of({"type": "object", "properties": {
-        "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}})
+    lax = crd_of(
+        {
+            "type": "object",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            },
+        }
+    )
     with pytest.raises(InvalidSpec) as raised:
         parse(obj(spec={"target": {"model": "/m", "tensorParallelSize": 1}}), lax)
     assert [p.path for p in raised.value.problems] == ["spec.draft"]

@@ -22,8 +22,12 @@ def test_rule_verdict_at_the_boundary(doc, expected):
 def test_every_rule_of_the_api_is_in_the_table():
     """A rule added to the API without boundary rows fails here: each rule's message must be produced by at least
     one refused row (so each rule is seen refusing), and every table has an accepted row beside it."""
-    every = [r for name in dir(rules) if name.endswith("RULES") and isinstance(getattr(rules, name), tuple)
-             for r in getattr(rules, name)]
+    every = [
+        r
+        for name in dir(rules)
+        if name.endswith("RULES") and isinstance(getattr(rules, name), tuple)
+        for r in getattr(rules, name)
+    ]
     assert len(every) >= 20, len(every)
     seen = set()
     for _, doc, expected in BOUNDARIES:

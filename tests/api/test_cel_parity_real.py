@@ -108,21 +108,33 @@ def test_corpus_covers_both_verdicts_and_the_cli_gives_them(api, tmp_path):
     docs = dict(CORPUS)
     good = tmp_path / "accepted.yaml"
     good.write_text(yaml.safe_dump_all([in_namespace(docs[i]) for i in accepted]))
-    done = subprocess.run([sys.executable, "-m", "specdecode_operator.cli", "validate", "-f", str(good)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "specdecode_operator.cli", "validate", "-f", str(good)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.count(": valid") == len(accepted), done.stdout + done.stderr
     bad = tmp_path / "refused.yaml"
     bad.write_text(yaml.safe_dump_all([in_namespace(docs[i]) for i in refused]))
-    done = subprocess.run([sys.executable, "-m", "specdecode_operator.cli", "validate", "-f", str(bad)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "specdecode_operator.cli", "validate", "-f", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     for i in refused:
         for field in verdicts[i]:
             assert f"  {field}: " in done.stderr, f"{i}: {field} not named by specdecode validate"
 
 
-@settings(max_examples=120, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(doc=documents())
 def test_generated_documents_get_the_same_verdict(api, doc):
     assert_agree(api, doc)
@@ -133,19 +145,27 @@ def _variant(tag: str, edit) -> dict:
     crd = copy.deepcopy(yaml.safe_load(CRD_FILE.read_text()))
     crd["metadata"]["name"] = f"costprobe{tag}s.example.io"
     crd["spec"]["group"] = "example.io"
-    crd["spec"]["names"] = {"kind": f"CostProbe{tag.upper()}", "plural": f"costprobe{tag}s",
-                            "singular": f"costprobe{tag}", "listKind": f"CostProbe{tag.upper()}List"}
+    crd["spec"]["names"] = {
+        "kind": f"CostProbe{tag.upper()}",
+        "plural": f"costprobe{tag}s",
+        "singular": f"costprobe{tag}",
+        "listKind": f"CostProbe{tag.upper()}List",
+    }
     edit(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
     return crd
 
 
-@pytest.mark.parametrize("tag,bound", [
-    ("a", ("runtime", "extraArgs", "maxItems")),
-    ("b", ("runtime", "extraArgs", "items", "maxLength")),
-    ("c", ("draft", "ranks", "maxItems")),
-])
+@pytest.mark.parametrize(
+    "tag,bound",
+    [
+        ("a", ("runtime", "extraArgs", "maxItems")),
+        ("b", ("runtime", "extraArgs", "items", "maxLength")),
+        ("c", ("draft", "ranks", "maxItems")),
+    ],
+)
 def test_the_schema_bounds_are_what_keeps_the_rules_inside_the_cost_budget(api, tag, bound):
     """The API server's estimator is at work here: without one of these bounds the CRD is refused for cost."""
+
     def drop(spec):
         node = spec[bound[0]]["properties"][bound[1]]
         for part in bound[2:-1]:
@@ -153,7 +173,11 @@ def test_the_schema_bounds_are_what_keeps_the_rules_inside_the_cost_budget(api, 
         del node[bound[-1]]
 
     with pytest.raises(Refusal) as err:
-        api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _variant(tag, drop),
-                 query=[("dryRun", "All")])
+        api.call(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            _variant(tag, drop),
+            query=[("dryRun", "All")],
+        )
     assert err.value.status == 422
     assert "estimated rule cost exceeds budget" in err.value.body["message"], err.value.body["message"][:500]

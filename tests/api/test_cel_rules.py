@@ -36,38 +36,109 @@ CASES = [
     ("spec.draft.ranks", [0], [0, 1], "spec.draft.ranks", "exactly draft.tensorParallelSize"),
     ("spec.draft.ranks", [7], [8], "spec.draft.ranks", "target TP rank"),
     ("spec.target.tensorParallelSize", 16, 12, "spec.target.tensorParallelSize", "multiple of it"),
-    ("spec.speculative", {"numSteps": 3, "numDraftTokens": 4}, {"numSteps": 3, "numDraftTokens": 5},
-     "spec.speculative.numDraftTokens", "numSteps + 1"),
-    ("spec.speculative", {"numSteps": 5, "autotune": {"mode": "Live", "maxSteps": 6}},
-     {"numSteps": 9, "autotune": {"mode": "Live", "maxSteps": 6}}, "spec.speculative.numSteps", "minSteps..maxSteps"),
-    ("spec.speculative.autotune", {"minSteps": 2, "maxSteps": 4}, {"minSteps": 5, "maxSteps": 4},
-     "spec.speculative.autotune.minSteps", "at most maxSteps"),
-    ("spec.speculative.autotune", {"objective": "Latency", "maxInterTokenLatencyMs": 40}, {"objective": "Latency"},
-     "spec.speculative.autotune.maxInterTokenLatencyMs", "SLO"),
+    (
+        "spec.speculative",
+        {"numSteps": 3, "numDraftTokens": 4},
+        {"numSteps": 3, "numDraftTokens": 5},
+        "spec.speculative.numDraftTokens",
+        "numSteps + 1",
+    ),
+    (
+        "spec.speculative",
+        {"numSteps": 5, "autotune": {"mode": "Live", "maxSteps": 6}},
+        {"numSteps": 9, "autotune": {"mode": "Live", "maxSteps": 6}},
+        "spec.speculative.numSteps",
+        "minSteps..maxSteps",
+    ),
+    (
+        "spec.speculative.autotune",
+        {"minSteps": 2, "maxSteps": 4},
+        {"minSteps": 5, "maxSteps": 4},
+        "spec.speculative.autotune.minSteps",
+        "at most maxSteps",
+    ),
+    (
+        "spec.speculative.autotune",
+        {"objective": "Latency", "maxInterTokenLatencyMs": 40},
+        {"objective": "Latency"},
+        "spec.speculative.autotune.maxInterTokenLatencyMs",
+        "SLO",
+    ),
     ("spec.nccl.env", {"NCCL_MIN_NCHANNELS": "8"}, {"CUDA_VISIBLE_DEVICES": "0"}, "spec.nccl.env", "^NCCL_"),
     ("spec.nccl.env", {"NCCL_NVLS_ENABLE": "0"}, {"NCCL_NVLS_ENABLE": "1"}, "spec.nccl.env", "multicast"),
-    ("spec.runtime.extraArgs", ["--mem-fraction-static", "0.8"], ["--speculative-num-steps=9"],
-     "spec.runtime.extraArgs", "may not set flags"),
-    ("spec.runtime.extraArgs", ["--chunked-prefill-size=4096"], ["--tp-size", "4"], "spec.runtime.extraArgs", "typed fields"),
-    ("spec.runtime", {"port": 8000, "controlPort": 8001}, {"port": 8000, "controlPort": 8000},
-     "spec.runtime.controlPort", "must differ"),
+    (
+        "spec.runtime.extraArgs",
+        ["--mem-fraction-static", "0.8"],
+        ["--speculative-num-steps=9"],
+        "spec.runtime.extraArgs",
+        "may not set flags",
+    ),
+    (
+        "spec.runtime.extraArgs",
+        ["--chunked-prefill-size=4096"],
+        ["--tp-size", "4"],
+        "spec.runtime.extraArgs",
+        "typed fields",
+    ),
+    (
+        "spec.runtime",
+        {"port": 8000, "controlPort": 8001},
+        {"port": 8000, "controlPort": 8000},
+        "spec.runtime.controlPort",
+        "must differ",
+    ),
     ("spec.target.model", "pvc://models/llama/8b", "s3://bucket/llama", "spec.target.model", "or hf://ORG/NAME"),
-    ("spec.target.model", "pvc://model-store.team/a_b/v-1.0/", "pvc://Models/x", "spec.target.model",
-     "pvc:// takes pvc://CLAIM/PATH"),
+    (
+        "spec.target.model",
+        "pvc://model-store.team/a_b/v-1.0/",
+        "pvc://Models/x",
+        "spec.target.model",
+        "pvc:// takes pvc://CLAIM/PATH",
+    ),
     ("spec.target.model", "pvc://models", "pvc://models/../etc", "spec.target.model", "none starting with '.'"),
-    ("spec.draft.model", "hf://org/name@refs/pr/1", "hf://just-a-name", "spec.draft.model",
-     "hf:// takes hf://ORG/NAME[@REVISION]"),
+    (
+        "spec.draft.model",
+        "hf://org/name@refs/pr/1",
+        "hf://just-a-name",
+        "spec.draft.model",
+        "hf:// takes hf://ORG/NAME[@REVISION]",
+    ),
     ("spec.draft.model", "hf://Org-1/name.v2", "gs://b/x", "spec.draft.model", "other schemes"),
-    ("spec.modelCache", {"claimName": "hf-cache"}, {"claimName": "hf-cache", "sizeLimit": "100Gi"},
-     "spec.modelCache.sizeLimit", "not both"),
-    ("spec.rollout", {"maxSurge": "25%", "maxUnavailable": 0}, {"maxSurge": "25", "maxUnavailable": 0},
-     "spec.rollout.maxSurge", "percentage"),
-    ("spec.rollout", {"maxSurge": 0, "maxUnavailable": "100%"}, {"maxSurge": 0, "maxUnavailable": "101%"},
-     "spec.rollout.maxUnavailable", "percentage"),
-    ("spec.rollout", {"maxSurge": 2, "maxUnavailable": 1}, {"maxSurge": -1, "maxUnavailable": 1},
-     "spec.rollout.maxSurge", "non-negative"),
-    ("spec.rollout", {"maxSurge": 0, "maxUnavailable": 1}, {"maxSurge": "0%", "maxUnavailable": 0},
-     "spec.rollout.maxUnavailable", "may not both be 0"),
+    (
+        "spec.modelCache",
+        {"claimName": "hf-cache"},
+        {"claimName": "hf-cache", "sizeLimit": "100Gi"},
+        "spec.modelCache.sizeLimit",
+        "not both",
+    ),
+    (
+        "spec.rollout",
+        {"maxSurge": "25%", "maxUnavailable": 0},
+        {"maxSurge": "25", "maxUnavailable": 0},
+        "spec.rollout.maxSurge",
+        "percentage",
+    ),
+    (
+        "spec.rollout",
+        {"maxSurge": 0, "maxUnavailable": "100%"},
+        {"maxSurge": 0, "maxUnavailable": "101%"},
+        "spec.rollout.maxUnavailable",
+        "percentage",
+    ),
+    (
+        "spec.rollout",
+        {"maxSurge": 2, "maxUnavailable": 1},
+        {"maxSurge": -1, "maxUnavailable": 1},
+        "spec.rollout.maxSurge",
+        "non-negative",
+    ),
+    (
+        "spec.rollout",
+        {"maxSurge": 0, "maxUnavailable": 1},
+        {"maxSurge": "0%", "maxUnavailable": 0},
+        "spec.rollout.maxUnavailable",
+        "may not both be 0",
+    ),
     ("metadata.name", "glm5-pcie", "GLM5", "metadata.name", "DNS-1035"),
     ("metadata.name", "a" * 47, "a" * 48, "metadata.name", "at most 47"),
 ]
@@ -86,8 +157,9 @@ def test_hub_models_need_the_specdecode_launcher():
     assert validate_object(stock) == []
     stock["spec"]["draft"]["model"] = "hf://org/draft"
     problems = validate_object(stock)
-    assert [(p.path, "hf:// models need runtime.launcher specdecode" in p.message) for p in problems] == \
-        [("spec.runtime.launcher", True)], problems
+    assert [(p.path, "hf:// models need runtime.launcher specdecode" in p.message) for p in problems] == [
+        ("spec.runtime.launcher", True)
+    ], problems
     stock["spec"]["draft"]["model"] = "pvc://models/draft"  # a claim is mounted for the stock launcher too
     assert validate_object(stock) == []
 
@@ -114,7 +186,10 @@ def test_stock_sglang_launcher_requires_full_tp_draft_and_autotune_off():
 
 def test_schema_errors_name_the_field_and_what_is_allowed():
     problems = {str(p) for p in validate_object(with_("spec.draft.algorithm", "MEDUSA"))}
-    assert "spec.draft.algorithm: Unsupported value: 'MEDUSA': supported values: 'EAGLE', 'EAGLE3', 'NEXTN', 'STANDALONE'" in problems
+    assert (
+        "spec.draft.algorithm: Unsupported value: 'MEDUSA': supported values: 'EAGLE', 'EAGLE3', 'NEXTN', 'STANDALONE'"
+        in problems
+    )
     problems = {str(p) for p in validate_object(with_("spec.target.tensorParallelSize", 0))}
     assert "spec.target.tensorParallelSize: Invalid value: 0: should be greater than or equal to 1" in problems
     problems = {str(p) for p in validate_object(with_("spec.target.tensorParalelSize", 4))}
@@ -133,7 +208,8 @@ def test_cel_runs_only_after_the_schema_holds():
 def test_defaults_are_applied_like_the_api_server():
     obj = apply_defaults(base())
     assert obj["spec"]["speculative"] == {
-        "numSteps": 3, "eagleTopK": 1,
+        "numSteps": 3,
+        "eagleTopK": 1,
         "autotune": {"mode": "Off", "minSteps": 1, "maxSteps": 7, "intervalSeconds": 10, "objective": "Throughput"},
     }
     assert obj["spec"]["placement"]["gpusPerNode"] == 8

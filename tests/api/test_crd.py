@@ -14,7 +14,9 @@ COMMITTED = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
 
 
 def test_committed_crd_matches_fresh_generation():
-    assert COMMITTED.read_text() == crd_yaml(), "crds/ is stale: run `specdecode crd > crds/specdecode.io_specdecodedeployments.yaml`"
+    assert COMMITTED.read_text() == crd_yaml(), (
+        "crds/ is stale: run `specdecode crd > crds/specdecode.io_specdecodedeployments.yaml`"
+    )
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.33"])
@@ -34,8 +36,9 @@ def test_schema_is_structural_and_described():
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _walk(schema):
         assert not {"$ref", "anyOf", "allOf", "oneOf", "$defs", "title"} & set(node), path
-        assert ("type" in node or node.get("x-kubernetes-preserve-unknown-fields")
-                or node.get("x-kubernetes-int-or-string")), path
+        assert (
+            "type" in node or node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-int-or-string")
+        ), path
         if path.startswith(".spec") and path.count(".") >= 2 and not path.endswith("[]"):
             assert node.get("description"), f"{path} has no description for kubectl explain"
 
@@ -43,9 +46,18 @@ def test_schema_is_structural_and_described():
 def test_every_rule_in_rules_module_is_in_the_crd():
     text = yaml.safe_dump(crd())
     all_rules = [
-        *rules.NAME_RULES, *rules.SPEC_RULES, *rules.DRAFT_RULES, *rules.SPECULATIVE_RULES,
-        *rules.AUTOTUNE_RULES, *rules.NCCL_RULES, *rules.RUNTIME_RULES, *rules.ROLLOUT_RULES,
-        *rules.TARGET_RULES, *rules.DRAFT_MODEL_RULES, *rules.MODEL_CACHE_RULES, *rules.HUB_SPEC_RULES,
+        *rules.NAME_RULES,
+        *rules.SPEC_RULES,
+        *rules.DRAFT_RULES,
+        *rules.SPECULATIVE_RULES,
+        *rules.AUTOTUNE_RULES,
+        *rules.NCCL_RULES,
+        *rules.RUNTIME_RULES,
+        *rules.ROLLOUT_RULES,
+        *rules.TARGET_RULES,
+        *rules.DRAFT_MODEL_RULES,
+        *rules.MODEL_CACHE_RULES,
+        *rules.HUB_SPEC_RULES,
     ]
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     found = [v["rule"] for _, node in _walk(schema) for v in node.get("x-kubernetes-validations", [])]
@@ -56,11 +68,22 @@ def test_every_rule_in_rules_module_is_in_the_crd():
 def test_names_subresources_and_printer_columns():
     version = crd()["spec"]["versions"][0]
     names = crd()["spec"]["names"]
-    assert (names["kind"], names["plural"], names["shortNames"]) == ("SpecDecodeDeployment", "specdecodedeployments", ["sdd"])
+    assert (names["kind"], names["plural"], names["shortNames"]) == (
+        "SpecDecodeDeployment",
+        "specdecodedeployments",
+        ["sdd"],
+    )
     assert crd()["spec"]["scope"] == "Namespaced"
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "Target TP", "Draft TP", "Mode", "Steps", "Accept", "Tok/s", "Age"
+        "Ready",
+        "Target TP",
+        "Draft TP",
+        "Mode",
+        "Steps",
+        "Accept",
+        "Tok/s",
+        "Age",
     ]
     mode = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Mode")
     assert mode["jsonPath"] == ".spec.speculative.autotune.mode"

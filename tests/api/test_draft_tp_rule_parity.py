@@ -16,8 +16,12 @@ def sdd(target: int, draft: int, ranks):
     d = {"model": "/d", "tensorParallelSize": draft}
     if ranks is not None:
         d["ranks"] = ranks
-    return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment", "metadata": {"name": "x"},
-            "spec": {"target": {"model": "/t", "tensorParallelSize": target}, "draft": d}}
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": "x"},
+        "spec": {"target": {"model": "/t", "tensorParallelSize": target}, "draft": d},
+    }
 
 
 @pytest.mark.parametrize("target", [1, 2, 4, 8])
@@ -27,6 +31,7 @@ def test_cel_and_the_contract_accept_the_same_draft_layouts(target):
         cel = [p for p in validate_object(sdd(target, draft, ranks)) if p.path.startswith("spec.draft")]
         contract = draft_tp_problems(target, draft, ranks)
         if bool(cel) != bool(contract):
-            disagree.append(f"target {target} draft {draft} ranks {ranks}: CEL {[str(p) for p in cel]} "
-                            f"contract {contract}")
+            disagree.append(
+                f"target {target} draft {draft} ranks {ranks}: CEL {[str(p) for p in cel]} contract {contract}"
+            )
     assert not disagree, "\n".join(disagree)

@@ -35,8 +35,12 @@ def test_profiles_keep_multicast_off_and_emulate_pcie():
 def test_derive_fits_tp1_and_collective_cost():
     st = lambda ms: {"median_ms": ms, "p10_ms": ms, "p90_ms": ms}  # noqa: E731
     steps = {
-        str(b): {"split1_step": st(0.5 + 0.03 * b), "full": st((0.5 + 0.03 * b) / 2 + 3 * 0.030),
-                 "full_embed_ar": st((0.5 + 0.03 * b) / 2 + 4 * 0.030), "split1_bcast_k1": st(0.012)}
+        str(b): {
+            "split1_step": st(0.5 + 0.03 * b),
+            "full": st((0.5 + 0.03 * b) / 2 + 3 * 0.030),
+            "full_embed_ar": st((0.5 + 0.03 * b) / 2 + 4 * 0.030),
+            "split1_bcast_k1": st(0.012),
+        }
         for b in (1, 8, 32, 64)
     }
     d = mgd.derive({"profiles": {"nvlink": {"world": 2, "draft_step": steps}}})["nvlink"]
@@ -49,8 +53,28 @@ def test_derive_fits_tp1_and_collective_cost():
 
 @pytest.mark.slow
 def test_cpu_run_writes_every_part(tmp_path):
-    cmd = [sys.executable, str(SCRIPT), "--cpu", "--tiny", "--world", "2", "--profiles", "nvlink", "--batches", "1,2",
-           "--ks", "1,2", "--reps", "1", "--samples", "2", "--time-limit", "200", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--cpu",
+        "--tiny",
+        "--world",
+        "2",
+        "--profiles",
+        "nvlink",
+        "--batches",
+        "1,2",
+        "--ks",
+        "1,2",
+        "--reps",
+        "1",
+        "--samples",
+        "2",
+        "--time-limit",
+        "200",
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "multigpu_draft_cpu.json").read_text())

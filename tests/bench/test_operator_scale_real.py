@@ -19,15 +19,36 @@ def test_small_wave_on_a_real_api_server_costs_what_it_should():
 
     require_binaries()
     # a short resync period: the settle (resync + 5 s) and the steady window (1.2 x resync) derive from it
-    done = subprocess.run([sys.executable, "bench/operator_scale.py", "--count", str(N), "--envtest", "--json",
-                           "--resync", str(RESYNC), "--timeout", "120"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/operator_scale.py",
+            "--count",
+            str(N),
+            "--envtest",
+            "--json",
+            "--resync",
+            str(RESYNC),
+            "--timeout",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout)
     assert r["api_server"] == "kube-apiserver (envtest)" and r["count"] == N
     writes = r["writes_initial_by_resource"]
-    for resource, per_cr in (("apply configmaps", 1), ("apply services", 2), ("apply deployments", 1),
-                             ("apply poddisruptionbudgets", 1), ("apply networkpolicies", 1), ("apply secrets", 1)):
+    for resource, per_cr in (
+        ("apply configmaps", 1),
+        ("apply services", 2),
+        ("apply deployments", 1),
+        ("apply poddisruptionbudgets", 1),
+        ("apply networkpolicies", 1),
+        ("apply secrets", 1),
+    ):
         assert writes.get(resource) == per_cr * N, (resource, writes)
     assert writes.get("apply specdecodedeployments/status") == N, writes  # one status write, the reconciler's
     assert r["writes_per_cr_initial"] == 8, writes
@@ -42,7 +63,8 @@ def test_small_wave_on_a_real_api_server_costs_what_it_should():
     assert not by_verb.get("patch specdecodedeployments"), by_verb  # no finalizer
     # per object: 7 safety reads (a name may be taken by someone else's object) + 7 applies + 1 status + 1 Event;
     # besides them only kopf's start-up (discovery, one list and one watch per kind), shared by the N objects
-    per_object = sum(n for k, n in by_verb.items()
-                     if k.split()[0] in ("get", "patch", "create") and not k.split()[1].startswith("/"))
+    per_object = sum(
+        n for k, n in by_verb.items() if k.split()[0] in ("get", "patch", "create") and not k.split()[1].startswith("/")
+    )
     assert per_object <= 16 * N, by_verb
     assert r["audit_requests_to_ready"] - per_object <= 40, by_verb

@@ -1,6 +1,7 @@
 """The trained-target pipeline (bench/gpu/trained) end to end at smoke size on the CPU: corpus split, BPE tokenizer,
 Llama target, EAGLE-3 head, per-position acceptance, and the head loaded by SGLang 0.5.23's own
 ``LlamaForCausalLMEagle3``. The stages run in this process (one import of torch / transformers / sglang)."""
+
 from __future__ import annotations
 
 import importlib
@@ -33,14 +34,55 @@ def pipeline(tmp_path_factory):
     roots = [str(STDLIB / d) for d in ("json", "email", "asyncio", "unittest")]
     argv = [a for r in roots for a in ("--root", r)]
     assert _module("corpus").main(["--out", str(corpus), *argv, "--heldout-percent", "10"]) == 0
-    assert _module("train_target").main(["--data", str(corpus), "--out", str(target), "--smoke",
-                                         "--minutes", "0.08", "--seed", "1"]) == 0
-    assert _module("train_eagle3").main(["--target", str(target), "--data", str(corpus), "--out", str(head),
-                                         "--smoke", "--minutes", "0.05", "--draft-vocab", "384"]) == 0
+    assert (
+        _module("train_target").main(
+            ["--data", str(corpus), "--out", str(target), "--smoke", "--minutes", "0.08", "--seed", "1"]
+        )
+        == 0
+    )
+    assert (
+        _module("train_eagle3").main(
+            [
+                "--target",
+                str(target),
+                "--data",
+                str(corpus),
+                "--out",
+                str(head),
+                "--smoke",
+                "--minutes",
+                "0.05",
+                "--draft-vocab",
+                "384",
+            ]
+        )
+        == 0
+    )
     acc = root / "acceptance.json"
-    assert _module("acceptance").main(["--target", str(target), "--draft", str(head), "--data", str(corpus),
-                                       "--prompts", "2", "--prompt-len", "32", "--gen", "24", "--k", "7",
-                                       "--out", str(acc), "--smoke"]) == 0
+    assert (
+        _module("acceptance").main(
+            [
+                "--target",
+                str(target),
+                "--draft",
+                str(head),
+                "--data",
+                str(corpus),
+                "--prompts",
+                "2",
+                "--prompt-len",
+                "32",
+                "--gen",
+                "24",
+                "--k",
+                "7",
+                "--out",
+                str(acc),
+                "--smoke",
+            ]
+        )
+        == 0
+    )
     return SimpleNamespace(corpus=corpus, target=target, head=head, acceptance=acc)
 
 
@@ -154,8 +196,9 @@ def test_acceptance_alignment_oracle(shift, perfect):
     target = _StubTarget(vocab, layers=4, hidden=8)
     seqs = torch.randint(0, vocab, (3, 40), generator=torch.Generator().manual_seed(0))
     nxt = target(seqs).logits.argmax(-1)
-    res = measure(target, _StubHead(nxt, vocab, shift), seqs, prompt_len=10, k=k,
-                  amp=lambda: torch.autocast("cpu", enabled=False))
+    res = measure(
+        target, _StubHead(nxt, vocab, shift), seqs, prompt_len=10, k=k, amp=lambda: torch.autocast("cpu", enabled=False)
+    )
     if perfect:
         assert res["conditional_acceptance"] == [1.0] * k and res["accept_length"] == k
     else:

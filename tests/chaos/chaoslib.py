@@ -28,10 +28,22 @@ from tests.k8s.cluster import Cluster, minimal_sdd, wait_for
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "specdecode.io_specdecodedeployments.yaml"
 RESULTS = ROOT / "bench" / "results" / "chaos.jsonl"  # one line per scenario run; chaos.md is written from it
-CHILDREN = [("apps/v1", "deployments"), ("v1", "configmaps"), ("v1", "services"), ("policy/v1", "poddisruptionbudgets"),
-            ("networking.k8s.io/v1", "networkpolicies"), ("v1", "secrets")]
-EXPECTED = {"deployments": 1, "configmaps": 1, "services": 2, "poddisruptionbudgets": 1, "networkpolicies": 1,
-            "secrets": 1}  # what minimal_sdd(tp=8) renders: client + headless Service
+CHILDREN = [
+    ("apps/v1", "deployments"),
+    ("v1", "configmaps"),
+    ("v1", "services"),
+    ("policy/v1", "poddisruptionbudgets"),
+    ("networking.k8s.io/v1", "networkpolicies"),
+    ("v1", "secrets"),
+]
+EXPECTED = {
+    "deployments": 1,
+    "configmaps": 1,
+    "services": 2,
+    "poddisruptionbudgets": 1,
+    "networkpolicies": 1,
+    "secrets": 1,
+}  # what minimal_sdd(tp=8) renders: client + headless Service
 LEASE_NAMESPACE = "specdecode-system"
 
 
@@ -59,12 +71,18 @@ class Bed:
         self.emulator = self.server.emulator
         self.url = self.server.url
         self.kubeconfig = tmp_path / "kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "bed",
-            "clusters": [{"name": "bed", "cluster": {"server": self.url}}],
-            "users": [{"name": "bed", "user": {"token": "chaos"}}],
-            "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": "bed"}}],
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "bed",
+                    "clusters": [{"name": "bed", "cluster": {"server": self.url}}],
+                    "users": [{"name": "bed", "user": {"token": "chaos"}}],
+                    "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": "bed"}}],
+                }
+            )
+        )
         cfg = kubernetes.client.Configuration()
         cfg.host = self.url
         self.cluster = Cluster(cfg, "default", emulator=self.emulator)
@@ -127,20 +145,42 @@ class Replica:
     """One operator process started like the chart's container (``specdecode operator run <chart args>`` with the
     chart's SPECDECODE_* environment), against the bed's kubeconfig, on free local ports."""
 
-    def __init__(self, bed: Bed, identity: str, args: list[str], env: dict[str, str],
-                 extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        bed: Bed,
+        identity: str,
+        args: list[str],
+        env: dict[str, str],
+        extra_args: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None,
+    ):
         self.identity = identity
         self.metrics_port, self.health_port = free_port(), free_port()
         args = [a for a in args if not a.startswith(("--liveness-port", "--identity"))]
-        argv = [sys.executable, "-m", "specdecode_operator.cli", "operator", "run", *args,
-                f"--liveness-port={self.health_port}", f"--identity={identity}", *extra_args]
+        argv = [
+            sys.executable,
+            "-m",
+            "specdecode_operator.cli",
+            "operator",
+            "run",
+            *args,
+            f"--liveness-port={self.health_port}",
+            f"--identity={identity}",
+            *extra_args,
+        ]
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SPECDECODE_")}
         environ.update(env)
         # the bed reads the reconcile counts over plain HTTP (the emulator reviews no tokens; the secure endpoint
         # is tested on the real API server, tests/e2e/test_metrics_auth.py)
         environ.update({"SPECDECODE_METRICS_SECURE": "false"})
-        environ.update({"SPECDECODE_METRICS_PORT": str(self.metrics_port), "KUBECONFIG": str(bed.kubeconfig),
-                        "POD_NAME": identity, "PYTHONUNBUFFERED": "1"})
+        environ.update(
+            {
+                "SPECDECODE_METRICS_PORT": str(self.metrics_port),
+                "KUBECONFIG": str(bed.kubeconfig),
+                "POD_NAME": identity,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         environ.update(extra_env or {})
         self.log_path = bed.tmp / f"{identity}.log"
         self._log = open(self.log_path, "wb")
@@ -178,12 +218,19 @@ class Replica:
                 text = r.read().decode()
         except Exception:
             return 0.0
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name) and not line.startswith("#"))
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        wait_for(lambda: self.health() is not None or self.exited(), timeout=timeout, interval=0.1,
-                 what=f"{self.identity} serves /healthz")
+        wait_for(
+            lambda: self.health() is not None or self.exited(),
+            timeout=timeout,
+            interval=0.1,
+            what=f"{self.identity} serves /healthz",
+        )
         assert not self.exited(), self.tail()
 
     def exited(self) -> bool:
@@ -217,8 +264,10 @@ class Replica:
         frames: that is handling, not a crash), or an exit other than SIGKILL by the scenario, a clean stop, or
         status 1 after losing the Lease."""
         text = self.log_path.read_text(errors="replace")
-        ours = any("specdecode_operator/" in block or "specdecode_runtime/" in block
-                   for block in text.split("Traceback (most recent call last)")[1:])
+        ours = any(
+            "specdecode_operator/" in block or "specdecode_runtime/" in block
+            for block in text.split("Traceback (most recent call last)")[1:]
+        )
         code = self.proc.poll()
         lost = "lost the Lease" in text
         return ours or (code is not None and not self.killed and code not in (0, -15) and not (code == 1 and lost))
@@ -255,9 +304,11 @@ class Pool:
 
     def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         """Like wait_for, replacing exited replicas meanwhile."""
+
         def check():
             self.tick()
             return predicate()
+
         try:
             return wait_for(check, timeout=timeout, interval=0.5, what=what)
         except AssertionError as e:
@@ -289,8 +340,9 @@ def sdds(bed: Bed, count: int, prefix: str = "c", tp: int = 8) -> list[str]:
     return names
 
 
-def time_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
-               bed: Bed | None = None) -> float:
+def time_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25, bed: Bed | None = None
+) -> float:
     started = time.monotonic()
     try:
         wait_for(predicate, timeout=timeout, interval=interval, what=what)
@@ -316,8 +368,9 @@ class Outcome:
         if os.environ.get("SPECDECODE_CHAOS_RECORD"):
             RESULTS.parent.mkdir(parents=True, exist_ok=True)
             with RESULTS.open("a") as f:
-                f.write(json.dumps({**self.__dict__, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-                        + "\n")
+                f.write(
+                    json.dumps({**self.__dict__, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n"
+                )
 
 
 class Proxy:
@@ -352,7 +405,7 @@ class Proxy:
                     if not data:
                         break
                     if conn in self._frozen:  # the bytes vanish: the peer sees a silent connection, while the
-                        continue              # sender's writes never block (a real kernel buffers them)
+                        continue  # sender's writes never block (a real kernel buffers them)
                     writer.write(data)
                     await writer.drain()
             except (ConnectionError, OSError, asyncio.CancelledError):
@@ -369,8 +422,10 @@ class Proxy:
             except OSError:
                 client_w.close()
                 return
-            tasks = [asyncio.ensure_future(pipe(client_r, server_w, conn)),
-                     asyncio.ensure_future(pipe(server_r, client_w, conn))]
+            tasks = [
+                asyncio.ensure_future(pipe(client_r, server_w, conn)),
+                asyncio.ensure_future(pipe(server_r, client_w, conn)),
+            ]
             self._conns.add((conn, client_w, server_w, tuple(tasks)))
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in tasks:
@@ -396,6 +451,7 @@ class Proxy:
         def run():
             fn()
             done.set()
+
         self._loop.call_soon_threadsafe(run)
         done.wait(5)
 
@@ -406,6 +462,7 @@ class Proxy:
                     t.cancel()
                 cw.transport.abort()
                 sw.transport.abort()
+
         self._call(run)
 
     def freeze(self) -> None:
@@ -415,12 +472,14 @@ class Proxy:
         def run():
             self.mode = "partition"
             self._frozen.update(c[0] for c in self._conns)
+
         self._call(run)
 
     def heal(self) -> None:
         def run():
             self.mode = "pass"
             self._frozen.clear()
+
         self._call(run)
 
     def kubeconfig(self, bed: Bed, name: str) -> pathlib.Path:

@@ -1,8 +1,8 @@
 """The table of bench/results/chaos.md, from the rows the chaos suite appends to bench/results/chaos.jsonl.
 
-    rm -f bench/results/chaos.jsonl
-    SPECDECODE_CHAOS_RECORD=1 .venv/bin/python -m pytest tests/chaos -q
-    .venv/bin/python tests/chaos/report.py
+rm -f bench/results/chaos.jsonl
+SPECDECODE_CHAOS_RECORD=1 .venv/bin/python -m pytest tests/chaos -q
+.venv/bin/python tests/chaos/report.py
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| scenario | fault | converged (s) | lost | duplicated | crashed | peak RSS (MB) | notes |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | fault | converged (s) | lost | duplicated | crashed | peak RSS (MB) | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         notes = ", ".join(f"{k} {v}" for k, v in (r.get("notes") or {}).items())
-        lines.append(f"| {r['scenario']} | {r['fault']} | {r['converged_s']} | {r['lost']} | {r['duplicated']} | "
-                     f"{r['crashed']} | {r['peak_rss_mb']} | {notes} |")
+        lines.append(
+            f"| {r['scenario']} | {r['fault']} | {r['converged_s']} | {r['lost']} | {r['duplicated']} | "
+            f"{r['crashed']} | {r['peak_rss_mb']} | {notes} |"
+        )
     return "\n".join(lines)
 
 

@@ -67,9 +67,16 @@ def test_error_storm_converges_after_it_ends(bed, storm):
         bed.clear_faults()
         took = pool.wait_time(lambda: bed.converged(names), 90, "converged after the storm")
         lost, dup = bed.lost_and_duplicated(names)
-        Outcome(f"error storm: {storm}", f"every {every}. {'/'.join(verbs)} answered 500 for {seconds:.0f} s "
-                f"(20 CRs, 10 created during it)", round(took, 2), lost, dup, pool.crashed(), pool.peak_rss_mb(),
-                notes={"replica_restarts": pool.restarts}).record()
+        Outcome(
+            f"error storm: {storm}",
+            f"every {every}. {'/'.join(verbs)} answered 500 for {seconds:.0f} s (20 CRs, 10 created during it)",
+            round(took, 2),
+            lost,
+            dup,
+            pool.crashed(),
+            pool.peak_rss_mb(),
+            notes={"replica_restarts": pool.restarts},
+        ).record()
         assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0)
     finally:
         pool.close()
@@ -90,9 +97,16 @@ def test_api_outage_converges_within_15s_of_its_end(bed):
         create_with_retry(bed, names[5:])
         took = pool.wait_time(lambda: bed.converged(names), 90, "converged after the outage")
         lost, dup = bed.lost_and_duplicated(names)
-        Outcome("API outage", "every request 503 for 20 s (10 CRs, 5 created after it)", round(took, 2), lost, dup,
-                pool.crashed(), pool.peak_rss_mb(), notes={"replica_restarts": pool.restarts,
-                                                           "crashes": pool.crash_reasons()}).record()
+        Outcome(
+            "API outage",
+            "every request 503 for 20 s (10 CRs, 5 created after it)",
+            round(took, 2),
+            lost,
+            dup,
+            pool.crashed(),
+            pool.peak_rss_mb(),
+            notes={"replica_restarts": pool.restarts, "crashes": pool.crash_reasons()},
+        ).record()
         assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0)
     finally:
         pool.close()
@@ -104,8 +118,9 @@ def test_dropped_or_stalled_watches_recover_within_one_timeout(bed, fault):
     """Connections to the API server are reset (dropped watches) or stop carrying bytes while staying open (a
     half-open connection: nothing errors). With --watch-timeout 5 a silent watch is cut after 5 + 5 s."""
     proxy = Proxy(int(bed.url.rsplit(":", 1)[1]))
-    pool = one_leader(bed, extra_args=("--watch-timeout=5",),
-                      extra_env={"KUBECONFIG": str(proxy.kubeconfig(bed, "proxied"))})
+    pool = one_leader(
+        bed, extra_args=("--watch-timeout=5",), extra_env={"KUBECONFIG": str(proxy.kubeconfig(bed, "proxied"))}
+    )
     try:
         names = sdds(bed, 10, prefix="w")
         pool.wait(lambda: bed.converged(names), 60, "converged before the fault")
@@ -120,10 +135,21 @@ def test_dropped_or_stalled_watches_recover_within_one_timeout(bed, fault):
         # retry opens a fresh one. Measured: 31-34 s (before idle connections were closed on a timeout: 42-47 s).
         limit = CONVERGE_LIMIT_S if fault == "dropped" else 5 + 5 + 5 + 5 + 10 + CONVERGE_LIMIT_S
         lost, dup = bed.lost_and_duplicated(names + new)
-        Outcome(f"watches {fault}", ("every API connection reset" if fault == "dropped" else
-                "every open API connection silent (half-open), new ones fine; --watch-timeout 5")
-                + " (10 CRs, 5 created after it)", round(took, 2), lost, dup, pool.crashed(), pool.peak_rss_mb(),
-                notes={"replica_restarts": pool.restarts, "limit_s": limit}).record()
+        Outcome(
+            f"watches {fault}",
+            (
+                "every API connection reset"
+                if fault == "dropped"
+                else "every open API connection silent (half-open), new ones fine; --watch-timeout 5"
+            )
+            + " (10 CRs, 5 created after it)",
+            round(took, 2),
+            lost,
+            dup,
+            pool.crashed(),
+            pool.peak_rss_mb(),
+            notes={"replica_restarts": pool.restarts, "limit_s": limit},
+        ).record()
         assert took <= limit and (lost, dup, pool.crashed()) == (0, 0, 0)
         assert time.monotonic() - started < 90
     finally:
@@ -165,11 +191,19 @@ def test_a_partitioned_leader_stops_before_another_starts(bed):
         new = sdds(bed, 3, prefix="q")
         took = direct.wait_time(lambda: bed.converged(names + new), 60, "converged by the new leader")
         lost, dup = bed.lost_and_duplicated(names + new)
-        Outcome("partitioned leader", "the leader's API connections go silent (2 replicas, 10 CRs + 3 after)",
-                round(took_over, 2), lost, dup, cut_off.crashed() + direct.crashed(),
-                max(cut_off.peak_rss_mb(), direct.peak_rss_mb()),
-                notes={"old_leader_stopped_before_new_started_s": round(started_at - stopped_at, 2),
-                       "converged_after_takeover_s": round(took, 2)}).record()
+        Outcome(
+            "partitioned leader",
+            "the leader's API connections go silent (2 replicas, 10 CRs + 3 after)",
+            round(took_over, 2),
+            lost,
+            dup,
+            cut_off.crashed() + direct.crashed(),
+            max(cut_off.peak_rss_mb(), direct.peak_rss_mb()),
+            notes={
+                "old_leader_stopped_before_new_started_s": round(started_at - stopped_at, 2),
+                "converged_after_takeover_s": round(took, 2),
+            },
+        ).record()
         assert stopped_at is not None and started_at is not None and stopped_at < started_at
         assert (lost, dup) == (0, 0)
     finally:
@@ -187,14 +221,24 @@ def test_crs_deleted_while_their_tuners_run(bed):
         pool.wait(lambda: bed.converged(names), 60, "converged")
         for name in names:
             bed.cluster.delete_sdd(name)
-        took = pool.wait_time(lambda: all(bed.cluster.get_sdd(n) is None and not any(bed.children(n).values())
-                                          for n in names), 60, "CRs and children gone")
+        took = pool.wait_time(
+            lambda: all(bed.cluster.get_sdd(n) is None and not any(bed.children(n).values()) for n in names),
+            60,
+            "CRs and children gone",
+        )
         leftovers = sum(sum(bed.children(n).values()) for n in names)
         time.sleep(2.0)  # nothing is re-created by a late tuner interval or retry
         resurrected = sum(sum(bed.children(n).values()) for n in names)
         health = pool.live[0].health()
-        Outcome("CRs deleted while tuning", "10 CRs deleted at once while their tuner daemons run", round(took, 2),
-                0, leftovers + resurrected, pool.crashed(), pool.peak_rss_mb()).record()
+        Outcome(
+            "CRs deleted while tuning",
+            "10 CRs deleted at once while their tuner daemons run",
+            round(took, 2),
+            0,
+            leftovers + resurrected,
+            pool.crashed(),
+            pool.peak_rss_mb(),
+        ).record()
         assert resurrected == 0 and pool.crashed() == 0 and health and health["role"] == "leader"
     finally:
         pool.close()

@@ -45,10 +45,20 @@ def test_chart_defaults_one_replica_acts_and_a_killed_leader_is_replaced(bed, ki
             pool.wait(lambda: all(r.health() for r in pool.live), 30, "the replacement serves")
         assert bed.converged(names)
         lost, dup = bed.lost_and_duplicated(names)
-        Outcome(f"leader SIGKILL x{kills}", f"SIGKILL of the leader x{kills} (chart defaults: 2 replicas; 20 CRs, "
-                f"1 new CR after each kill)", round(max(failovers), 2), lost, dup, pool.crashed(), pool.peak_rss_mb(),
-                notes={"first_convergence_s": round(converged, 2), "failovers_s": [round(f, 2) for f in failovers],
-                       "self_fenced_restarts": pool.restarts - kills}).record()
+        Outcome(
+            f"leader SIGKILL x{kills}",
+            f"SIGKILL of the leader x{kills} (chart defaults: 2 replicas; 20 CRs, 1 new CR after each kill)",
+            round(max(failovers), 2),
+            lost,
+            dup,
+            pool.crashed(),
+            pool.peak_rss_mb(),
+            notes={
+                "first_convergence_s": round(converged, 2),
+                "failovers_s": [round(f, 2) for f in failovers],
+                "self_fenced_restarts": pool.restarts - kills,
+            },
+        ).record()
         assert max(failovers) <= FAILOVER_LIMIT_S, failovers
         assert (lost, dup, pool.crashed()) == (0, 0, 0)
     finally:

@@ -53,8 +53,13 @@ async def _huge_declared(request):
     return await _stream_30mb(request, declare=True)
 
 
-ENDPOINTS = {"hang": _hang, "garbage": _garbage, "unauthorized": _unauthorized, "huge": _huge,
-             "huge-declared": _huge_declared}
+ENDPOINTS = {
+    "hang": _hang,
+    "garbage": _garbage,
+    "unauthorized": _unauthorized,
+    "huge": _huge,
+    "huge-declared": _huge_declared,
+}
 
 
 @pytest.fixture
@@ -66,8 +71,10 @@ async def pods():
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
-    yield {name: Target(pod=name, ip=host, metrics_url=f"http://{host}:{port}/{name}/metrics", control_url=None)
-           for name in ENDPOINTS}
+    yield {
+        name: Target(pod=name, ip=host, metrics_url=f"http://{host}:{port}/{name}/metrics", control_url=None)
+        for name in ENDPOINTS
+    }
     await runner.cleanup()
 
 
@@ -87,10 +94,20 @@ async def test_hostile_metrics_endpoints_are_bounded_in_time_and_memory(pods):
     by_pod = {s.pod: s for s in snaps}
     from tests.chaos.chaoslib import Outcome
 
-    Outcome("hostile /metrics", "one scrape of 5 pods whose /metrics hang, return garbage, 401, 30 MB chunked, "
-            "30 MB with Content-Length", round(elapsed, 2), 0, 0, 0, round(peak / 2**20, 1), backend="aiohttp",
-            notes={"peak is": "Python allocations during the scrape (tracemalloc), not process RSS",
-                   "reasons": sorted({(s.error or "; ".join(s.problems))[:60] for s in snaps})}).record()
+    Outcome(
+        "hostile /metrics",
+        "one scrape of 5 pods whose /metrics hang, return garbage, 401, 30 MB chunked, 30 MB with Content-Length",
+        round(elapsed, 2),
+        0,
+        0,
+        0,
+        round(peak / 2**20, 1),
+        backend="aiohttp",
+        notes={
+            "peak is": "Python allocations during the scrape (tracemalloc), not process RSS",
+            "reasons": sorted({(s.error or "; ".join(s.problems))[:60] for s in snaps}),
+        },
+    ).record()
     assert elapsed < config.scrape_timeout + 1.5, elapsed  # the hanging pod costs one timeout, in parallel
     assert peak < 3 * pod_client.MAX_SCRAPE_BYTES, f"peak {peak / 1e6:.1f} MB while reading 2 x 30 MB bodies"
     assert "TimeoutError" in by_pod["hang"].error

@@ -42,10 +42,17 @@ def test_leader_sigkill_on_the_real_api_server(apiserver_bed, tmp_path):
         failover = time.monotonic() - killed
         lost, dup = bed.lost_and_duplicated(names + ["after"])
         refused = apiserver_bed.forbidden(mark)
-        Outcome("leader SIGKILL (real API server)", "SIGKILL of the leader (2 replicas, namespaced chart RBAC, "
-                "5 CRs + 1 after)", round(failover, 2), lost, dup, pool.crashed(), pool.peak_rss_mb(),
-                backend="kube-apiserver", notes={"first_convergence_s": round(first, 2),
-                                                 "rbac_refusals": len(refused)}).record()
+        Outcome(
+            "leader SIGKILL (real API server)",
+            "SIGKILL of the leader (2 replicas, namespaced chart RBAC, 5 CRs + 1 after)",
+            round(failover, 2),
+            lost,
+            dup,
+            pool.crashed(),
+            pool.peak_rss_mb(),
+            backend="kube-apiserver",
+            notes={"first_convergence_s": round(first, 2), "rbac_refusals": len(refused)},
+        ).record()
         assert refused == []
         assert failover <= FAILOVER_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0)
     finally:

@@ -12,8 +12,12 @@ from functools import lru_cache
 from prometheus_client import CollectorRegistry
 
 # prometheus-client's exposition: the sample names each metric type produces
-SUFFIXES = {"counter": ("_total",), "gauge": ("",), "summary": ("_sum", "_count"),
-            "histogram": ("_bucket", "_sum", "_count")}
+SUFFIXES = {
+    "counter": ("_total",),
+    "gauge": ("",),
+    "summary": ("_sum", "_count"),
+    "histogram": ("_bucket", "_sum", "_count"),
+}
 # The SGLang series the dashboard shows beside ours (the simulator serves them too)
 SGLANG_USED = ("sglang:spec_accept_length", "sglang:gen_throughput")
 

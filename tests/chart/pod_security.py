@@ -9,15 +9,44 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-                 "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
-SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                "net.ipv4.tcp_keepalive_probes"}
+BASELINE_CAPS = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
 SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                      "projected", "secret"}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def _containers(spec: dict) -> Iterator[tuple[str, dict]]:
@@ -78,7 +107,8 @@ def _apparmor(spec, md):
             yield f"{where}: appArmorProfile {prof.get('type')}"
     for key, value in ((md or {}).get("annotations") or {}).items():
         if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
-                value == "runtime/default" or value.startswith("localhost/")):
+            value == "runtime/default" or value.startswith("localhost/")
+        ):
             yield f"annotation {key}: {value}"
 
 
@@ -163,15 +193,25 @@ def _restricted_caps(spec, md):
 
 Check = Callable[[dict, dict], Iterator[str]]
 BASELINE: list[tuple[str, Check]] = [
-    ("HostProcess", _host_process), ("Host Namespaces", _host_namespaces), ("Privileged Containers", _privileged),
-    ("Capabilities", _baseline_caps), ("HostPath Volumes", _host_path), ("Host Ports", _host_ports),
-    ("AppArmor", _apparmor), ("SELinux", _selinux), ("/proc Mount Type", _proc_mount),
-    ("Seccomp", _seccomp_baseline), ("Sysctls", _sysctls),
+    ("HostProcess", _host_process),
+    ("Host Namespaces", _host_namespaces),
+    ("Privileged Containers", _privileged),
+    ("Capabilities", _baseline_caps),
+    ("HostPath Volumes", _host_path),
+    ("Host Ports", _host_ports),
+    ("AppArmor", _apparmor),
+    ("SELinux", _selinux),
+    ("/proc Mount Type", _proc_mount),
+    ("Seccomp", _seccomp_baseline),
+    ("Sysctls", _sysctls),
 ]
 RESTRICTED: list[tuple[str, Check]] = BASELINE + [
-    ("Volume Types", _volume_types), ("Privilege Escalation", _privilege_escalation),
-    ("Running as Non-root", _non_root), ("Running as Non-root user", _non_root_user),
-    ("Seccomp (restricted)", _seccomp_restricted), ("Capabilities (restricted)", _restricted_caps),
+    ("Volume Types", _volume_types),
+    ("Privilege Escalation", _privilege_escalation),
+    ("Running as Non-root", _non_root),
+    ("Running as Non-root user", _non_root_user),
+    ("Seccomp (restricted)", _seccomp_restricted),
+    ("Capabilities (restricted)", _restricted_caps),
 ]
 
 

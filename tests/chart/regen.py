@@ -11,8 +11,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdecode-operator"
 HEADER = (CHART / "files" / "rbac-rules.yaml").read_text().split("\nalways:\n")[0] + "\n"
-PARTS = {"cluster": "always", "operator-namespace": "operatorNamespace", "watched": "namespaced",
-         "control-token": "controlToken"}
+PARTS = {
+    "cluster": "always",
+    "operator-namespace": "operatorNamespace",
+    "watched": "namespaced",
+    "control-token": "controlToken",
+}
 
 
 def split(rbac) -> dict[str, list[dict]]:

@@ -3,13 +3,22 @@ Degraded, SpecValid, Paused; status.observedGeneration), shared by the Argo CD a
 
 
 def cond(type_, status, reason="Test", message=""):
-    return {"type": type_, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": "2026-11-29T12:00:00Z"}
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-11-29T12:00:00Z",
+    }
 
 
 def sdd(generation=2, observed=2, conditions=(), deleting=False, status=True):
-    obj = {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-           "metadata": {"name": "llama", "namespace": "ml", "generation": generation}, "spec": {}}
+    obj = {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": "llama", "namespace": "ml", "generation": generation},
+        "spec": {},
+    }
     if deleting:
         obj["metadata"]["deletionTimestamp"] = "2026-11-29T12:05:00Z"
     if status:
@@ -17,14 +26,28 @@ def sdd(generation=2, observed=2, conditions=(), deleting=False, status=True):
     return obj
 
 
-READY = [cond("SpecValid", "True"), cond("Ready", "True", "AllReady", "4/4 pods ready"),
-         cond("Progressing", "False"), cond("Degraded", "False"), cond("Paused", "False")]
-ROLLING = [cond("SpecValid", "True"), cond("Ready", "False", "PodsNotReady", "2/4 pods ready"),
-           cond("Progressing", "True", "RollingOut", "rolling out revision 3"), cond("Degraded", "False")]
-DEGRADED = [cond("SpecValid", "True"), cond("Ready", "False", "PodsNotReady"),
-            cond("Degraded", "True", "CrashLoop", "target pod restarts: CrashLoopBackOff")]
-INVALID = [cond("SpecValid", "False", "DraftTPMismatch", "draft TP 3 does not divide target TP 4"),
-           cond("Ready", "False", "SpecInvalid")]
+READY = [
+    cond("SpecValid", "True"),
+    cond("Ready", "True", "AllReady", "4/4 pods ready"),
+    cond("Progressing", "False"),
+    cond("Degraded", "False"),
+    cond("Paused", "False"),
+]
+ROLLING = [
+    cond("SpecValid", "True"),
+    cond("Ready", "False", "PodsNotReady", "2/4 pods ready"),
+    cond("Progressing", "True", "RollingOut", "rolling out revision 3"),
+    cond("Degraded", "False"),
+]
+DEGRADED = [
+    cond("SpecValid", "True"),
+    cond("Ready", "False", "PodsNotReady"),
+    cond("Degraded", "True", "CrashLoop", "target pod restarts: CrashLoopBackOff"),
+]
+INVALID = [
+    cond("SpecValid", "False", "DraftTPMismatch", "draft TP 3 does not divide target TP 4"),
+    cond("Ready", "False", "SpecInvalid"),
+]
 PAUSED = [cond("SpecValid", "True"), cond("Ready", "True"), cond("Paused", "True", "Paused", "spec.paused is true")]
 
 # name -> (object, Argo CD health, kstatus status)

@@ -47,11 +47,12 @@ def series(name: str, labels: dict, per_minute: float) -> dict:
 def traffic(job: str, bucket: str, batch: int, accepted_per_request: float) -> list[dict]:
     labels = {**RUNTIME, "job": job, "bucket": bucket}
     requests = CYCLES_PER_MIN * batch
-    return [series("specdecode_verify_cycles_total", labels, CYCLES_PER_MIN),
-            series("specdecode_requests_verified_total", labels, requests),
-            series("specdecode_position_accepted_total", {**labels, "position": "1"}, requests * accepted_per_request),
-            series("specdecode_tokens_generated_total", {**RUNTIME, "job": job},
-                   requests * (1 + accepted_per_request))]
+    return [
+        series("specdecode_verify_cycles_total", labels, CYCLES_PER_MIN),
+        series("specdecode_requests_verified_total", labels, requests),
+        series("specdecode_position_accepted_total", {**labels, "position": "1"}, requests * accepted_per_request),
+        series("specdecode_tokens_generated_total", {**RUNTIME, "job": job}, requests * (1 + accepted_per_request)),
+    ]
 
 
 def rule_spec() -> dict:
@@ -84,48 +85,81 @@ def alert_tests() -> list[dict]:
     collapse = 1 + COLLAPSED
     api_hot, api_cool = 12, 3  # API errors per minute: 0.2/s over the 0.1/s threshold, 0.05/s under it
     return [
-        {"name": "accept length: collapse at batch 4 fires, healthy acceptance stays quiet",
-         "input_series": traffic("llama", "2-7", BATCH, COLLAPSED) + traffic("good", "2-7", BATCH, HEALTHY),
-         "alert_rule_test": [
-             {"eval_time": early, "alertname": "SpecDecodeAcceptLengthCollapse", "exp_alerts": []},
-             {"eval_time": late, "alertname": "SpecDecodeAcceptLengthCollapse",
-              "exp_alerts": [firing("SpecDecodeAcceptLengthCollapse", {**RUNTIME, "job": "llama"}, collapse)]},
-             {"eval_time": late, "alertname": "SpecDecodeNoTokens", "exp_alerts": []}]},
-        {"name": "no tokens: cycles without tokens fire, cycles with tokens stay quiet",
-         "input_series": [series("specdecode_verify_cycles_total", {**RUNTIME, "job": "stuck", "bucket": "1"}, 60),
-                          series("specdecode_tokens_generated_total", {**RUNTIME, "job": "stuck"}, 0)]
-         + traffic("good", "2-7", BATCH, HEALTHY),
-         "alert_rule_test": [
-             {"eval_time": early, "alertname": "SpecDecodeNoTokens", "exp_alerts": []},
-             {"eval_time": late, "alertname": "SpecDecodeNoTokens",
-              "exp_alerts": [firing("SpecDecodeNoTokens", {**RUNTIME, "job": "stuck"}, 0)]}]},
-        {"name": "tuner rollback: one rollback fires at once and clears 30 minutes later",
-         "input_series": [{"series": "specdecode_tuner_rollbacks_total" + _selector(OPERATOR),
-                           "values": "0 0 0 1+0x37"}],
-         "alert_rule_test": [
-             {"eval_time": "2m", "alertname": "SpecDecodeTunerRollback", "exp_alerts": []},
-             {"eval_time": "5m", "alertname": "SpecDecodeTunerRollback",
-              "exp_alerts": [firing("SpecDecodeTunerRollback", {"namespace": OPERATOR["namespace"]}, 1)]},
-             {"eval_time": "35m", "alertname": "SpecDecodeTunerRollback", "exp_alerts": []}]},
-        {"name": "reconcile errors: errors fire, only successful passes stay quiet",
-         "input_series": [series("specdecode_operator_reconciles_total", {**OPERATOR, "result": "error"}, 6),
-                          series("specdecode_operator_reconciles_total",
-                                 {**OPERATOR, "job": "healthy", "result": "ok"}, 60),
-                          series("specdecode_operator_reconciles_total",
-                                 {**OPERATOR, "job": "healthy", "result": "error"}, 0)],
-         "alert_rule_test": [
-             {"eval_time": early, "alertname": "SpecDecodeReconcileErrors", "exp_alerts": []},
-             {"eval_time": late, "alertname": "SpecDecodeReconcileErrors",
-              "exp_alerts": [firing("SpecDecodeReconcileErrors", OPERATOR, 6 / 60)]}]},
-        {"name": "API errors: over 0.1/s fires per code, under it stays quiet",
-         "input_series": [series("specdecode_operator_api_errors_total", {**OPERATOR, "code": "429", "verb": "patch"},
-                                 api_hot),
-                          series("specdecode_operator_api_errors_total", {**OPERATOR, "code": "500", "verb": "get"},
-                                 api_cool)],
-         "alert_rule_test": [
-             {"eval_time": early, "alertname": "SpecDecodeOperatorAPIErrors", "exp_alerts": []},
-             {"eval_time": late, "alertname": "SpecDecodeOperatorAPIErrors",
-              "exp_alerts": [firing("SpecDecodeOperatorAPIErrors", {**OPERATOR, "code": "429"}, api_hot / 60)]}]},
+        {
+            "name": "accept length: collapse at batch 4 fires, healthy acceptance stays quiet",
+            "input_series": traffic("llama", "2-7", BATCH, COLLAPSED) + traffic("good", "2-7", BATCH, HEALTHY),
+            "alert_rule_test": [
+                {"eval_time": early, "alertname": "SpecDecodeAcceptLengthCollapse", "exp_alerts": []},
+                {
+                    "eval_time": late,
+                    "alertname": "SpecDecodeAcceptLengthCollapse",
+                    "exp_alerts": [firing("SpecDecodeAcceptLengthCollapse", {**RUNTIME, "job": "llama"}, collapse)],
+                },
+                {"eval_time": late, "alertname": "SpecDecodeNoTokens", "exp_alerts": []},
+            ],
+        },
+        {
+            "name": "no tokens: cycles without tokens fire, cycles with tokens stay quiet",
+            "input_series": [
+                series("specdecode_verify_cycles_total", {**RUNTIME, "job": "stuck", "bucket": "1"}, 60),
+                series("specdecode_tokens_generated_total", {**RUNTIME, "job": "stuck"}, 0),
+            ]
+            + traffic("good", "2-7", BATCH, HEALTHY),
+            "alert_rule_test": [
+                {"eval_time": early, "alertname": "SpecDecodeNoTokens", "exp_alerts": []},
+                {
+                    "eval_time": late,
+                    "alertname": "SpecDecodeNoTokens",
+                    "exp_alerts": [firing("SpecDecodeNoTokens", {**RUNTIME, "job": "stuck"}, 0)],
+                },
+            ],
+        },
+        {
+            "name": "tuner rollback: one rollback fires at once and clears 30 minutes later",
+            "input_series": [
+                {"series": "specdecode_tuner_rollbacks_total" + _selector(OPERATOR), "values": "0 0 0 1+0x37"}
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "SpecDecodeTunerRollback", "exp_alerts": []},
+                {
+                    "eval_time": "5m",
+                    "alertname": "SpecDecodeTunerRollback",
+                    "exp_alerts": [firing("SpecDecodeTunerRollback", {"namespace": OPERATOR["namespace"]}, 1)],
+                },
+                {"eval_time": "35m", "alertname": "SpecDecodeTunerRollback", "exp_alerts": []},
+            ],
+        },
+        {
+            "name": "reconcile errors: errors fire, only successful passes stay quiet",
+            "input_series": [
+                series("specdecode_operator_reconciles_total", {**OPERATOR, "result": "error"}, 6),
+                series("specdecode_operator_reconciles_total", {**OPERATOR, "job": "healthy", "result": "ok"}, 60),
+                series("specdecode_operator_reconciles_total", {**OPERATOR, "job": "healthy", "result": "error"}, 0),
+            ],
+            "alert_rule_test": [
+                {"eval_time": early, "alertname": "SpecDecodeReconcileErrors", "exp_alerts": []},
+                {
+                    "eval_time": late,
+                    "alertname": "SpecDecodeReconcileErrors",
+                    "exp_alerts": [firing("SpecDecodeReconcileErrors", OPERATOR, 6 / 60)],
+                },
+            ],
+        },
+        {
+            "name": "API errors: over 0.1/s fires per code, under it stays quiet",
+            "input_series": [
+                series("specdecode_operator_api_errors_total", {**OPERATOR, "code": "429", "verb": "patch"}, api_hot),
+                series("specdecode_operator_api_errors_total", {**OPERATOR, "code": "500", "verb": "get"}, api_cool),
+            ],
+            "alert_rule_test": [
+                {"eval_time": early, "alertname": "SpecDecodeOperatorAPIErrors", "exp_alerts": []},
+                {
+                    "eval_time": late,
+                    "alertname": "SpecDecodeOperatorAPIErrors",
+                    "exp_alerts": [firing("SpecDecodeOperatorAPIErrors", {**OPERATOR, "code": "429"}, api_hot / 60)],
+                },
+            ],
+        },
     ]
 
 
@@ -153,15 +187,30 @@ def panel_expr(title_prefix: str) -> str:
 
 def dashboard_tests() -> list[dict]:
     at = f"{WINDOW_MINUTES + 5}m"
-    return [{"name": "dashboard accept-length panels: tokens per request, whatever the batch",
-             "input_series": traffic("llama", "2-7", BATCH, COLLAPSED) + traffic("good", "8-31", 2 * BATCH, HEALTHY),
-             "promql_expr_test": [
-                 {"expr": panel_expr("Accept length"), "eval_time": at, "exp_samples": [
-                     {"labels": _selector({**RUNTIME, "job": "llama"}), "value": 1 + COLLAPSED},
-                     {"labels": _selector({**RUNTIME, "job": "good"}), "value": 1 + HEALTHY}]},
-                 {"expr": panel_expr("Acceptance by batch-size bucket"), "eval_time": at, "exp_samples": [
-                     {"labels": _selector({"bucket": "2-7"}), "value": 1 + COLLAPSED},
-                     {"labels": _selector({"bucket": "8-31"}), "value": 1 + HEALTHY}]}]}]
+    return [
+        {
+            "name": "dashboard accept-length panels: tokens per request, whatever the batch",
+            "input_series": traffic("llama", "2-7", BATCH, COLLAPSED) + traffic("good", "8-31", 2 * BATCH, HEALTHY),
+            "promql_expr_test": [
+                {
+                    "expr": panel_expr("Accept length"),
+                    "eval_time": at,
+                    "exp_samples": [
+                        {"labels": _selector({**RUNTIME, "job": "llama"}), "value": 1 + COLLAPSED},
+                        {"labels": _selector({**RUNTIME, "job": "good"}), "value": 1 + HEALTHY},
+                    ],
+                },
+                {
+                    "expr": panel_expr("Acceptance by batch-size bucket"),
+                    "eval_time": at,
+                    "exp_samples": [
+                        {"labels": _selector({"bucket": "2-7"}), "value": 1 + COLLAPSED},
+                        {"labels": _selector({"bucket": "8-31"}), "value": 1 + HEALTHY},
+                    ],
+                },
+            ],
+        }
+    ]
 
 
 @pytest.fixture
@@ -179,14 +228,23 @@ def test_the_alerting_rules_pass_promtool_check(rules_file):
 
 def test_every_alert_fires_when_it_should_and_stays_quiet_otherwise(rules_file, tmp_path):
     tests = alert_tests()
-    assert {t["alertname"] for case in tests for t in case["alert_rule_test"]} == set(alerts()), \
+    assert {t["alertname"] for case in tests for t in case["alert_rule_test"]} == set(alerts()), (
         "every alert of the chart needs a promtool test here"
+    )
     for case in tests:  # each alert is tested both firing and quiet
         assert any(t["exp_alerts"] for t in case["alert_rule_test"])
         assert any(not t["exp_alerts"] for t in case["alert_rule_test"])
     spec = tmp_path / "alerts.test.yaml"
-    spec.write_text(yaml.safe_dump({"rule_files": [rules_file.name], "evaluation_interval": "1m",
-                                    "tests": [{"interval": "1m", **case} for case in tests]}, sort_keys=False))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [rules_file.name],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", **case} for case in tests],
+            },
+            sort_keys=False,
+        )
+    )
     done = run("test", "rules", spec.name, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -194,16 +252,29 @@ def test_every_alert_fires_when_it_should_and_stays_quiet_otherwise(rules_file, 
 def test_every_dashboard_expression_parses_and_the_accept_length_panels_compute_per_request(tmp_path):
     panels = dashboard_panels()
     assert panels
-    recording = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": expr} for i, (_title, expr) in enumerate(panels)]}]}
+    recording = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:query_{i}", "expr": expr} for i, (_title, expr) in enumerate(panels)],
+            }
+        ]
+    }
     (tmp_path / "dashboard.yaml").write_text(yaml.safe_dump(recording, sort_keys=False))
     done = run("check", "rules", str(tmp_path / "dashboard.yaml"))
     assert done.returncode == 0, done.stdout + done.stderr
     (tmp_path / "empty.yaml").write_text(yaml.safe_dump({"groups": []}))
     spec = tmp_path / "dashboard.test.yaml"
-    spec.write_text(yaml.safe_dump({"rule_files": ["empty.yaml"], "evaluation_interval": "1m",
-                                    "tests": [{"interval": "1m", **case} for case in dashboard_tests()]},
-                                   sort_keys=False))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["empty.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", **case} for case in dashboard_tests()],
+            },
+            sort_keys=False,
+        )
+    )
     done = run("test", "rules", spec.name, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -15,20 +15,52 @@ ROOT_DIR = Path(__file__).resolve().parents[2]
 # What the runtime, the operator and SGLang really export (read from their exporters: tests/chart/exported_metrics.py)
 CONTRACT = exported()
 PROMQL_WORDS = {
-    "sum", "avg", "max", "min", "count", "rate", "irate", "increase", "by", "without", "on", "ignoring", "group_left",
-    "group_right", "and", "or", "unless", "scalar", "vector", "histogram_quantile", "clamp_min", "clamp_max", "abs",
-    "topk", "bottomk", "delta", "deriv", "avg_over_time", "max_over_time", "min_over_time", "label_replace", "bool",
-    "offset", "absent", "time", "quantile",
+    "sum",
+    "avg",
+    "max",
+    "min",
+    "count",
+    "rate",
+    "irate",
+    "increase",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "scalar",
+    "vector",
+    "histogram_quantile",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "topk",
+    "bottomk",
+    "delta",
+    "deriv",
+    "avg_over_time",
+    "max_over_time",
+    "min_over_time",
+    "label_replace",
+    "bool",
+    "offset",
+    "absent",
+    "time",
+    "quantile",
 }
 
 
 def metric_names(expr: str) -> set[str]:
     """Metric names in a PromQL expression: identifiers that are not functions, keywords, labels or literals."""
-    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)          # string literals
-    e = re.sub(r"\{[^}]*\}", "", e)                        # label matchers
-    e = re.sub(r"\[[^\]]*\]", "", e)                       # range selectors
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    e = re.sub(r"\{[^}]*\}", "", e)  # label matchers
+    e = re.sub(r"\[[^\]]*\]", "", e)  # range selectors
     e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", e)  # grouping labels
-    e = re.sub(r"\$\{?\w+\}?", "", e)                      # Grafana variables
+    e = re.sub(r"\$\{?\w+\}?", "", e)  # Grafana variables
     names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e))
     return {n for n in names if n not in PROMQL_WORDS and not re.fullmatch(r"\d+[smhdwy]?", n)}
 
@@ -53,7 +85,9 @@ def rule_exprs() -> list[str]:
 
 
 def test_extractor_finds_names_and_flags_unknown_ones():
-    assert metric_names('sum by (bucket) (rate(specdecode_verify_cycles_total{job=~"$job"}[5m])) / 2') == {"specdecode_verify_cycles_total"}
+    assert metric_names('sum by (bucket) (rate(specdecode_verify_cycles_total{job=~"$job"}[5m])) / 2') == {
+        "specdecode_verify_cycles_total"
+    }
     assert metric_names("1 + avg(sglang:spec_accept_length) < 1.3") == {"sglang:spec_accept_length"}
     assert metric_names("rate(specdecode_verify_cycle_total[5m])") - CONTRACT == {"specdecode_verify_cycle_total"}
 
@@ -68,8 +102,14 @@ def test_every_expression_uses_only_contract_metrics(source):
 
 def test_dashboard_covers_the_required_views():
     used = set().union(*(metric_names(e) for e in dashboard_exprs()))
-    for name in ("specdecode_tokens_generated_total", "sglang:spec_accept_length", "specdecode_position_attempts_total",
-                 "specdecode_cycle_seconds_sum", "specdecode_num_steps", "specdecode_tuner_decisions_total"):
+    for name in (
+        "specdecode_tokens_generated_total",
+        "sglang:spec_accept_length",
+        "specdecode_position_attempts_total",
+        "specdecode_cycle_seconds_sum",
+        "specdecode_num_steps",
+        "specdecode_tuner_decisions_total",
+    ):
         assert name in used
     dash = json.loads((CHART / "dashboards" / "specdecode-overview.json").read_text())
     assert any(p["type"] == "heatmap" for p in dash["panels"])
@@ -83,8 +123,18 @@ def test_exported_names_come_from_the_exporters():
     from specdecode_runtime.contract import metric_names as metrics
 
     bases = {re.sub(r"_(total|sum|count|bucket)$", "", n) for n in runtime_names()}
-    assert {getattr(metrics, n) for n in ("VERIFY_CYCLES", "POSITION_ATTEMPTS", "POSITION_ACCEPTED", "CYCLE_SECONDS",
-                                          "REQUESTS_VERIFIED", "NUM_STEPS", "TOKENS_GENERATED")} <= bases
+    assert {
+        getattr(metrics, n)
+        for n in (
+            "VERIFY_CYCLES",
+            "POSITION_ATTEMPTS",
+            "POSITION_ACCEPTED",
+            "CYCLE_SECONDS",
+            "REQUESTS_VERIFIED",
+            "NUM_STEPS",
+            "TOKENS_GENERATED",
+        )
+    } <= bases
     assert "specdecode_requests_verified_total" in CONTRACT and "specdecode_operator_reconciles_total" in CONTRACT
     assert "specdecode_verify_cycle_total" not in CONTRACT
 
@@ -110,12 +160,18 @@ def test_broken_rule_is_rejected_by_the_upstream_schema():
 def test_dashboard_configmap_carries_the_json_and_the_sidecar_label():
     cm = one(render(COMBOS["monitoring-on"]), "ConfigMap")
     assert cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(cm["data"]["specdecode-overview.json"]) == json.loads((CHART / "dashboards" / "specdecode-overview.json").read_text())
+    assert json.loads(cm["data"]["specdecode-overview.json"]) == json.loads(
+        (CHART / "dashboards" / "specdecode-overview.json").read_text()
+    )
 
 
 # ---- the metric table (contract/metric_names.py) drives the exporter; rules, panels and docs name only its rows --
-DOCS = [ROOT_DIR / "README.md", *sorted((ROOT_DIR / "docs").glob("*.md")), *sorted(CHART.rglob("*.yaml")),
-        *sorted(CHART.rglob("*.json"))]
+DOCS = [
+    ROOT_DIR / "README.md",
+    *sorted((ROOT_DIR / "docs").glob("*.md")),
+    *sorted(CHART.rglob("*.yaml")),
+    *sorted(CHART.rglob("*.json")),
+]
 PACKAGES = {"specdecode_runtime", "specdecode_operator"}  # module names, not metrics
 
 

@@ -10,7 +10,11 @@ def pod_spec(values=None):
 
 def test_container_has_resources_and_probes_on_the_liveness_port():
     c = pod_spec()["containers"][0]
-    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    assert (
+        c["resources"]["requests"]["cpu"]
+        and c["resources"]["requests"]["memory"]
+        and c["resources"]["limits"]["memory"]
+    )
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
@@ -76,8 +80,7 @@ def test_flags_parse_with_the_operator_cli():
     assert cfg.leader_election is True and cfg.lease_name == "sd-lease"
     assert cfg.identity == "$(POD_NAME)"  # the kubelet expands it from the env var of that name
     assert env(c)["POD_NAME"] is None  # ... which comes from the downward API
-    assert any(e["name"] == "POD_NAME" and e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-               for e in c["env"])
+    assert any(e["name"] == "POD_NAME" and e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name" for e in c["env"])
 
 
 def test_every_replica_count_elects_one_leader_by_lease():

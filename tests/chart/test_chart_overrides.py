@@ -63,5 +63,6 @@ def test_the_control_port_network_policy_still_admits_the_operator(case):
     (rule,) = [r for r in policy["spec"]["ingress"] if {"protocol": "TCP", "port": control} in r.get("ports", [])]
     (peer,) = rule["from"]
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
-    assert selects(peer["podSelector"]["matchLabels"], operator_pod_labels(docs)), \
+    assert selects(peer["podSelector"]["matchLabels"], operator_pod_labels(docs)), (
         f"the operator pods {operator_pod_labels(docs)} are not admitted to the control port by {peer}"
+    )

@@ -5,8 +5,11 @@ import yaml
 
 from tests.chart.chartlib import CHART, COMBOS, NAMESPACE, of_kind, one, render
 
-CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), ("authentication.k8s.io", "tokenreviews"),
-                  ("authorization.k8s.io", "subjectaccessreviews")}
+CLUSTER_SCOPED = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("authentication.k8s.io", "tokenreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+}
 # What the operator needs whatever its implementation details.
 REQUIRED = {
     ("specdecode.io", "specdecodedeployments"): {"list", "watch", "patch"},
@@ -24,8 +27,14 @@ READ_ONLY = {("discovery.k8s.io", "endpointslices"), ("apiextensions.k8s.io", "c
 
 def triples(rules) -> set[tuple[str, str, str]]:
     """API resource grants (a nonResourceURLs rule, the metrics reader's, grants no API resource)."""
-    return {(g, r, v) for rule in rules if "apiGroups" in rule
-            for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return {
+        (g, r, v)
+        for rule in rules
+        if "apiGroups" in rule
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
 
 
 @pytest.mark.parametrize("secure", [True, False])
@@ -60,7 +69,9 @@ def operator_rules() -> list[dict]:
 
 def test_chart_rules_equal_the_operators_declared_api_calls():
     declared = triples(operator_rules())
-    chart = triples(r for part in yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text()).values() for r in part)
+    chart = triples(
+        r for part in yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text()).values() for r in part
+    )
     assert chart == declared, (
         f"only in the chart: {sorted(chart - declared)}; only in rbac.py: {sorted(declared - chart)}. "
         "Run `python tests/chart/regen.py`."
@@ -84,11 +95,25 @@ def test_cluster_wide_grants_cover_the_minimum_and_nothing_dangerous():
         assert rules[resource] <= {"get", "list", "watch"}, resource
     flat = granted(docs)
     assert not any("*" in t for t in flat)
-    assert not any(v in {"escalate", "bind", "impersonate", "deletecollection", "update"} for _, _, v in flat
-                   if _ != "leases")
-    assert not any(r in {"nodes", "pods/exec", "pods/attach", "pods/portforward", "clusterroles",
-                         "clusterrolebindings", "roles", "rolebindings", "serviceaccounts", "serviceaccounts/token"}
-                   for _, r, _ in flat)
+    assert not any(
+        v in {"escalate", "bind", "impersonate", "deletecollection", "update"} for _, _, v in flat if _ != "leases"
+    )
+    assert not any(
+        r
+        in {
+            "nodes",
+            "pods/exec",
+            "pods/attach",
+            "pods/portforward",
+            "clusterroles",
+            "clusterrolebindings",
+            "roles",
+            "rolebindings",
+            "serviceaccounts",
+            "serviceaccounts/token",
+        }
+        for _, r, _ in flat
+    )
     # pods: listed only (a rollout's unschedulable pods); their templates are the Deployments' it already reads
     assert {v for _, r, v in flat if r == "pods"} <= {"list"}
 
@@ -103,8 +128,11 @@ def test_no_cluster_wide_secret_access(combo):
 
 def test_control_token_secrets_are_bound_per_namespace():
     def bindings(values):
-        return sorted(b["metadata"]["namespace"] for b in of_kind(render(values), "RoleBinding")
-                      if b["roleRef"]["name"].endswith("-control-token"))
+        return sorted(
+            b["metadata"]["namespace"]
+            for b in of_kind(render(values), "RoleBinding")
+            if b["roleRef"]["name"].endswith("-control-token")
+        )
 
     assert bindings({}) == []  # all namespaces, none listed: no Secret access anywhere
     assert bindings({"rbac": {"controlTokenNamespaces": ["llm", "search"]}}) == ["llm", "search"]
@@ -113,8 +141,12 @@ def test_control_token_secrets_are_bound_per_namespace():
 
 def test_the_lease_is_granted_in_the_release_namespace_only():
     docs = render()
-    lease = [(r["metadata"].get("namespace"), t) for r in of_kind(docs, "Role") + of_kind(docs, "ClusterRole")
-             for t in triples(r["rules"]) if t[1] == "leases"]
+    lease = [
+        (r["metadata"].get("namespace"), t)
+        for r in of_kind(docs, "Role") + of_kind(docs, "ClusterRole")
+        for t in triples(r["rules"])
+        if t[1] == "leases"
+    ]
     assert lease and {ns for ns, _ in lease} == {NAMESPACE}
     assert {v for _, (_, _, v) in lease} == {"get", "create", "update"}
 
@@ -140,5 +172,7 @@ def test_bindings_point_at_the_operator_service_account():
             assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
             role_kind = binding["roleRef"]["kind"]
             ns = binding["metadata"].get("namespace") if role_kind == "Role" else None
-            assert any(r["metadata"]["name"] == binding["roleRef"]["name"] and r["metadata"].get("namespace") == ns
-                       for r in of_kind(docs, role_kind))
+            assert any(
+                r["metadata"]["name"] == binding["roleRef"]["name"] and r["metadata"].get("namespace") == ns
+                for r in of_kind(docs, role_kind)
+            )

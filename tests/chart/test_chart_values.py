@@ -9,7 +9,10 @@ BAD = {
     "replicas-as-string": ({"replicaCount": "two"}, "/replicaCount"),
     "zero-replicas": ({"replicaCount": 0}, "/replicaCount"),
     "unknown-top-level-key": ({"replicas": 2}, "replicas"),
-    "typo-in-nested-key": ({"metrics": {"enabled": True, "port": 8080, "serviceMonitr": {"enabled": True}}}, "serviceMonitr"),
+    "typo-in-nested-key": (
+        {"metrics": {"enabled": True, "port": 8080, "serviceMonitr": {"enabled": True}}},
+        "serviceMonitr",
+    ),
     "bad-log-level": ({"logLevel": "verbose"}, "/logLevel"),
     "namespaced-without-namespaces": ({"watch": {"allNamespaces": False, "namespaces": []}}, "/watch/namespaces"),
     "namespaces-while-all": ({"watch": {"allNamespaces": True, "namespaces": ["a"]}}, "/watch/namespaces"),
@@ -17,9 +20,18 @@ BAD = {
     "privileged-port": ({"metrics": {"enabled": True, "port": 80}}, "/metrics/port"),
     "untagged-runtime-image": ({"runtime": {"image": "ghcr.io/x/runtime"}}, "/runtime/image"),
     "bad-pull-policy": ({"image": {"repository": "r", "pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
-    "servicemonitor-without-metrics": ({"metrics": {"enabled": False, "port": 8080, "serviceMonitor": {"enabled": True}}}, "/metrics/enabled"),
-    "bad-duration": ({"metrics": {"enabled": True, "port": 8080, "serviceMonitor": {"interval": "30 seconds"}}}, "/metrics/serviceMonitor/interval"),
-    "accept-floor-below-one": ({"metrics": {"enabled": True, "port": 8080, "prometheusRule": {"acceptLengthFloor": 0.5}}}, "/metrics/prometheusRule/acceptLengthFloor"),
+    "servicemonitor-without-metrics": (
+        {"metrics": {"enabled": False, "port": 8080, "serviceMonitor": {"enabled": True}}},
+        "/metrics/enabled",
+    ),
+    "bad-duration": (
+        {"metrics": {"enabled": True, "port": 8080, "serviceMonitor": {"interval": "30 seconds"}}},
+        "/metrics/serviceMonitor/interval",
+    ),
+    "accept-floor-below-one": (
+        {"metrics": {"enabled": True, "port": 8080, "prometheusRule": {"acceptLengthFloor": 0.5}}},
+        "/metrics/prometheusRule/acceptLengthFloor",
+    ),
 }
 
 

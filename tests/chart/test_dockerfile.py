@@ -83,8 +83,10 @@ def test_each_image_installs_only_its_extra(stage, extra):
     assert "torch" not in " ".join(PYPROJECT["project"]["optional-dependencies"]["operator"])
 
 
-@pytest.mark.parametrize("stage,script,subcommand", [("operator", "specdecode", ["operator", "run"]),
-                                                      ("runtime", "specdecode-runtime", ["launch"])])
+@pytest.mark.parametrize(
+    "stage,script,subcommand",
+    [("operator", "specdecode", ["operator", "run"]), ("runtime", "specdecode-runtime", ["launch"])],
+)
 def test_entrypoints_are_the_packages_console_scripts(stage, script, subcommand):
     entry = stages()[stage]["entrypoint"]
     assert entry == [script, *subcommand]
@@ -98,7 +100,9 @@ def test_wheel_name_matches_the_project_name():
 
 
 def test_dockerignore_keeps_the_context_small():
-    ignored = {l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")}
+    ignored = {
+        l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")
+    }
     assert {".git", ".venv", "tests", "charts"} <= ignored
     copied = re.findall(r"^COPY (?!--from)(.+?) \S+$", TEXT, re.M)
     for src in " ".join(copied).split():

@@ -88,10 +88,19 @@ def existing(env, docs: list[dict]) -> set[str]:
 
 
 def may_watch_sdds(api, namespace: str) -> bool:
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-              "spec": {"user": f"system:serviceaccount:{NAMESPACE}:{RELEASE}-specdecode-operator",
-                       "resourceAttributes": {"group": "specdecode.io", "resource": "specdecodedeployments",
-                                              "verb": "watch", "namespace": namespace}}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{NAMESPACE}:{RELEASE}-specdecode-operator",
+            "resourceAttributes": {
+                "group": "specdecode.io",
+                "resource": "specdecodedeployments",
+                "verb": "watch",
+                "namespace": namespace,
+            },
+        },
+    }
     return api.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)["status"]["allowed"]
 
 
@@ -136,8 +145,19 @@ def test_release_lifecycle_installs_crds_upgrades_and_uninstalls(env, api, helm_
     assert [h["status"] for h in history] == ["superseded", "deployed"]
 
     # a value outside values.schema.json is refused before anything reaches the server
-    bad = helm(env, helm_home, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
-               "--set", "logLevel=loud", check=False)
+    bad = helm(
+        env,
+        helm_home,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "logLevel=loud",
+        check=False,
+    )
     assert bad.returncode != 0 and "logLevel" in bad.stderr, bad.stderr
     assert api.call("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{name}")["metadata"]["generation"] == 2
 
@@ -152,8 +172,10 @@ def test_release_lifecycle_installs_crds_upgrades_and_uninstalls(env, api, helm_
 def install_prerequisite_crds(env, api):
     """What `--dry-run=server` of the templates needs: the chart's CRDs and the prometheus-operator ones."""
     crds = [d for f in sorted((CHART / "crds").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
-    crds += [yaml.safe_load((UPSTREAM / f"monitoring.coreos.com_{kind}.yaml").read_text())
-             for kind in ("servicemonitors", "prometheusrules")]
+    crds += [
+        yaml.safe_load((UPSTREAM / f"monitoring.coreos.com_{kind}.yaml").read_text())
+        for kind in ("servicemonitors", "prometheusrules")
+    ]
     for crd in crds:
         api.apply_crd(crd)
 
@@ -165,12 +187,22 @@ def test_rendered_chart_is_accepted_by_a_server_side_dry_run(env, api, helm_home
         api.ensure_namespace(ns)
     values = helm_home / f"values-{combo}.yaml"
     values.write_text(yaml.safe_dump(COMBOS[combo]))
-    rendered = helm(env, helm_home, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-                    "--include-crds", "-f", str(values)).stdout
+    rendered = helm(
+        env, helm_home, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds", "-f", str(values)
+    ).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(rendered) if d]
     assert "CustomResourceDefinition" in kinds and "Deployment" in kinds
-    done = kubectl(env, "apply", "--dry-run=server", "--server-side", "--field-manager=helm-template-check",
-                   "--validate=strict", "-f", "-", input=rendered)
+    done = kubectl(
+        env,
+        "apply",
+        "--dry-run=server",
+        "--server-side",
+        "--field-manager=helm-template-check",
+        "--validate=strict",
+        "-f",
+        "-",
+        input=rendered,
+    )
     applied = [line for line in done.stdout.splitlines() if line.strip()]
     assert len(applied) == len(kinds), done.stdout
     assert all(line.endswith("serverside-applied (server dry run)") for line in applied), done.stdout
@@ -184,24 +216,50 @@ def test_kubectl_get_sdd_prints_the_crd_columns(env, api):
     sdd["metadata"]["namespace"] = "columns"
     kubectl(env, "apply", "--server-side", "-f", "-", input=yaml.safe_dump(sdd))
     name = sdd["metadata"]["name"]
-    status = {"status": {"observedGeneration": 1,
-                         "conditions": [{"type": "Ready", "status": "True", "reason": "AllReplicasReady",
-                                         "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
-                         "speculative": {"numSteps": 4, "acceptLength": 2.75, "tokensPerSecond": 131.5}}}
-    api.call("PATCH", f"/apis/specdecode.io/v1alpha1/namespaces/columns/specdecodedeployments/{name}/status",
-             status, content_type="application/merge-patch+json")
+    status = {
+        "status": {
+            "observedGeneration": 1,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "AllReplicasReady",
+                    "message": "",
+                    "lastTransitionTime": "2026-12-01T00:00:00Z",
+                }
+            ],
+            "speculative": {"numSteps": 4, "acceptLength": 2.75, "tokensPerSecond": 131.5},
+        }
+    }
+    api.call(
+        "PATCH",
+        f"/apis/specdecode.io/v1alpha1/namespaces/columns/specdecodedeployments/{name}/status",
+        status,
+        content_type="application/merge-patch+json",
+    )
     columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
     out = kubectl(env, "get", "sdd", "-n", "columns").stdout.splitlines()
     assert re.split(r"\s{2,}", out[0].strip()) == ["NAME"] + [c["name"].upper() for c in columns]
     row = dict(zip(["NAME"] + [c["name"] for c in columns], re.split(r"\s{2,}", out[1].strip())))
-    expected = {"NAME": name, "Ready": "True", "Target TP": "8", "Draft TP": "1", "Mode": "Live", "Steps": "4",
-                "Accept": "2.75", "Tok/s": "131.5"}
-    assert {k: row.get(k) for k in expected if k == "NAME" or any(c["name"] == k for c in columns)} == \
-        {k: v for k, v in expected.items() if k == "NAME" or any(c["name"] == k for c in columns)}, out
+    expected = {
+        "NAME": name,
+        "Ready": "True",
+        "Target TP": "8",
+        "Draft TP": "1",
+        "Mode": "Live",
+        "Steps": "4",
+        "Accept": "2.75",
+        "Tok/s": "131.5",
+    }
+    assert {k: row.get(k) for k in expected if k == "NAME" or any(c["name"] == k for c in columns)} == {
+        k: v for k, v in expected.items() if k == "NAME" or any(c["name"] == k for c in columns)
+    }, out
     assert {"Ready", "Target TP", "Draft TP", "Steps", "Accept", "Tok/s", "Age"} <= {c["name"] for c in columns}
     # the short name and the category resolve too
-    assert f"specdecodedeployment.specdecode.io/{name}" in kubectl(env, "get", "specdecode", "-n", "columns",
-                                                                   "-o", "name").stdout
+    assert (
+        f"specdecodedeployment.specdecode.io/{name}"
+        in kubectl(env, "get", "specdecode", "-n", "columns", "-o", "name").stdout
+    )
 
 
 def test_kubectl_explain_lists_every_spec_field_with_its_description(env, api):

@@ -72,8 +72,9 @@ def test_a_pvc_model_volume_keeps_the_runtime_pod_restricted():
 
 COMPLIANT = {
     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-    "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False,
-                                                      "capabilities": {"drop": ["ALL"]}}}],
+    "containers": [
+        {"name": "c", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    ],
     "volumes": [{"name": "v", "emptyDir": {}}],
 }
 BROKEN = {  # (path to set, value, control expected to report it)

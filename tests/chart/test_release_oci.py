@@ -62,8 +62,9 @@ def release(chart, registry, out, version: str | None = None, check: bool = True
     environ.pop("VERSION", None)
     if version is not None:
         environ["VERSION"] = version
-    done = subprocess.run([str(RELEASE_SCRIPT), registry, "--plain-http"], capture_output=True, text=True,
-                          timeout=120, env=environ)
+    done = subprocess.run(
+        [str(RELEASE_SCRIPT), registry, "--plain-http"], capture_output=True, text=True, timeout=120, env=environ
+    )
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -83,10 +84,16 @@ def previous_chart(tmp_path):
 
 
 def sdd(name: str, **spec) -> dict:
-    return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-            "metadata": {"name": name, "namespace": TEAM},
-            "spec": {"target": {"model": "/models/t", "tensorParallelSize": 8},
-                     "draft": {"model": "/models/d", "tensorParallelSize": 1}, **spec}}
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {
+            "target": {"model": "/models/t", "tensorParallelSize": 8},
+            "draft": {"model": "/models/d", "tensorParallelSize": 1},
+            **spec,
+        },
+    }
 
 
 def spec_fields(api) -> set[str]:
@@ -101,11 +108,17 @@ def test_one_version_names_the_package_the_chart_and_the_images():
 
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    tags = {name: ref.rsplit(":", 1)[1] for name, ref in [("RUNTIME_IMAGE", images.RUNTIME_IMAGE),
-                                                           ("OPERATOR_IMAGE", images.OPERATOR_IMAGE),
-                                                           ("values runtime.image", values["runtime"]["image"])]}
-    assert {"version": chart["version"], "appVersion": chart["appVersion"], **tags} == \
-        dict.fromkeys(["version", "appVersion", *tags], VERSION)
+    tags = {
+        name: ref.rsplit(":", 1)[1]
+        for name, ref in [
+            ("RUNTIME_IMAGE", images.RUNTIME_IMAGE),
+            ("OPERATOR_IMAGE", images.OPERATOR_IMAGE),
+            ("values runtime.image", values["runtime"]["image"]),
+        ]
+    }
+    assert {"version": chart["version"], "appVersion": chart["appVersion"], **tags} == dict.fromkeys(
+        ["version", "appVersion", *tags], VERSION
+    )
 
 
 def test_release_refuses_a_version_helm_cannot_tag(tmp_path):
@@ -128,8 +141,10 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
     out = tmp_path / "dist"
     pushed_previous = release(previous_chart(tmp_path), registry.url, out, PREVIOUS).stdout.strip()
     pushed = release(CHART, registry.url, out).stdout.strip()
-    assert (pushed_previous, pushed) == (f"{registry.url}/{CHART.name}:{PREVIOUS}",
-                                         f"{registry.url}/{CHART.name}:{VERSION}")
+    assert (pushed_previous, pushed) == (
+        f"{registry.url}/{CHART.name}:{PREVIOUS}",
+        f"{registry.url}/{CHART.name}:{VERSION}",
+    )
     assert registry.tags(f"charts/{CHART.name}") == sorted([PREVIOUS, VERSION])
     with tarfile.open(out / f"{CHART.name}-{VERSION}.tgz") as package:
         meta = yaml.safe_load(package.extractfile(f"{CHART.name}/Chart.yaml"))
@@ -141,8 +156,11 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
     # install the previous release from the registry: its CRD comes along
     helm("install", RELEASE, oci, "--version", PREVIOUS, "--plain-http", "-n", NAMESPACE, "--create-namespace")
     (listed,) = json.loads(helm("list", "-n", NAMESPACE, "-o", "json").stdout)
-    assert (listed["chart"], listed["app_version"], listed["status"]) == \
-        (f"{CHART.name}-{PREVIOUS}", PREVIOUS, "deployed")
+    assert (listed["chart"], listed["app_version"], listed["status"]) == (
+        f"{CHART.name}-{PREVIOUS}",
+        PREVIOUS,
+        "deployed",
+    )
     deployment = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-{CHART.name}"
     image = api.call("GET", deployment)["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith(f":{PREVIOUS}")  # appVersion is the image tag the chart deploys
@@ -166,21 +184,31 @@ def test_chart_from_the_registry_installs_and_upgrades_with_a_crd_change(env, ap
     crd = api.get_crd(CRD_NAME)
     assert crd["metadata"]["uid"] == crd_uid, "the CRD was recreated: its SpecDecodeDeployments went with it"
     assert NEW_FIELD in spec_fields(api)
-    after = api.call("POST", SDDS, sdd("after", target={"model": "hf://acme/target@v1", "tensorParallelSize": 8},
-                                       modelCache={"claimName": "hf-cache", "tokenSecretRef": {"name": "hf-token"}}),
-                     query=[("fieldValidation", "Strict")])
+    after = api.call(
+        "POST",
+        SDDS,
+        sdd(
+            "after",
+            target={"model": "hf://acme/target@v1", "tensorParallelSize": 8},
+            modelCache={"claimName": "hf-cache", "tokenSecretRef": {"name": "hf-token"}},
+        ),
+        query=[("fieldValidation", "Strict")],
+    )
     assert after["spec"][NEW_FIELD]["tokenSecretRef"] == {"name": "hf-token", "key": "token"}  # the new default
     # the object from before the upgrade is the same object and still takes changes
     still = api.call("GET", f"{SDDS}/before")
     assert still["metadata"]["uid"] == before["metadata"]["uid"] and still["spec"] == before["spec"]
-    patched = api.call("PATCH", f"{SDDS}/before", {"spec": {"replicas": 2}},
-                       content_type="application/merge-patch+json")
+    patched = api.call(
+        "PATCH", f"{SDDS}/before", {"spec": {"replicas": 2}}, content_type="application/merge-patch+json"
+    )
     assert patched["metadata"]["generation"] == 2 and patched["spec"]["replicas"] == 2
     names = {o["metadata"]["name"] for o in api.call("GET", SDDS)["items"]}
     assert names == {"before", "after"}
 
     history = json.loads(helm("history", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
     assert [(h["chart"], h["status"]) for h in history] == [
-        (f"{CHART.name}-{PREVIOUS}", "superseded"), (f"{CHART.name}-{VERSION}", "deployed")]
+        (f"{CHART.name}-{PREVIOUS}", "superseded"),
+        (f"{CHART.name}-{VERSION}", "deployed"),
+    ]
     image = api.call("GET", deployment)["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith(f":{VERSION}")

@@ -24,8 +24,15 @@ def runtime(*args: str, stdin: str | None = None, env: dict | None = None, timeo
 
 def _run(module: str, args, stdin, env, timeout):
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          input=stdin, cwd=ROOT, timeout=timeout, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        timeout=timeout,
+        env=full_env,
+    )
 
 
 def refused(r, *fragments: str) -> str:

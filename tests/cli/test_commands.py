@@ -10,8 +10,9 @@ import pytest
 
 from tests.cli.clitest import EXAMPLE, ROOT, RUNTIME_EXAMPLE, runtime, specdecode
 
-RUNTIME_EXAMPLE_COMMAND = f"specdecode render -f examples/{EXAMPLE.name} -o runtime-config > " \
-                          f"examples/runtime/{RUNTIME_EXAMPLE.name}"
+RUNTIME_EXAMPLE_COMMAND = (
+    f"specdecode render -f examples/{EXAMPLE.name} -o runtime-config > examples/runtime/{RUNTIME_EXAMPLE.name}"
+)
 
 
 def test_versions_come_from_the_package_metadata():
@@ -38,13 +39,29 @@ def test_completion_script_and_protocol(tmp_path, prog, run):
     # What the shell does on <TAB>: argcomplete's protocol, answered by the real parser.
     out = tmp_path / "completions"
     line = f"{prog} " + ("ren" if prog == "specdecode" else "sim")
-    r = run(env={"_ARGCOMPLETE": "1", "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "COMP_LINE": line,
-                 "COMP_POINT": str(len(line)), "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_SHELL": "bash"})
+    r = run(
+        env={
+            "_ARGCOMPLETE": "1",
+            "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+            "_ARGCOMPLETE_IFS": "\n",
+            "_ARGCOMPLETE_SHELL": "bash",
+        }
+    )
     assert r.returncode == 0, r.stderr
     assert out.read_text().split() == (["render"] if prog == "specdecode" else ["simulate"])
     line = "specdecode plan --sc" if prog == "specdecode" else "specdecode-runtime launch --dr"
-    r = run(env={"_ARGCOMPLETE": "1", "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "COMP_LINE": line,
-                 "COMP_POINT": str(len(line)), "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_SHELL": "bash"})
+    r = run(
+        env={
+            "_ARGCOMPLETE": "1",
+            "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+            "_ARGCOMPLETE_IFS": "\n",
+            "_ARGCOMPLETE_SHELL": "bash",
+        }
+    )
     assert out.read_text().split() == (["--scenario"] if prog == "specdecode" else ["--dry-run"])
 
 
@@ -52,10 +69,12 @@ def test_help_does_not_load_the_operator_or_torch():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom specdecode_operator.cli import main\n"
-            "try:\n    main(['validate', '-f', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('kopf', 'torch', 'aiohttp', 'matplotlib', 'sglang') if m in sys.modules)\n"
-            "print(heavy)")
+    code = (
+        "import sys\nfrom specdecode_operator.cli import main\n"
+        "try:\n    main(['validate', '-f', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in ('kopf', 'torch', 'aiohttp', 'matplotlib', 'sglang') if m in sys.modules)\n"
+        "print(heavy)"
+    )
     r = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
 
@@ -66,13 +85,16 @@ def _operator_args(*flags: str) -> argparse.Namespace:
     return build_parser("operator").parse_args(["operator", "run", *flags])
 
 
-@pytest.mark.parametrize("flags, endpoint", [
-    ((), "http://0.0.0.0:8081/healthz"),
-    (("--liveness-port", "0"), None),
-    (("--liveness", "off"), None),
-    (("--liveness-port", "9100"), "http://0.0.0.0:9100/healthz"),
-    (("--liveness", "http://127.0.0.1:9101/healthz"), "http://127.0.0.1:9101/healthz"),
-])
+@pytest.mark.parametrize(
+    "flags, endpoint",
+    [
+        ((), "http://0.0.0.0:8081/healthz"),
+        (("--liveness-port", "0"), None),
+        (("--liveness", "off"), None),
+        (("--liveness-port", "9100"), "http://0.0.0.0:9100/healthz"),
+        (("--liveness", "http://127.0.0.1:9101/healthz"), "http://127.0.0.1:9101/healthz"),
+    ],
+)
 def test_liveness_overrides_are_honoured(flags, endpoint, monkeypatch):
     import os
 
@@ -139,10 +161,12 @@ def test_help_loads_no_command_module():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom specdecode_operator.cli import main\n"
-            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith('specdecode_operator.cli.') or m.split('.')[0] in "
-            "('pydantic', 'yaml', 'kubernetes', 'jsonschema', 'cel')))")
+    code = (
+        "import sys\nfrom specdecode_operator.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('specdecode_operator.cli.') or m.split('.')[0] in "
+        "('pydantic', 'yaml', 'kubernetes', 'jsonschema', 'cel')))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
     for name in ("render", "validate", "crd", "plan", "bench", "demo", "operator", "completion"):

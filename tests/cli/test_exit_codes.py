@@ -27,16 +27,22 @@ def deep(tmp_path):
 
 
 def test_non_utf8_files(latin1):
-    for r in (specdecode("validate", "-f", latin1), specdecode("render", "-f", latin1),
-              specdecode("plan", "-f", EXAMPLE, "--scenario", latin1),
-              runtime("simulate", "--scenario", latin1, "--offline"),
-              runtime("launch", "--config", latin1, "--dry-run")):
+    for r in (
+        specdecode("validate", "-f", latin1),
+        specdecode("render", "-f", latin1),
+        specdecode("plan", "-f", EXAMPLE, "--scenario", latin1),
+        runtime("simulate", "--scenario", latin1, "--offline"),
+        runtime("launch", "--config", latin1, "--dry-run"),
+    ):
         refused(r, str(latin1), "not UTF-8 text")
 
 
 def test_deeply_nested_yaml(deep):
-    for r in (specdecode("validate", "-f", deep), specdecode("plan", "-f", EXAMPLE, "--scenario", deep),
-              runtime("launch", "--config", deep, "--dry-run")):
+    for r in (
+        specdecode("validate", "-f", deep),
+        specdecode("plan", "-f", EXAMPLE, "--scenario", deep),
+        runtime("launch", "--config", deep, "--dry-run"),
+    ):
         refused(r, str(deep), "nested deeper than")
 
 
@@ -109,8 +115,10 @@ def test_plan_refuses_a_scenario_of_another_shape():
 
 
 def test_simulate_offline_steps_must_be_a_candidate():
-    refused(runtime("simulate", "--scenario", SEED, "--offline", "--candidates", "1,2", "--steps", "5"),
-            "--steps 5 is not among --candidates; allowed: [1, 2]")
+    refused(
+        runtime("simulate", "--scenario", SEED, "--offline", "--candidates", "1,2", "--steps", "5"),
+        "--steps 5 is not among --candidates; allowed: [1, 2]",
+    )
 
 
 def test_simulate_busy_port_says_so_before_running():
@@ -121,11 +129,14 @@ def test_simulate_busy_port_says_so_before_running():
     assert "running" not in err and "simulated runtime (SIMULATED" not in err
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ("batchSize: 1\n", "phases[0].batchSize: batch sizes must be whole numbers within 1..1000000, got 1e+30"),
-    ("seconds: 600\n", "phases[0].seconds: Input should be less than or equal to 31536000, got 1e+300"),
-    ("overhead: 0.3\n", "cost.overhead: must be a finite number, got nan"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ("batchSize: 1\n", "phases[0].batchSize: batch sizes must be whole numbers within 1..1000000, got 1e+30"),
+        ("seconds: 600\n", "phases[0].seconds: Input should be less than or equal to 31536000, got 1e+300"),
+        ("overhead: 0.3\n", "cost.overhead: must be a finite number, got nan"),
+    ],
+)
 def test_scenario_numeric_bounds(tmp_path, change, fragment):
     replacement = {"batchSize": "batchSize: 1e30\n", "seconds: ": "seconds: 1e300\n", "overhead": "overhead: .nan\n"}
     new = next(v for k, v in replacement.items() if change.startswith(k))
@@ -137,25 +148,44 @@ def test_scenario_numeric_bounds(tmp_path, change, fragment):
 
 
 def test_operator_run_with_a_missing_kubeconfig_exits_2_at_once():
-    r = specdecode("operator", "run", "--metrics-port", "0", "--liveness-port", "0",
-                   env={"KUBECONFIG": "/nonexistent/kubeconfig", "KUBERNETES_SERVICE_HOST": ""}, timeout=30)
+    r = specdecode(
+        "operator",
+        "run",
+        "--metrics-port",
+        "0",
+        "--liveness-port",
+        "0",
+        env={"KUBECONFIG": "/nonexistent/kubeconfig", "KUBERNETES_SERVICE_HOST": ""},
+        timeout=30,
+    )
     refused(r, "no usable Kubernetes credentials", "/nonexistent/kubeconfig")
 
 
 def test_operator_run_refuses_bad_and_busy_ports(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": ""}
-    refused(specdecode("operator", "run", "--liveness-port", "70000", env=env), "--liveness-port must be within 0..65535")
+    refused(
+        specdecode("operator", "run", "--liveness-port", "70000", env=env), "--liveness-port must be within 0..65535"
+    )
     refused(specdecode("operator", "run", "--liveness", "nonsense", env=env), "--liveness must be an http://")
     with socket.create_server(("0.0.0.0", 0)) as busy:
         port = busy.getsockname()[1]
-        refused(specdecode("operator", "run", "--metrics-port", "0", "--liveness-port", port,
-                           env=env, timeout=30), f"--liveness-port: cannot listen on 0.0.0.0:{port}")
+        refused(
+            specdecode("operator", "run", "--metrics-port", "0", "--liveness-port", port, env=env, timeout=30),
+            f"--liveness-port: cannot listen on 0.0.0.0:{port}",
+        )
 
 
 @pytest.mark.slow
@@ -166,11 +196,16 @@ def test_missing_runtime_dependency_in_a_real_launch(tmp_path):
 
     from tests.cli.clitest import ROOT
 
-    code = ("import sys; sys.modules['uvloop'] = None\n"  # as if uvloop were not installed
-            "from specdecode_runtime.cli import main\n"
-            f"sys.exit(main(['launch', '--config', {str(RUNTIME_EXAMPLE)!r}]))")
-    env = {"SPECDECODE_STATE_DIR": str(tmp_path / "state"), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
-           "PATH": "/usr/bin:/bin"}
+    code = (
+        "import sys; sys.modules['uvloop'] = None\n"  # as if uvloop were not installed
+        "from specdecode_runtime.cli import main\n"
+        f"sys.exit(main(['launch', '--config', {str(RUNTIME_EXAMPLE)!r}]))"
+    )
+    env = {
+        "SPECDECODE_STATE_DIR": str(tmp_path / "state"),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+        "PATH": "/usr/bin:/bin",
+    }
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     err = refused(r, "cannot start SGLang: Python module")
     # the module named is one that is really missing: uvloop, or whichever SGLang needs first that this
@@ -179,47 +214,71 @@ def test_missing_runtime_dependency_in_a_real_launch(tmp_path):
 
     missing = re.search(r"Python module '([^']+)' is not installed", err).group(1)
     # asked in a fresh interpreter: this test process may hold the CPU mode's in-process torchvision stand-in
-    probe = subprocess.run([sys.executable, "-c", f"import importlib.util as u; print(u.find_spec({missing.split('.')[0]!r}))"],
-                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import importlib.util as u; print(u.find_spec({missing.split('.')[0]!r}))"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert missing == "uvloop" or probe.stdout.strip() == "None", (err, probe.stdout)
 
 
 def test_simulations_are_bounded_in_work(tmp_path):
     """A scenario whose decode step takes no time, or whose timeline holds too many steps, would never finish."""
     zero = tmp_path / "zero.yaml"
-    zero.write_text(SEED.read_text().replace("verify: {base: 10.7, perToken: 0.11}", "verify: {base: 0}")
-                    .replace("overhead: 0.3", "overhead: 0"))
-    refused(runtime("simulate", "--scenario", zero, "--offline", "--steps", "0"),
-            f"{zero}: cost: verify.base + verify.perToken + overhead must be > 0 ms")
+    zero.write_text(
+        SEED.read_text()
+        .replace("verify: {base: 10.7, perToken: 0.11}", "verify: {base: 0}")
+        .replace("overhead: 0.3", "overhead: 0")
+    )
+    refused(
+        runtime("simulate", "--scenario", zero, "--offline", "--steps", "0"),
+        f"{zero}: cost: verify.base + verify.perToken + overhead must be > 0 ms",
+    )
     long = tmp_path / "long.yaml"
     long.write_text(SEED.read_text().replace("seconds: 600", "seconds: 31536000"))
     refused(runtime("simulate", "--scenario", long, "--offline"), "phases: 3.1536e+07 simulated seconds", "shorten")
-    refused(runtime("simulate", "--scenario", SEED, "--offline", "--duration", "1e8"),
-            "--duration 1e+08 is too long for this scenario")
+    refused(
+        runtime("simulate", "--scenario", SEED, "--offline", "--duration", "1e8"),
+        "--duration 1e+08 is too long for this scenario",
+    )
 
 
 def test_demo_with_an_unusable_kubeconfig(tmp_path):
-    refused(specdecode("demo", "--kubeconfig", tmp_path / "missing", "--out", tmp_path / "out"),
-            f"--kubeconfig {tmp_path / 'missing'}: cannot load")
+    refused(
+        specdecode("demo", "--kubeconfig", tmp_path / "missing", "--out", tmp_path / "out"),
+        f"--kubeconfig {tmp_path / 'missing'}: cannot load",
+    )
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["simulate", "--scenario", str(SEED), "--offline", "--speed", "nan"], "--speed: must be > 0 (a finite number)"),
-    (["simulate", "--scenario", str(SEED), "--offline", "--duration", "nan"], "--duration: must be > 0"),
-    (["simulate", "--scenario", str(SEED), "--offline", "--speed", "1e12"], "--speed: must be at most 10000"),
-    (["simulate", "--scenario", str(SEED), "--offline", "--seed", "-5"], "--seed: must be within 0.."),
-    (["simulate", "--scenario", str(SEED), "--offline", "--candidates", "0,1,99999999999"], "within 0..64"),
-    (["simulate", "--scenario", str(SEED), "--offline", "--steps", "65"], "--steps: must be within 0..64"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ["simulate", "--scenario", str(SEED), "--offline", "--speed", "nan"],
+            "--speed: must be > 0 (a finite number)",
+        ),
+        (["simulate", "--scenario", str(SEED), "--offline", "--duration", "nan"], "--duration: must be > 0"),
+        (["simulate", "--scenario", str(SEED), "--offline", "--speed", "1e12"], "--speed: must be at most 10000"),
+        (["simulate", "--scenario", str(SEED), "--offline", "--seed", "-5"], "--seed: must be within 0.."),
+        (["simulate", "--scenario", str(SEED), "--offline", "--candidates", "0,1,99999999999"], "within 0..64"),
+        (["simulate", "--scenario", str(SEED), "--offline", "--steps", "65"], "--steps: must be within 0..64"),
+    ],
+)
 def test_simulate_number_flags_are_bounded(args, fragment):
     refused(runtime(*args), fragment)
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["demo", "--speed", "inf"], "--speed: must be > 0 (a finite number), got inf"),
-    (["demo", "--max-seconds", "nan"], "--max-seconds: must be > 0"),
-    (["operator", "run", "--resync-seconds", "nan"], "--resync-seconds: must be > 0"),
-    (["operator", "run", "--tune-restart-seconds", "-1"], "--tune-restart-seconds: must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["demo", "--speed", "inf"], "--speed: must be > 0 (a finite number), got inf"),
+        (["demo", "--max-seconds", "nan"], "--max-seconds: must be > 0"),
+        (["operator", "run", "--resync-seconds", "nan"], "--resync-seconds: must be > 0"),
+        (["operator", "run", "--tune-restart-seconds", "-1"], "--tune-restart-seconds: must be > 0"),
+    ],
+)
 def test_specdecode_number_flags_are_bounded(args, fragment):
     refused(specdecode(*args), fragment)

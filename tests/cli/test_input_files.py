@@ -30,21 +30,26 @@ def test_duplicate_keys_name_both_lines():
 
 def test_merge_keys_may_override():
     assert parse_yaml_documents("b: &b {x: 1, y: 2}\nc: {<<: *b, x: 3}\n", "f") == [
-        {"b": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}]
+        {"b": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}
+    ]
 
 
 def test_deep_nesting_is_refused_at_the_bound_not_by_recursion():
     depth = BoundedLoader.max_depth
     assert parse_yaml_documents("[" * (depth - 1) + "]" * (depth - 1), "f")
-    for text in ("[" * 5000 + "]" * 5000, "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 200)) + "  x: 1",
-                 "{a: " * 3000 + "1" + "}" * 3000):
+    for text in (
+        "[" * 5000 + "]" * 5000,
+        "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 200)) + "  x: 1",
+        "{a: " * 3000 + "1" + "}" * 3000,
+    ):
         (e,) = errors(text)
         assert f"nested deeper than {depth} levels" in e
 
 
 def test_alias_expansion_is_bounded():
     bomb = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh")
+    )
     (e,) = errors(bomb)
     assert "expands to more than" in e
     assert parse_yaml_documents("a: &x [1, 2]\nb: *x\n", "f") == [{"a": [1, 2], "b": [1, 2]}]
@@ -52,7 +57,8 @@ def test_alias_expansion_is_bounded():
 
 def test_yaml_12_numbers_like_the_api_server():
     assert parse_yaml_documents("a: 1e30\nb: 1e3\nc: '1e3'\nd: 1.5\n", "f") == [
-        {"a": 1e30, "b": 1000.0, "c": "1e3", "d": 1.5}]
+        {"a": 1e30, "b": 1000.0, "c": "1e3", "d": 1.5}
+    ]
 
 
 def test_invalid_yaml_names_line_and_column():
@@ -87,8 +93,11 @@ def test_stdin_and_missing_files(tmp_path):
 
 def test_load_single_wants_one_mapping(tmp_path):
     f = tmp_path / "x.yaml"
-    for text, fragment in (("", "empty"), ("a: 1\n---\nb: 2\n", "holds 2 YAML documents"),
-                           ("- 1\n", "expected a mapping (thing), got a list")):
+    for text, fragment in (
+        ("", "empty"),
+        ("a: 1\n---\nb: 2\n", "holds 2 YAML documents"),
+        ("- 1\n", "expected a mapping (thing), got a list"),
+    ):
         f.write_text(text)
         with pytest.raises(InputError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
             load_single(str(f), what="thing")

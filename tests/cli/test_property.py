@@ -27,17 +27,49 @@ BASES = {
     "runtime": yaml.safe_load(RUNTIME_EXAMPLE.read_text()),
 }
 COMMANDS = {  # {file} is the generated file
-    "sdd": [("specdecode", ["validate", "-f", "{file}"]), ("specdecode", ["render", "-f", "{file}"]),
-            ("specdecode", ["plan", "-f", "{file}", "--scenario", str(SEED)])],
-    "scenario": [("specdecode", ["plan", "-f", str(EXAMPLE), "--scenario", "{file}"]),
-                 ("specdecode-runtime", ["simulate", "--scenario", "{file}", "--offline", "--duration", "30"])],
+    "sdd": [
+        ("specdecode", ["validate", "-f", "{file}"]),
+        ("specdecode", ["render", "-f", "{file}"]),
+        ("specdecode", ["plan", "-f", "{file}", "--scenario", str(SEED)]),
+    ],
+    "scenario": [
+        ("specdecode", ["plan", "-f", str(EXAMPLE), "--scenario", "{file}"]),
+        ("specdecode-runtime", ["simulate", "--scenario", "{file}", "--offline", "--duration", "30"]),
+    ],
     "runtime": [("specdecode-runtime", ["launch", "--config", "{file}", "--dry-run"])],
 }
 
 ADVERSARIAL = st.one_of(
-    st.sampled_from([10**30, -10**30, 2**63, -1, 0, 1e300, -1e300, math.nan, math.inf, -0.0, 1e-300, True, None,
-                     "", "x" * 5000, "\u202e\u0000", [], {}, [[[[[]]]]], {"a": {"b": {"c": {}}}}, "1e30", "0x10"]),
-    st.integers(), st.floats(), st.text(max_size=20), st.lists(st.integers(), max_size=5),
+    st.sampled_from(
+        [
+            10**30,
+            -(10**30),
+            2**63,
+            -1,
+            0,
+            1e300,
+            -1e300,
+            math.nan,
+            math.inf,
+            -0.0,
+            1e-300,
+            True,
+            None,
+            "",
+            "x" * 5000,
+            "\u202e\u0000",
+            [],
+            {},
+            [[[[[]]]]],
+            {"a": {"b": {"c": {}}}},
+            "1e30",
+            "0x10",
+        ]
+    ),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=5),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
 )
 

@@ -33,8 +33,9 @@ from tests.cli.clitest import EXAMPLE
 BASE = yaml.safe_load(EXAMPLE.read_text())  # target TP 8, draft TP 1 (split), EAGLE3, autotune Live
 
 
-def _sdd(*, extra: list[str] = (), draft: dict | None = None, speculative: dict | None = None,
-         autotune: dict | None = None) -> dict:
+def _sdd(
+    *, extra: list[str] = (), draft: dict | None = None, speculative: dict | None = None, autotune: dict | None = None
+) -> dict:
     obj = copy.deepcopy(BASE)
     spec = obj["spec"]
     spec.setdefault("runtime", {})["extraArgs"] = list(extra)

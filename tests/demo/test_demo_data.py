@@ -20,7 +20,10 @@ def test_embedded_sdd_is_the_pcie_example():
 
 
 def test_embedded_scenario_uses_the_calibrated_seed_costs():
-    embedded, seed = data("pcie8-seed-shift.yaml"), yaml.safe_load((ROOT / "bench/scenarios/pcie8-seed.yaml").read_text())
+    embedded, seed = (
+        data("pcie8-seed-shift.yaml"),
+        yaml.safe_load((ROOT / "bench/scenarios/pcie8-seed.yaml").read_text()),
+    )
     assert embedded["cost"] == seed["cost"] and embedded["draftTp"] == seed["draftTp"]
     assert [p["name"] for p in embedded["phases"]] == ["chat", "code", "chat-again"]
     assert embedded["phases"][0]["acceptance"] == seed["phases"][0]["acceptance"]

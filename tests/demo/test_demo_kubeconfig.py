@@ -41,23 +41,51 @@ def test_demo_against_a_real_api_server(apiserver_bed, tmp_path):
     sdd_file = tmp_path / "sdd.yaml"
     sdd_file.write_text(yaml.safe_dump(sdd))
     mark = apiserver_bed.env.audit_offset()
-    with OperatorProcess(apiserver_bed.operator_kubeconfig, (NAMESPACE,), tmp_path / "operator.log",
-                         resync_seconds=1.0, request_timeout=5.0) as operator:
+    with OperatorProcess(
+        apiserver_bed.operator_kubeconfig,
+        (NAMESPACE,),
+        tmp_path / "operator.log",
+        resync_seconds=1.0,
+        request_timeout=5.0,
+    ) as operator:
         done = subprocess.run(
-            [sys.executable, "-m", "specdecode_operator.cli", "demo", "--kubeconfig", str(apiserver_bed.env.kubeconfig),
-             "-f", str(sdd_file), "--out", str(tmp_path / "out"), "--max-seconds", "12"],
-            capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "COLUMNS": "200"})
+            [
+                sys.executable,
+                "-m",
+                "specdecode_operator.cli",
+                "demo",
+                "--kubeconfig",
+                str(apiserver_bed.env.kubeconfig),
+                "-f",
+                str(sdd_file),
+                "--out",
+                str(tmp_path / "out"),
+                "--max-seconds",
+                "12",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         log = operator.log_tail()
     out = done.stdout + done.stderr
     assert "Traceback" not in out, out[-4000:]
     assert done.returncode == 1, out[-4000:]  # nothing measured: no pod ran
     assert "applied sdd/glm5-pcie" in out
     table = out.split("children of SpecDecodeDeployment (cluster)")[1].split("CONDITION")[0]
-    for kind, child in (("ConfigMap", "glm5-pcie-runtime"), ("Service", "glm5-pcie-headless"),
-                        ("Deployment", "glm5-pcie"), ("PodDisruptionBudget", "glm5-pcie"),
-                        ("NetworkPolicy", "glm5-pcie-control"), ("ServiceMonitor", "glm5-pcie")):
-        assert re.search(rf"│ {kind} +│ {child} +│ SpecDecodeDeployment/glm5-pcie +│ specdecode-operator", table), \
+    for kind, child in (
+        ("ConfigMap", "glm5-pcie-runtime"),
+        ("Service", "glm5-pcie-headless"),
+        ("Deployment", "glm5-pcie"),
+        ("PodDisruptionBudget", "glm5-pcie"),
+        ("NetworkPolicy", "glm5-pcie-control"),
+        ("ServiceMonitor", "glm5-pcie"),
+    ):
+        assert re.search(rf"│ {kind} +│ {child} +│ SpecDecodeDeployment/glm5-pcie +│ specdecode-operator", table), (
             f"{kind} {child} missing from the demo's object table:\n{out}"
+        )
     assert "SIMULATED" not in out and "simulated" not in out, "a real cluster's run must not claim simulated numbers"
     assert "nothing measured yet: Ready=False" in out
     summary = yaml.safe_load((tmp_path / "out" / "summary.yaml").read_text())

@@ -12,8 +12,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_demo_runs_the_whole_loop_and_reports_simulated_results(tmp_path):
     out = tmp_path / "demo-out"
     r = subprocess.run(
-        [sys.executable, "-m", "specdecode_operator.cli", "demo", "--speed", "40", "--out", str(out), "--max-seconds", "100"],
-        capture_output=True, text=True, cwd=ROOT, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "specdecode_operator.cli",
+            "demo",
+            "--speed",
+            "40",
+            "--out",
+            str(out),
+            "--max-seconds",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=240,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr

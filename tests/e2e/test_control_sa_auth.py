@@ -43,8 +43,11 @@ class Sink:
 def token_request(env, name: str, audiences: list[str] | None, seconds: int = 600) -> str:
     env.service_account_kubeconfig(NS, name)  # the namespace and ServiceAccount
     spec = {"expirationSeconds": seconds, **({"audiences": audiences} if audiences else {})}
-    status, out = env.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{name}/token",
-                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    status, out = env.request(
+        "POST",
+        f"/api/v1/namespaces/{NS}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
     assert status == 201, out
     return out["status"]["token"]
 
@@ -54,8 +57,16 @@ def verifier(envtest_environment, tmp_path):
     env = envtest_environment
     own = tmp_path / "runtime-token"  # the runtime pod's own mounted token (default audience: the API server)
     own.write_text(token_request(env, "runtime", None))
-    return ServiceAccountVerifier(Settings(issuer=ISSUER, audience=AUDIENCE, subjects=(OPERATOR,),
-                                           api_server=env.server, ca_file=str(env.ca_file), token_file=str(own)))
+    return ServiceAccountVerifier(
+        Settings(
+            issuer=ISSUER,
+            audience=AUDIENCE,
+            subjects=(OPERATOR,),
+            api_server=env.server,
+            ca_file=str(env.ca_file),
+            token_file=str(own),
+        )
+    )
 
 
 async def test_service_account_tokens_get_200_403_401(envtest_environment, verifier, tmp_path):
@@ -67,6 +78,7 @@ async def test_service_account_tokens_get_200_403_401(envtest_environment, verif
     client = TestClient(TestServer(app))
     await client.start_server()
     try:
+
         async def status(token: str | None) -> int:
             headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
             r = await client.get(STEPS_PATH, headers=headers)
@@ -74,20 +86,26 @@ async def test_service_account_tokens_get_200_403_401(envtest_environment, verif
 
         operator = token_request(env, "specdecode-operator", [AUDIENCE])
         assert await status(operator) == 200
-        r = await client.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 1}]},
-                             headers={"Authorization": f"Bearer {operator}"})
+        r = await client.put(
+            STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 1}]}, headers={"Authorization": f"Bearer {operator}"}
+        )
         assert r.status == 200 and (await r.json())["table"] == [{"minBatch": 1, "steps": 1}]
         assert await status(token_request(env, "intruder", [AUDIENCE])) == 403
-        r = await client.get(STEPS_PATH, headers={"Authorization": f"Bearer {token_request(env, 'intruder', [AUDIENCE])}"})
+        r = await client.get(
+            STEPS_PATH, headers={"Authorization": f"Bearer {token_request(env, 'intruder', [AUDIENCE])}"}
+        )
         assert "system:serviceaccount:sa-auth:intruder may not" in (await r.json())["error"]
         wrong_audience = token_request(env, "specdecode-operator", ["someone-else"])
         assert await status(wrong_audience) == 401
         # expired: the operator's own claims, signed with the issuer's real key, an hour in the past
         claims = jwt.decode(operator, options={"verify_signature": False})
         past = int((datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)).timestamp())
-        expired = jwt.encode({**claims, "iat": past - 600, "nbf": past - 600, "exp": past},
-                             (env.workdir / "pki" / "sa.key").read_bytes(), algorithm="RS256",
-                             headers={"kid": jwt.get_unverified_header(operator)["kid"]})
+        expired = jwt.encode(
+            {**claims, "iat": past - 600, "nbf": past - 600, "exp": past},
+            (env.workdir / "pki" / "sa.key").read_bytes(),
+            algorithm="RS256",
+            headers={"kid": jwt.get_unverified_header(operator)["kid"]},
+        )
         r = await client.get(STEPS_PATH, headers={"Authorization": f"Bearer {expired}"})
         assert r.status == 401 and "expired" in (await r.json())["error"]
         # forged: the same claims, signed by a key the issuer never published
@@ -114,8 +132,9 @@ async def test_the_operators_token_and_the_pod_settings_it_renders_work_together
 
     env = envtest_environment
     (tmp_path / "operator-token").write_text(token_request(env, "specdecode-operator", [AUDIENCE]))
-    config = OperatorConfig(control_auth="ServiceAccount", control_token_file=str(tmp_path / "operator-token"),
-                            control_audience=AUDIENCE)
+    config = OperatorConfig(
+        control_auth="ServiceAccount", control_token_file=str(tmp_path / "operator-token"), control_audience=AUDIENCE
+    )
     auth = control_identity.control_auth(config)
     assert auth.issuer == ISSUER and auth.subjects == (OPERATOR,)
     import yaml
@@ -125,8 +144,11 @@ async def test_the_operators_token_and_the_pod_settings_it_renders_work_together
     pod_env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
     (tmp_path / "runtime-token").write_text(token_request(env, "default", None))  # the pod's projected token
     # what kubelet would mount at the rendered paths, and the API server's address outside a cluster
-    pod_env.update(SPECDECODE_CONTROL_TOKEN_FILE=str(tmp_path / "runtime-token"),
-                   SPECDECODE_CONTROL_CA_FILE=str(env.ca_file), SPECDECODE_CONTROL_API_SERVER=env.server)
+    pod_env.update(
+        SPECDECODE_CONTROL_TOKEN_FILE=str(tmp_path / "runtime-token"),
+        SPECDECODE_CONTROL_CA_FILE=str(env.ca_file),
+        SPECDECODE_CONTROL_API_SERVER=env.server,
+    )
     verifier = ServiceAccountVerifier(settings_from_env(pod_env))
     app = web.Application()
     add_step_routes(app, Sink(), None, verifier)  # no Secret token at all

@@ -86,20 +86,27 @@ def get(env, path: str) -> dict:
 
 
 def operator_as_the_chart_deploys_it(env, tmp_path) -> ChartOperator:
-    listed = get(env, f"/apis/apps/v1/namespaces/{OPERATOR_NS}/deployments?labelSelector="
-                      "app.kubernetes.io/component%3Doperator")["items"]
+    listed = get(
+        env, f"/apis/apps/v1/namespaces/{OPERATOR_NS}/deployments?labelSelector=app.kubernetes.io/component%3Doperator"
+    )["items"]
     assert len(listed) == 1, [d["metadata"]["name"] for d in listed]
     template = listed[0]["spec"]["template"]
     files = start_container(env, OPERATOR_NS, f"{RELEASE}-operator-0", template, tmp_path / "operator-pod")
     kubeconfig = env.service_account_kubeconfig(OPERATOR_NS, template["spec"]["serviceAccountName"])
     liveness = free_port()  # the pod's ports, moved off the fixed ones another process on this machine may hold
-    args = [a.replace("$(POD_NAME)", files.env["POD_NAME"]) for a in template["spec"]["containers"][0]["args"]
-            if not a.startswith("--liveness-port=")] + [f"--liveness-port={liveness}"]
+    args = [
+        a.replace("$(POD_NAME)", files.env["POD_NAME"])
+        for a in template["spec"]["containers"][0]["args"]
+        if not a.startswith("--liveness-port=")
+    ] + [f"--liveness-port={liveness}"]
     assert files.env["SPECDECODE_METRICS_PORT"] != "0"
-    environ = {**files.env, "SPECDECODE_METRICS_PORT": str(free_port()),
-               "SPECDECODE_TUNE_INTERVAL_SCALE": str(SCALE),
-               # where the operator reads its token in the pod (its default), as the chart's mount places it
-               "SPECDECODE_CONTROL_TOKEN_FILE": files.path(OperatorConfig().control_token_file)}
+    environ = {
+        **files.env,
+        "SPECDECODE_METRICS_PORT": str(free_port()),
+        "SPECDECODE_TUNE_INTERVAL_SCALE": str(SCALE),
+        # where the operator reads its token in the pod (its default), as the chart's mount places it
+        "SPECDECODE_CONTROL_TOKEN_FILE": files.path(OperatorConfig().control_token_file),
+    }
     op = ChartOperator(kubeconfig, tmp_path / "operator.log", args, environ, liveness)
     op.metrics_port = int(environ["SPECDECODE_METRICS_PORT"])
     op.service_account = template["spec"]["serviceAccountName"]
@@ -110,8 +117,9 @@ def scrape(port: int, token: str | None) -> tuple[int, str]:
     """GET the operator's /metrics over HTTPS (its self-signed certificate: the ServiceMonitor skips verification)."""
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    req = urllib.request.Request(f"https://127.0.0.1:{port}/metrics",
-                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10, context=context) as r:
             return r.status, r.read(1 << 20).decode()
@@ -122,25 +130,42 @@ def scrape(port: int, token: str | None) -> tuple[int, str]:
 def check_metrics_access(env, op: ChartOperator) -> float:
     """The operator's /metrics as the chart serves it: 401 without a token, 403 for a ServiceAccount not bound to the
     chart's metrics-reader ClusterRole, 200 for one bound to it. Returns the count of step-table PUTs that succeeded."""
-    readers = [r["metadata"]["name"] for r in get(env, "/apis/rbac.authorization.k8s.io/v1/clusterroles")["items"]
-               if r["metadata"]["name"].endswith("-metrics-reader")]
+    readers = [
+        r["metadata"]["name"]
+        for r in get(env, "/apis/rbac.authorization.k8s.io/v1/clusterroles")["items"]
+        if r["metadata"]["name"].endswith("-metrics-reader")
+    ]
     assert len(readers) == 1, f"a default install has one metrics-reader ClusterRole (metrics.secure): {readers}"
     reader = readers[0]
     for name in ("prometheus", "intruder"):
         env.service_account_kubeconfig("monitoring", name)
-    status, out = env.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "prometheus-specdecode"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]})
+    status, out = env.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "prometheus-specdecode"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+        },
+    )
     assert status == 201, out
 
     def bound() -> bool:  # the API server's RBAC cache has the binding (the operator caches answers for 60 s)
-        status, out = env.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": "system:serviceaccount:monitoring:prometheus",
-                     "groups": ["system:serviceaccounts", "system:serviceaccounts:monitoring"],
-                     "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}})
+        status, out = env.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": "system:serviceaccount:monitoring:prometheus",
+                    "groups": ["system:serviceaccounts", "system:serviceaccounts:monitoring"],
+                    "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+                },
+            },
+        )
         return status == 201 and out["status"].get("allowed")
 
     wait_for(bound, timeout=SLACK, interval=0.1, what="the metrics-reader binding in effect")
@@ -150,8 +175,12 @@ def check_metrics_access(env, op: ChartOperator) -> float:
     assert status == 200
     from prometheus_client.parser import text_string_to_metric_families
 
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "specdecode_tuner_table_pushes_total" and s.labels.get("result") == "ok")
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "specdecode_tuner_table_pushes_total" and s.labels.get("result") == "ok"
+    )
 
 
 def runtime_pod(env, cluster: Cluster, name: str, tmp_path, ip: str) -> tuple[subprocess.Popen, RuntimeConfig, object]:
@@ -165,11 +194,32 @@ def runtime_pod(env, cluster: Cluster, name: str, tmp_path, ip: str) -> tuple[su
     base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "SPECDECODE_", "KUBERNETES_"))}
     with open(tmp_path / "runtime.log", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "tests.k8s.runtime_pod", "--ip", ip, "--config", config_file,
-             "--scenario", str(scenario), "--speed", str(SPEED), "--token-file", files.path(cfg.server.token_file)],
-            env={**base, **files.env}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    wait_for(lambda: proc.poll() is not None or "serving on" in (tmp_path / "runtime.log").read_text(), timeout=30,
-             what="the runtime pod listening")
+            [
+                sys.executable,
+                "-u",
+                "-m",
+                "tests.k8s.runtime_pod",
+                "--ip",
+                ip,
+                "--config",
+                config_file,
+                "--scenario",
+                str(scenario),
+                "--speed",
+                str(SPEED),
+                "--token-file",
+                files.path(cfg.server.token_file),
+            ],
+            env={**base, **files.env},
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_for(
+        lambda: proc.poll() is not None or "serving on" in (tmp_path / "runtime.log").read_text(),
+        timeout=30,
+        what="the runtime pod listening",
+    )
     assert proc.poll() is None, (tmp_path / "runtime.log").read_text()
     return proc, cfg, files
 
@@ -208,53 +258,93 @@ def pairs(table: list[dict] | None) -> list[tuple[int, int]]:
 def publish_ready_endpoint(cluster: Cluster, name: str, pod: str, ip: str, cfg: RuntimeConfig) -> None:
     """What the Deployment and EndpointSlice controllers would write once the pod is ready."""
     cluster.make_ready("apps/v1", "deployments", name)
-    cluster.create("discovery.k8s.io/v1", "endpointslices", {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": f"{names.headless_service(name)}-0",
-                     "labels": {"kubernetes.io/service-name": names.headless_service(name)}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": True},
-                       "targetRef": {"kind": "Pod", "name": pod, "namespace": cluster.namespace}}],
-        "ports": [{"name": "http", "port": cfg.server.port, "protocol": "TCP"},
-                  {"name": "control", "port": cfg.server.control_port, "protocol": "TCP"}],
-    })
+    cluster.create(
+        "discovery.k8s.io/v1",
+        "endpointslices",
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{names.headless_service(name)}-0",
+                "labels": {"kubernetes.io/service-name": names.headless_service(name)},
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {
+                    "addresses": [ip],
+                    "conditions": {"ready": True},
+                    "targetRef": {"kind": "Pod", "name": pod, "namespace": cluster.namespace},
+                }
+            ],
+            "ports": [
+                {"name": "http", "port": cfg.server.port, "protocol": "TCP"},
+                {"name": "control", "port": cfg.server.control_port, "protocol": "TCP"},
+            ],
+        },
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("overrides", [(), ("--set", "nameOverride=sd-ops", "--set", "fullnameOverride=platform-sd")],
-                         ids=["defaults", "name-overrides"])
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ("--set", "nameOverride=sd-ops", "--set", "fullnameOverride=platform-sd")],
+    ids=["defaults", "name-overrides"],
+)
 def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, tmp_path, overrides):
     ip = pod_address()
-    tools.run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace", *overrides,
-              kubeconfig=env.kubeconfig, home=tmp_path / "helm")
+    tools.run(
+        "helm",
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        OPERATOR_NS,
+        "--create-namespace",
+        *overrides,
+        kubeconfig=env.kubeconfig,
+        home=tmp_path / "helm",
+    )
     with operator_as_the_chart_deploys_it(env, tmp_path) as op:
         # a namespace made after the install: only the ServiceAccount its controller would create
         env.service_account_kubeconfig(NS, "default")
         cluster = Cluster(env.configuration(), NS)
         port = two_free_ports(ip)  # the runtime's port and control port (the next one)
         cluster.create_sdd(sdd("live", "Live", 3, port))
-        wait_for(lambda: cluster.get("apps/v1", "deployments", "live"), timeout=SLACK, interval=0.2,
-                 what=f"the runtime Deployment:\n{op.log_tail()}")
+        wait_for(
+            lambda: cluster.get("apps/v1", "deployments", "live"),
+            timeout=SLACK,
+            interval=0.2,
+            what=f"the runtime Deployment:\n{op.log_tail()}",
+        )
         proc, cfg, files = runtime_pod(env, cluster, "live", tmp_path, ip)
         try:
             publish_ready_endpoint(cluster, "live", "live-0", ip, cfg)
             log = tmp_path / "runtime.log"
             try:
-                wait_for(lambda: f"PUT {STEPS_PATH} HTTP/1.1 200" in log.read_text(), timeout=SLACK, interval=0.2,
-                         what="an accepted step-table PUT")
+                wait_for(
+                    lambda: f"PUT {STEPS_PATH} HTTP/1.1 200" in log.read_text(),
+                    timeout=SLACK,
+                    interval=0.2,
+                    what="an accepted step-table PUT",
+                )
             except AssertionError as e:
-                raise AssertionError(f"{e}\nruntime:\n{log.read_text()[-3000:]}\noperator:\n{op.log_tail()}\n"
-                                     f"status: {cluster.get_sdd('live').get('status')}") from None
+                raise AssertionError(
+                    f"{e}\nruntime:\n{log.read_text()[-3000:]}\noperator:\n{op.log_tail()}\n"
+                    f"status: {cluster.get_sdd('live').get('status')}"
+                ) from None
             pushes = [line for line in log.read_text().splitlines() if line.startswith(f"PUT {STEPS_PATH}")]
             assert pushes and all(line.endswith(" 200") for line in pushes), pushes
             # the runtime runs the table the tuner reports, moved from the rendered 3 steps
-            operator_token = token_request(env, OPERATOR_NS, op.service_account,
-                                           files.env["SPECDECODE_CONTROL_AUDIENCE"], 600)
+            operator_token = token_request(
+                env, OPERATOR_NS, op.service_account, files.env["SPECDECODE_CONTROL_AUDIENCE"], 600
+            )
 
             def same_table():
-                req = urllib.request.Request(f"http://{ip}:{cfg.server.control_port}{STEPS_PATH}",
-                                             headers={"Authorization": f"Bearer {operator_token}"})
+                req = urllib.request.Request(
+                    f"http://{ip}:{cfg.server.control_port}{STEPS_PATH}",
+                    headers={"Authorization": f"Bearer {operator_token}"},
+                )
                 with urllib.request.urlopen(req, timeout=5) as r:
                     running = json.loads(r.read())["table"]
                 reported = ((cluster.get_sdd("live").get("status") or {}).get("speculative") or {}).get("stepTable")
@@ -268,8 +358,11 @@ def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, t
             assert check_metrics_access(env, op) >= len(pushes)
             # checked while the pod still runs: a push to a stopped pod fails, as it should
             events = [e for e in cluster.list("v1", "events") if e["involvedObject"]["name"] == "live"]
-            bad = [f"{e['reason']}: {e['message']}" for e in events
-                   if e["reason"] in ("ControlTokenUnavailable", "StepTablePushFailed")]
+            bad = [
+                f"{e['reason']}: {e['message']}"
+                for e in events
+                if e["reason"] in ("ControlTokenUnavailable", "StepTablePushFailed")
+            ]
             assert not bad, bad
             pushes = [line for line in log.read_text().splitlines() if line.startswith(f"PUT {STEPS_PATH}")]
             assert all(line.endswith(" 200") for line in pushes), pushes

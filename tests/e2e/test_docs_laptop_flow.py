@@ -51,8 +51,9 @@ def documented_commands() -> list[str]:
 
 
 def bash(script: str, env: dict, cwd: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run(["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
     assert done.returncode == 0, f"{script!r} exited {done.returncode}:\n{done.stderr[-3000:]}{done.stdout[-2000:]}"
     return done
 
@@ -78,16 +79,20 @@ def test_the_documented_laptop_flow_ends_short_of_ready_only_for_lack_of_pods(ch
     commands = documented_commands()
     start = [c for c in commands if c.endswith("&")]
     assert len(start) == 1 and re.fullmatch(r"specdecode operator run --all-namespaces\s*&", start[0]), commands
-    setup = commands[:commands.index(start[0])]
-    after = commands[commands.index(start[0]) + 1:]
+    setup = commands[: commands.index(start[0])]
+    after = commands[commands.index(start[0]) + 1 :]
     (look,) = [c for c in after if c.startswith("kubectl get sdd")]
     (teardown,) = [c for c in after if c.startswith("make envtest-down")]
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("KUBECONFIG", "SPECDECODE_")) or k == "SPECDECODE_CACHE"}  # built binaries' cache
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KUBECONFIG", "SPECDECODE_")) or k == "SPECDECODE_CACHE"
+    }  # built binaries' cache
     # a new user's PATH: neither the fetched kubectl nor the venv on it until the document's export puts them there
     ours = {str(tools.tools_dir().resolve()), str((pathlib.Path(sys.prefix) / "bin").resolve())}
-    base["PATH"] = os.pathsep.join(p for p in base.get("PATH", "").split(os.pathsep)
-                                   if p and str(pathlib.Path(p).resolve()) not in ours)
+    base["PATH"] = os.pathsep.join(
+        p for p in base.get("PATH", "").split(os.pathsep) if p and str(pathlib.Path(p).resolve()) not in ours
+    )
     env_file = tmp_path / "env"
     try:
         bash("set -e\n" + "\n".join(setup) + f"\nenv -0 > {env_file}", base, checkout)
@@ -99,14 +104,20 @@ def test_the_documented_laptop_flow_ends_short_of_ready_only_for_lack_of_pods(ch
         operator_log = tmp_path / "operator.log"
         command = start[0].rstrip("&").strip() + f" --liveness-port {free_port()} --metrics-port {free_port()}"
         with open(operator_log, "ab") as out:
-            operator = subprocess.Popen(["bash", "-c", f"exec {command}"], env=env, cwd=checkout,
-                                        stdout=out, stderr=subprocess.STDOUT)
+            operator = subprocess.Popen(
+                ["bash", "-c", f"exec {command}"], env=env, cwd=checkout, stdout=out, stderr=subprocess.STDOUT
+            )
         try:
+
             def settled():
                 listed = yaml.safe_load(bash(look, env, checkout, timeout=60).stdout)
                 (obj,) = listed["items"]
-                return obj if condition(obj, "MetricsAvailable").get("reason") == "NoPods" and \
-                    condition(obj, "ApisAvailable").get("status") == "False" else None
+                return (
+                    obj
+                    if condition(obj, "MetricsAvailable").get("reason") == "NoPods"
+                    and condition(obj, "ApisAvailable").get("status") == "False"
+                    else None
+                )
 
             try:
                 obj = wait_for(settled, timeout=SLACK, interval=0.5, what="the example settled")

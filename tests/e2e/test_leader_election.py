@@ -25,9 +25,12 @@ def now() -> str:
 
 class Replica:
     def __init__(self, server: str, identity: str):
-        self.process = OperatorProcess(operator_config(server=server, leader_election=True, identity=identity,
-                                                       operator_namespace=LEASE_NS, lease_name=LEASE),
-                                       exit_on_lost=False)
+        self.process = OperatorProcess(
+            operator_config(
+                server=server, leader_election=True, identity=identity, operator_namespace=LEASE_NS, lease_name=LEASE
+            ),
+            exit_on_lost=False,
+        )
         self.thread = threading.Thread(target=self.process.run, daemon=True)
         self.thread.start()
 
@@ -42,8 +45,12 @@ class OtherHolder:
     def __init__(self, cluster):
         self.cluster = cluster
         self.renewing = True
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE},
-                "spec": {"holderIdentity": "other", "leaseDurationSeconds": 8, "acquireTime": now(), "renewTime": now()}}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE},
+            "spec": {"holderIdentity": "other", "leaseDurationSeconds": 8, "acquireTime": now(), "renewTime": now()},
+        }
         cluster.call("POST", LEASE_PATH, body)
         self.thread = threading.Thread(target=self._renew, daemon=True)
         self.thread.start()
@@ -80,13 +87,17 @@ def test_standby_stays_idle_then_takes_over_when_the_holder_stops_renewing(emula
             return [r for r in cluster.emulator.log[since:] if r.user_agent.startswith(("specdecode-operator", "kopf"))]
 
         # the standby has polled the Lease several times since the object appeared, and done nothing else
-        wait_for(lambda: len([r for r in ours(created) if r.resource == "leases"]) >= 3, timeout=20,
-                 what="three Lease polls by the standby")
+        wait_for(
+            lambda: len([r for r in ours(created) if r.resource == "leases"]) >= 3,
+            timeout=20,
+            what="three Lease polls by the standby",
+        )
         assert standby.process.role == "standby"
         assert cluster.get("apps/v1", "deployments", "llama") is None
         calls = ours(mark)
-        assert calls and {(r.resource, r.verb) for r in calls} <= {("leases", "get")}, \
-            sorted({(r.resource, r.verb) for r in calls})
+        assert calls and {(r.resource, r.verb) for r in calls} <= {("leases", "get")}, sorted(
+            {(r.resource, r.verb) for r in calls}
+        )
         assert standby.process.health() == (True, {"role": "standby", "identity": "standby", "reconciles": 0})
         stopped = time.monotonic()
         other.stop_renewing()
@@ -134,8 +145,12 @@ def test_a_replica_that_lost_the_lease_writes_nothing():
     client = KubeClient(cfg, fence=lambda: False, retries=0)
     try:
         with pytest.raises(ApiError) as err:
-            asyncio.run(client.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                                      "metadata": {"name": "x", "namespace": "default"}}, "configmaps"))
+            asyncio.run(
+                client.apply(
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}},
+                    "configmaps",
+                )
+            )
         assert err.value.reason == "NotLeader" and client.calls == 0
     finally:
         asyncio.run(client.close())

@@ -61,22 +61,32 @@ def test_the_laptop_flow_without_add_on_apis_ends_short_of_ready_only_for_lack_o
     name = yaml.safe_load((ROOT / "examples" / "pcie8-glm5-eagle3.yaml").read_text())["metadata"]["name"]
     config = {**TEST_CONFIG, "api_recheck_seconds": RECHECK}
     with OperatorProcess(kc, ("llm",), tmp_path / "operator.log", **config) as op:
+
         def settled():
             obj = _sdd(env, "llm", name)
-            return obj if condition(obj, "ApisAvailable").get("status") == "False" and \
-                condition(obj, "MetricsAvailable").get("reason") == "NoPods" else None
+            return (
+                obj
+                if condition(obj, "ApisAvailable").get("status") == "False"
+                and condition(obj, "MetricsAvailable").get("reason") == "NoPods"
+                else None
+            )
 
         obj = wait_for(settled, timeout=SLACK, interval=0.2, what=f"settled:\n{op.log_tail()}")
         apis = condition(obj, "ApisAvailable")
         assert apis["reason"] == "ApiNotServed"
         assert "ServiceMonitor (monitoring.coreos.com/v1)" in apis["message"]
-        assert "prometheus-operator CRDs" in apis["message"] and "spec.monitoring.serviceMonitor: false" in apis["message"]
+        assert (
+            "prometheus-operator CRDs" in apis["message"] and "spec.monitoring.serviceMonitor: false" in apis["message"]
+        )
         assert condition(obj, "Degraded")["status"] == "False"
         assert condition(obj, "SpecValid")["status"] == "True"
         ready = condition(obj, "Ready")
         assert ready["status"] == "False" and ready["reason"] == "RollingOut"  # no pods on a bare API server
-        for path in (f"/apis/apps/v1/namespaces/llm/deployments/{name}", f"/api/v1/namespaces/llm/services/{name}",
-                     f"/api/v1/namespaces/llm/configmaps/{name}-runtime"):
+        for path in (
+            f"/apis/apps/v1/namespaces/llm/deployments/{name}",
+            f"/api/v1/namespaces/llm/services/{name}",
+            f"/api/v1/namespaces/llm/configmaps/{name}-runtime",
+        ):
             assert _get(env, path) is not None, path
         events = (_get(env, "/api/v1/namespaces/llm/events") or {}).get("items") or []
         not_served = [e for e in events if e["reason"] == "ApiNotServed"]
@@ -88,16 +98,25 @@ def test_the_laptop_flow_without_add_on_apis_ends_short_of_ready_only_for_lack_o
         wait_for(lambda: op.reconcile_passes() >= passes + 3, timeout=SLACK, what="more passes")
         audited = env.audit_events(0)
         assert not [e for e in audited if (e.get("objectRef") or {}).get("resource") == "servicemonitors"]
-        assert [e for e in audited if e.get("requestURI", "").startswith("/apis/monitoring.coreos.com/v1")
-                and not (e.get("objectRef") or {}).get("resource")]
+        assert [
+            e
+            for e in audited
+            if e.get("requestURI", "").startswith("/apis/monitoring.coreos.com/v1")
+            and not (e.get("objectRef") or {}).get("resource")
+        ]
         # the CRDs installed later: the next discovery check finds them and the ServiceMonitor follows
         installed = time.monotonic()
         kubectl(kc, "apply", "--server-side", "-f", "-", input=third_party_crds())
         kubectl(kc, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        wait_for(lambda: _get(env, f"/apis/monitoring.coreos.com/v1/namespaces/llm/servicemonitors/{name}"),
-                 timeout=RECHECK + SLACK, interval=0.2, what="the ServiceMonitor after the CRD")
-        wait_for(lambda: not condition(_sdd(env, "llm", name), "ApisAvailable"), timeout=SLACK,
-                 what="ApisAvailable gone")
+        wait_for(
+            lambda: _get(env, f"/apis/monitoring.coreos.com/v1/namespaces/llm/servicemonitors/{name}"),
+            timeout=RECHECK + SLACK,
+            interval=0.2,
+            what="the ServiceMonitor after the CRD",
+        )
+        wait_for(
+            lambda: not condition(_sdd(env, "llm", name), "ApisAvailable"), timeout=SLACK, what="ApisAvailable gone"
+        )
         assert time.monotonic() - installed <= RECHECK + SLACK
 
 
@@ -109,8 +128,12 @@ def test_a_multi_node_object_without_leaderworkerset_is_degraded_naming_it(bare_
     kubectl(kc, "apply", "-f", str(ROOT / "examples" / "multinode-tp16-lws.yaml"))
     name = yaml.safe_load((ROOT / "examples" / "multinode-tp16-lws.yaml").read_text())["metadata"]["name"]
     with OperatorProcess(kc, ("llm",), tmp_path / "operator.log", **TEST_CONFIG) as op:
-        obj = wait_for(lambda: (o := _sdd(env, "llm", name)) and condition(o, "Degraded").get("status") == "True"
-                       and o, timeout=SLACK, interval=0.2, what=f"Degraded:\n{op.log_tail()}")
+        obj = wait_for(
+            lambda: (o := _sdd(env, "llm", name)) and condition(o, "Degraded").get("status") == "True" and o,
+            timeout=SLACK,
+            interval=0.2,
+            what=f"Degraded:\n{op.log_tail()}",
+        )
         assert "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) is not served" in condition(obj, "Degraded")["message"]
         assert "lws.sigs.k8s.io" in condition(obj, "ApisAvailable")["message"]
         assert _get(env, f"/api/v1/namespaces/llm/services/{name}") is not None  # the rest still applies

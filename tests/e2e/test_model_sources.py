@@ -19,9 +19,13 @@ def pod_specs(workload: dict) -> list[dict]:
 
 
 def test_pvc_models_mount_the_claim_read_only_in_every_pod_of_a_multi_node_group(cluster):
-    body = sdd("pvc", tp=16, draft_tp=2,
-               target={"model": "pvc://model-store/ds/DeepSeek-V3.1", "tensorParallelSize": 16},
-               draft={"model": "pvc://drafts/dsv3-eagle3", "tensorParallelSize": 2})
+    body = sdd(
+        "pvc",
+        tp=16,
+        draft_tp=2,
+        target={"model": "pvc://model-store/ds/DeepSeek-V3.1", "tensorParallelSize": 16},
+        draft={"model": "pvc://drafts/dsv3-eagle3", "tensorParallelSize": 2},
+    )
     cluster.create_sdd(body)
     lws = wait_for(lambda: cluster.get(LWS, "leaderworkersets", "pvc"), what="LeaderWorkerSet pvc")
     wait_for(lambda: condition(cluster.get_sdd("pvc"), "SpecValid").get("status") == "True", what="SpecValid")
@@ -39,9 +43,12 @@ def test_pvc_models_mount_the_claim_read_only_in_every_pod_of_a_multi_node_group
 
 
 def test_hub_models_get_the_fetch_init_container_and_an_offline_runtime(cluster):
-    body = sdd("hub", target={"model": "hf://meta-llama/Llama-3.1-70B-Instruct@main", "tensorParallelSize": 8},
-               draft={"model": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1},
-               modelCache={"sizeLimit": "300Gi", "tokenSecretRef": {"name": "hf-token"}})
+    body = sdd(
+        "hub",
+        target={"model": "hf://meta-llama/Llama-3.1-70B-Instruct@main", "tensorParallelSize": 8},
+        draft={"model": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1},
+        modelCache={"sizeLimit": "300Gi", "tokenSecretRef": {"name": "hf-token"}},
+    )
     cluster.create_sdd(body)
     deployment = wait_for(lambda: cluster.get(APPS, "deployments", "hub"), what="Deployment hub")
     wait_for(lambda: condition(cluster.get_sdd("hub"), "SpecValid").get("status") == "True", what="SpecValid")
@@ -61,11 +68,14 @@ def test_hub_models_get_the_fetch_init_container_and_an_offline_runtime(cluster)
     assert cache_mount["readOnly"] is True
 
 
-@pytest.mark.parametrize("field,model,fragment", [
-    ("target", "s3://bucket/llama", "target.model must be a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]"),
-    ("draft", "pvc://Models/x", "draft.model: pvc:// takes pvc://CLAIM/PATH"),
-    ("draft", "hf://only-a-name", "draft.model: hf:// takes hf://ORG/NAME[@REVISION]"),
-])
+@pytest.mark.parametrize(
+    "field,model,fragment",
+    [
+        ("target", "s3://bucket/llama", "target.model must be a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]"),
+        ("draft", "pvc://Models/x", "draft.model: pvc:// takes pvc://CLAIM/PATH"),
+        ("draft", "hf://only-a-name", "draft.model: hf:// takes hf://ORG/NAME[@REVISION]"),
+    ],
+)
 def test_unknown_model_forms_are_refused_at_admission(cluster, field, model, fragment):
     body = sdd("bad-model")
     body["spec"][field]["model"] = model

@@ -35,9 +35,14 @@ def children_of(cluster, name: str) -> dict[str, dict]:
     out = {}
     # items of a list carry no kind/apiVersion on a real API server (custom resources excepted): name it here
     for api_version, plural, kind in [
-            ("v1", "configmaps", "ConfigMap"), ("v1", "services", "Service"), (APPS, "deployments", "Deployment"),
-            (LWS, "leaderworkersets", "LeaderWorkerSet"), ("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget"),
-            ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"), ("v1", "secrets", "Secret")]:
+        ("v1", "configmaps", "ConfigMap"),
+        ("v1", "services", "Service"),
+        (APPS, "deployments", "Deployment"),
+        (LWS, "leaderworkersets", "LeaderWorkerSet"),
+        ("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+        ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"),
+        ("v1", "secrets", "Secret"),
+    ]:
         for obj in cluster.list(api_version, plural, f"app.kubernetes.io/instance={name}"):
             out[f"{kind}/{obj['metadata']['name']}"] = obj
     return out
@@ -48,12 +53,25 @@ def test_create_renders_children_and_reports_status(cluster):
     uid = created["metadata"]["uid"]
     wait_for(lambda: cluster.get(APPS, "deployments", "llama"), what="Deployment llama")
     kids = wait_for(lambda: (k := children_of(cluster, "llama")) and "Secret/llama-control-token" in k and k)
-    assert {"ConfigMap/llama-runtime", "Service/llama", "Service/llama-headless", "Deployment/llama",
-            "Secret/llama-control-token"} <= set(kids)
+    assert {
+        "ConfigMap/llama-runtime",
+        "Service/llama",
+        "Service/llama-headless",
+        "Deployment/llama",
+        "Secret/llama-control-token",
+    } <= set(kids)
     for obj in kids.values():
         refs = obj["metadata"]["ownerReferences"]
-        assert refs == [{"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment", "name": "llama",
-                         "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+        assert refs == [
+            {
+                "apiVersion": "specdecode.io/v1alpha1",
+                "kind": "SpecDecodeDeployment",
+                "name": "llama",
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
         assert obj["metadata"]["annotations"]["specdecode.io/input-hash"]
         managers = {m["manager"] for m in obj["metadata"].get("managedFields", [])}
         assert "specdecode-operator" in managers
@@ -106,7 +124,10 @@ def test_scale_subresource(cluster):
     wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 3, what="replicas 3")
     scale = cluster.get_scale("llama")
     assert scale["spec"]["replicas"] == 3
-    assert scale["status"]["selector"] == "app.kubernetes.io/component=runtime,app.kubernetes.io/instance=llama,app.kubernetes.io/name=specdecode"
+    assert (
+        scale["status"]["selector"]
+        == "app.kubernetes.io/component=runtime,app.kubernetes.io/instance=llama,app.kubernetes.io/name=specdecode"
+    )
 
 
 def test_invalid_spec_is_rejected_at_admission_with_the_cel_message(cluster):
@@ -154,7 +175,10 @@ def test_pause_annotation_stops_child_writes(cluster):
     # the operator has seen the change (status is written after the children of the same pass), and passed again
     wait_for(lambda: cluster.get_sdd("llama")["status"]["observedGeneration"] == generation, what="change observed")
     cluster.wait_passes(3)
-    assert cluster.get(APPS, "deployments", "llama")["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert (
+        cluster.get(APPS, "deployments", "llama")["metadata"]["resourceVersion"]
+        == before["metadata"]["resourceVersion"]
+    )
     cluster.patch_sdd("llama", {"metadata": {"annotations": {"specdecode.io/reconcile": None}}})
     wait_for(lambda: cluster.get(APPS, "deployments", "llama")["spec"]["replicas"] == 2, what="resumed")
     wait_for(lambda: not condition(cluster.get_sdd("llama"), "Paused"), what="Paused condition removed")
@@ -175,12 +199,23 @@ def test_delete_garbage_collects_children(cluster):
 
 
 def test_foreign_object_with_our_name_is_left_alone_and_reported(cluster):
-    foreign = cluster.create("v1", "configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
-                                                  "metadata": {"name": "llama-runtime", "labels": {"team": "other"}},
-                                                  "data": {"mine": "yes"}})
+    foreign = cluster.create(
+        "v1",
+        "configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "llama-runtime", "labels": {"team": "other"}},
+            "data": {"mine": "yes"},
+        },
+    )
     cluster.create_sdd(sdd())
-    cond = wait_for(lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") == "NameCollision"
-                    and condition(cluster.get_sdd("llama"), "Degraded"))
+    cond = wait_for(
+        lambda: (
+            condition(cluster.get_sdd("llama"), "Degraded").get("reason") == "NameCollision"
+            and condition(cluster.get_sdd("llama"), "Degraded")
+        )
+    )
     assert "ConfigMap/llama-runtime" in cond["message"]
     after = cluster.get("v1", "configmaps", "llama-runtime")
     assert after["data"] == {"mine": "yes"} and "ownerReferences" not in after["metadata"]
@@ -196,18 +231,35 @@ def test_a_foreign_control_secret_is_left_alone_and_ours_follows_once_it_is_gone
 
     monkeypatch.setattr(reconciler, "SECRET_RECHECK_SECONDS", 1.0)  # passes run every 0.3 s (resync)
     cluster = emulator_factory()
-    cluster.create("v1", "secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llama-control-token"},
-                                     "stringData": {"token": "someone else's"}})
+    cluster.create(
+        "v1",
+        "secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "llama-control-token"},
+            "stringData": {"token": "someone else's"},
+        },
+    )
     cluster.create_sdd(sdd())
-    cond = wait_for(lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") == "NameCollision"
-                    and condition(cluster.get_sdd("llama"), "Degraded"))
+    cond = wait_for(
+        lambda: (
+            condition(cluster.get_sdd("llama"), "Degraded").get("reason") == "NameCollision"
+            and condition(cluster.get_sdd("llama"), "Degraded")
+        )
+    )
     assert "Secret/llama-control-token" in cond["message"]
     assert "ownerReferences" not in cluster.get("v1", "secrets", "llama-control-token")["metadata"]
     cluster.delete("v1", "secrets", "llama-control-token")
-    wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"), timeout=10,
-             what="the operator's own control-token Secret after the foreign one was deleted")
-    wait_for(lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") != "NameCollision",
-             what="the collision cleared")
+    wait_for(
+        lambda: "Secret/llama-control-token" in children_of(cluster, "llama"),
+        timeout=10,
+        what="the operator's own control-token Secret after the foreign one was deleted",
+    )
+    wait_for(
+        lambda: condition(cluster.get_sdd("llama"), "Degraded").get("reason") != "NameCollision",
+        what="the collision cleared",
+    )
 
 
 def test_conflict_and_server_error_storms_converge(emulated):
@@ -219,8 +271,13 @@ def test_conflict_and_server_error_storms_converge(emulated):
     cluster.server.call(lambda: em.inject(verb="apply", resource="services", status=None, delay=2.5, times=1))
     cluster.create_sdd(sdd())
     wait_for(lambda: cluster.get(APPS, "deployments", "llama"), timeout=20, what="converged Deployment")
-    wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama") and
-             "Service/llama" in children_of(cluster, "llama"), timeout=20)
+    wait_for(
+        lambda: (
+            "Secret/llama-control-token" in children_of(cluster, "llama")
+            and "Service/llama" in children_of(cluster, "llama")
+        ),
+        timeout=20,
+    )
     cluster.make_ready(APPS, "deployments", "llama")
     wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True", timeout=10)
     assert all(f.hits == f.times for f in em.faults)
@@ -243,8 +300,12 @@ def test_operator_restart_resumes_without_duplicate_writes(cluster):
     # which the test waited for) can outlast the client's request timeout and be sent again; the API server logs
     # that repeat when it completes it, which can be after the mark (it changes nothing: the same apply again).
     writes = cluster.operator_writes(since=mark, received_after=started)
-    assert writes == [], {"writes": writes, "status before": before, "after": cluster.get_sdd("llama")["status"],
-                          "all writes after the stop": cluster.operator_writes(since=mark)}
+    assert writes == [], {
+        "writes": writes,
+        "status before": before,
+        "after": cluster.get_sdd("llama")["status"],
+        "all writes after the stop": cluster.operator_writes(since=mark),
+    }
     assert condition(cluster.get_sdd("llama"), "Ready")["status"] == "True"
 
 
@@ -256,9 +317,11 @@ def test_every_api_call_is_covered_by_the_declared_rbac(emulated):
     wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"))
     cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 16}}})
     wait_for(lambda: cluster.get(LWS, "leaderworkersets", "llama") and not cluster.get(APPS, "deployments", "llama"))
-    operator_calls = {(r.group, r.resource + (f"/{r.subresource}" if r.subresource else ""), r.verb)
-                      for r in cluster.emulator.log
-                      if r.user_agent.lower().startswith(("kopf", "specdecode-operator"))}
+    operator_calls = {
+        (r.group, r.resource + (f"/{r.subresource}" if r.subresource else ""), r.verb)
+        for r in cluster.emulator.log
+        if r.user_agent.lower().startswith(("kopf", "specdecode-operator"))
+    }
     operator_calls = {c for c in operator_calls if c[1] != "specdecodedeployments" or c[2] != "create"}
     missing = sorted(c for c in operator_calls if not allowed(*c))
     assert missing == []
@@ -284,8 +347,12 @@ def test_the_chart_rbac_grants_every_call_the_operator_makes(apiserver_factory):
     events = cluster.bed.env.audit_events(mark, user=cluster.bed.operator_user)
     seen = {(e["verb"], (e.get("objectRef") or {}).get("resource")) for e in events}
     # the operator really ran as the ServiceAccount: its reads, SSA writes, status patches and deletes are all there
-    assert {("watch", "specdecodedeployments"), ("patch", "deployments"), ("patch", "specdecodedeployments"),
-            ("delete", "deployments")} <= seen, sorted(seen)
+    assert {
+        ("watch", "specdecodedeployments"),
+        ("patch", "deployments"),
+        ("patch", "specdecodedeployments"),
+        ("delete", "deployments"),
+    } <= seen, sorted(seen)
     assert cluster.bed.forbidden(mark) == []
 
 
@@ -329,8 +396,15 @@ def test_the_chart_installed_cluster_wide(apiserver_bed, tmp_path, token_namespa
     release = f"cw{int(token_namespace)}"
     rbac = chart_rbac({"rbac": {"controlTokenNamespaces": [namespace] if token_namespace else []}}, release=release)
     assert not [d for d in rbac if d["kind"] == "Role" and d["metadata"]["namespace"] == namespace]
-    kubectl(bed.env.kubeconfig, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-",
-            input=yaml.safe_dump_all(rbac, sort_keys=False))
+    kubectl(
+        bed.env.kubeconfig,
+        "apply",
+        "--server-side",
+        "--field-manager=e2e-setup",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(rbac, sort_keys=False),
+    )
     (sa,) = [d["metadata"]["name"] for d in rbac if d["kind"] == "ServiceAccount"]
     user = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"
     cluster = Cluster(bed.env.configuration(), namespace)
@@ -348,15 +422,19 @@ def test_the_chart_installed_cluster_wide(apiserver_bed, tmp_path, token_namespa
         if token_namespace:
             wait_for(lambda: "Secret/llama-control-token" in children_of(cluster, "llama"))
         else:
-            event = wait_for(lambda: [e for e in cluster.list("v1", "events")
-                                      if e["reason"] == "ControlTokenUnavailable"])[0]
+            event = wait_for(
+                lambda: [e for e in cluster.list("v1", "events") if e["reason"] == "ControlTokenUnavailable"]
+            )[0]
             assert "rbac.controlTokenNamespaces" in event["message"]
             assert "Secret/llama-control-token" not in children_of(cluster, "llama")
         cluster.delete_sdd("llama")
         wait_for(lambda: cluster.get_sdd("llama") is None)
     cluster.close()
-    watches = {(e.get("objectRef") or {}).get("namespace") for e in bed.env.audit_events(mark, user=user)
-               if e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == "specdecodedeployments"}
+    watches = {
+        (e.get("objectRef") or {}).get("namespace")
+        for e in bed.env.audit_events(mark, user=user)
+        if e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == "specdecodedeployments"
+    }
     assert watches == {None}  # one cluster-wide watch, not one per namespace
     refused = bed.forbidden(mark, user=user)
     if token_namespace:

@@ -16,8 +16,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pod(name: str, template: dict) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": template["metadata"].get("labels", {})},
-            "spec": template["spec"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": template["metadata"].get("labels", {})},
+        "spec": template["spec"],
+    }
 
 
 def pods() -> list[tuple[str, dict]]:
@@ -41,8 +45,19 @@ def pods() -> list[tuple[str, dict]]:
 def test_restricted_namespace_admits_the_rendered_pods(apiserver_bed):
     env = apiserver_bed.env
     ns = f"pss-{uuid.uuid4().hex[:6]}"
-    status, body = env.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns, "labels": {
-        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    status, body = env.request(
+        "POST",
+        "/api/v1/namespaces",
+        {
+            "metadata": {
+                "name": ns,
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            }
+        },
+    )
     assert status == 201, body
     for name, template in pods():
         status, body = env.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", _pod(name, template))

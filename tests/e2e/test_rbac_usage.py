@@ -39,8 +39,12 @@ def test_every_granted_verb_is_used_and_every_call_is_granted(cluster_factory):
     cluster = cluster_factory(operator=False)
     if cluster.emulator is None:
         pytest.skip("needs the emulator's request log")
-    process = OperatorProcess(operator_config(server=cluster.server.url, leader_election=True, identity="op",
-                                              operator_namespace="specdecode-system"), exit_on_lost=False)
+    process = OperatorProcess(
+        operator_config(
+            server=cluster.server.url, leader_election=True, identity="op", operator_namespace="specdecode-system"
+        ),
+        exit_on_lost=False,
+    )
     thread = threading.Thread(target=process.run, daemon=True)
     thread.start()
     try:
@@ -48,51 +52,97 @@ def test_every_granted_verb_is_used_and_every_call_is_granted(cluster_factory):
         body = minimal_sdd("llama", tp=8)
         body["spec"]["monitoring"] = {"serviceMonitor": True}
         cluster.create_sdd(body)
-        wait_for(lambda: cluster.get("monitoring.coreos.com/v1", "servicemonitors", "llama"), timeout=40,
-                 what="children")
+        wait_for(
+            lambda: cluster.get("monitoring.coreos.com/v1", "servicemonitors", "llama"), timeout=40, what="children"
+        )
         # mid-rollout (a surge pod beside the old one): the reconciler lists the pods for unschedulable ones
         dep = cluster.get(APPS, "deployments", "llama")
-        cluster.call("PATCH", f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments/llama/status",
-                     {"status": {"observedGeneration": dep["metadata"]["generation"], "replicas": 2,
-                                 "updatedReplicas": 1}}, content_type="application/merge-patch+json")
-        wait_for(lambda: any(r.resource == "pods" for r in cluster.emulator.log), timeout=30,
-                 what="the rollout's pods listed")
+        cluster.call(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments/llama/status",
+            {"status": {"observedGeneration": dep["metadata"]["generation"], "replicas": 2, "updatedReplicas": 1}},
+            content_type="application/merge-patch+json",
+        )
+        wait_for(
+            lambda: any(r.resource == "pods" for r in cluster.emulator.log),
+            timeout=30,
+            what="the rollout's pods listed",
+        )
         # an object from an earlier version, with its kopf finalizer: removed once (the patch grant)
         upgraded = minimal_sdd("upgraded", tp=8)
         upgraded["metadata"]["finalizers"] = [FINALIZER]
         cluster.create_sdd(upgraded)
-        wait_for(lambda: not (s := cluster.get_sdd("upgraded"))["metadata"].get("finalizers")
-                 and (s.get("status") or {}).get("observedGeneration") == 1, timeout=40,
-                 what="the earlier versions' finalizer removed, the object reconciled")
+        wait_for(
+            lambda: (
+                not (s := cluster.get_sdd("upgraded"))["metadata"].get("finalizers")
+                and (s.get("status") or {}).get("observedGeneration") == 1
+            ),
+            timeout=40,
+            what="the earlier versions' finalizer removed, the object reconciled",
+        )
         cluster.delete_sdd("upgraded")
-        wait_for(lambda: cluster.get_sdd("upgraded") is None and cluster.get(APPS, "deployments", "upgraded") is None,
-                 timeout=20, what="upgraded object and its children gone")
+        wait_for(
+            lambda: cluster.get_sdd("upgraded") is None and cluster.get(APPS, "deployments", "upgraded") is None,
+            timeout=20,
+            what="upgraded object and its children gone",
+        )
         cluster.make_ready(APPS, "deployments", "llama")  # ready replicas: the tuner lists EndpointSlices
-        wait_for(lambda: any(r.resource == "endpointslices" for r in cluster.emulator.log), timeout=30,
-                 what="the tuner's endpoint discovery")
-        cluster.call("PATCH", f"/api/v1/namespaces/{cluster.namespace}/services/llama",
-                     {"spec": {"selector": {"extra": "x"}}}, content_type="application/merge-patch+json",
-                     query=[("fieldManager", "someone-else")])
-        wait_for(lambda: "extra" not in cluster.get("v1", "services", "llama")["spec"]["selector"], timeout=40,
-                 what="drift repaired")
+        wait_for(
+            lambda: any(r.resource == "endpointslices" for r in cluster.emulator.log),
+            timeout=30,
+            what="the tuner's endpoint discovery",
+        )
+        cluster.call(
+            "PATCH",
+            f"/api/v1/namespaces/{cluster.namespace}/services/llama",
+            {"spec": {"selector": {"extra": "x"}}},
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", "someone-else")],
+        )
+        wait_for(
+            lambda: "extra" not in cluster.get("v1", "services", "llama")["spec"]["selector"],
+            timeout=40,
+            what="drift repaired",
+        )
         # a spec change that drops children: TP 16 replaces the Deployment, monitoring off drops the ServiceMonitor,
         # the plain SGLang launcher drops the control port's NetworkPolicy
-        cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 16}, "monitoring": {"serviceMonitor": False},
-                                             "runtime": {"launcher": "sglang"}, "draft": {"tensorParallelSize": 16}}})
-        wait_for(lambda: cluster.get(LWS, "leaderworkersets", "llama") and not cluster.get(APPS, "deployments", "llama")
-                 and not cluster.get("monitoring.coreos.com/v1", "servicemonitors", "llama")
-                 and not cluster.list("networking.k8s.io/v1", "networkpolicies"), timeout=40, what="children dropped")
+        cluster.patch_sdd(
+            "llama",
+            {
+                "spec": {
+                    "target": {"tensorParallelSize": 16},
+                    "monitoring": {"serviceMonitor": False},
+                    "runtime": {"launcher": "sglang"},
+                    "draft": {"tensorParallelSize": 16},
+                }
+            },
+        )
+        wait_for(
+            lambda: (
+                cluster.get(LWS, "leaderworkersets", "llama")
+                and not cluster.get(APPS, "deployments", "llama")
+                and not cluster.get("monitoring.coreos.com/v1", "servicemonitors", "llama")
+                and not cluster.list("networking.k8s.io/v1", "networkpolicies")
+            ),
+            timeout=40,
+            what="children dropped",
+        )
         cluster.patch_sdd("llama", {"spec": {"target": {"tensorParallelSize": 8}, "draft": {"tensorParallelSize": 8}}})
-        wait_for(lambda: cluster.get(APPS, "deployments", "llama") and not cluster.get(LWS, "leaderworkersets", "llama"),
-                 timeout=40, what="back to a Deployment")
+        wait_for(
+            lambda: cluster.get(APPS, "deployments", "llama") and not cluster.get(LWS, "leaderworkersets", "llama"),
+            timeout=40,
+            what="back to a Deployment",
+        )
     finally:
         process.stop()
         thread.join(20)
     used = used_by_operator(cluster.emulator.log)
     # the metrics endpoint's reviews run per scrape, on the real API server: tests/e2e/test_metrics_auth.py shows
     # them used (audit log) and allowed
-    scrape_reviews = {("authentication.k8s.io", "tokenreviews", "create"),
-                      ("authorization.k8s.io", "subjectaccessreviews", "create")}
+    scrape_reviews = {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
     granted = {(r.api_group, r.resource, v) for r in rbac.RULES for v in r.verbs} - scrape_reviews
     assert sorted(used - granted) == [], "calls without a grant"
     assert sorted(granted - used) == [], f"grants no call uses (remove them from rbac.py): {sorted(granted - used)}"

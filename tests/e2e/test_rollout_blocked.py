@@ -31,24 +31,49 @@ def _deployment_status(cluster, name: str, **status) -> None:
     """Play the Deployment controller: the rollout state of the Deployment's current generation."""
     dep = cluster.get(APPS, "deployments", name)
     status = {"observedGeneration": dep["metadata"]["generation"], **status}
-    cluster.call("PATCH", resource_path(APPS, "deployments", cluster.namespace, name, "status"), {"status": status},
-                 content_type="application/merge-patch+json", query=[("fieldManager", "kube-controller-manager")])
+    cluster.call(
+        "PATCH",
+        resource_path(APPS, "deployments", cluster.namespace, name, "status"),
+        {"status": status},
+        content_type="application/merge-patch+json",
+        query=[("fieldManager", "kube-controller-manager")],
+    )
 
 
 def _surge_pod(cluster, name: str) -> str:
     """Play the ReplicaSet controller and the scheduler: a pod of the new revision that fits on no node."""
     dep = cluster.get(APPS, "deployments", name)
     template = dep["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": f"{name}-surge", "labels": {**template["metadata"]["labels"],
-                                                              "pod-template-hash": "surge"}},
-           "spec": {"containers": [{"name": "runtime", "image": template["spec"]["containers"][0]["image"]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-surge",
+            "labels": {**template["metadata"]["labels"], "pod-template-hash": "surge"},
+        },
+        "spec": {"containers": [{"name": "runtime", "image": template["spec"]["containers"][0]["image"]}]},
+    }
     cluster.create("v1", "pods", pod)
-    cluster.call("PATCH", resource_path("v1", "pods", cluster.namespace, pod["metadata"]["name"], "status"),
-                 {"status": {"phase": "Pending", "conditions": [
-                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                      "message": SCHEDULER_MESSAGE, "lastTransitionTime": _now()}]}},
-                 content_type="application/merge-patch+json", query=[("fieldManager", "kube-scheduler")])
+    cluster.call(
+        "PATCH",
+        resource_path("v1", "pods", cluster.namespace, pod["metadata"]["name"], "status"),
+        {
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": SCHEDULER_MESSAGE,
+                        "lastTransitionTime": _now(),
+                    }
+                ],
+            }
+        },
+        content_type="application/merge-patch+json",
+        query=[("fieldManager", "kube-scheduler")],
+    )
     return pod["metadata"]["name"]
 
 
@@ -61,8 +86,11 @@ def test_a_surge_pod_that_never_schedules_is_reported_and_max_surge_zero_finishe
 
     # a template change: the Deployment controller surges one pod of the new revision, the old one keeps serving
     cluster.patch_sdd("llama", {"spec": {"speculative": {"numSteps": 4}}})
-    wait_for(lambda: cluster.get(APPS, "deployments", "llama")["metadata"]["generation"] == 2, timeout=30,
-             what="the new template applied")
+    wait_for(
+        lambda: cluster.get(APPS, "deployments", "llama")["metadata"]["generation"] == 2,
+        timeout=30,
+        what="the new template applied",
+    )
     _deployment_status(cluster, "llama", replicas=2, updatedReplicas=1, readyReplicas=1, availableReplicas=1)
     pod = _surge_pod(cluster, "llama")
     refused_at = time.monotonic()
@@ -79,13 +107,17 @@ def test_a_surge_pod_that_never_schedules_is_reported_and_max_surge_zero_finishe
     ready = condition(cluster.get_sdd("llama"), "Ready")
     assert ready["status"] == "False" and ready["reason"] == "RolloutBlocked"
     assert condition(cluster.get_sdd("llama"), "Degraded")["status"] == "False"  # nothing is wrong with the spec
-    event = wait_for(lambda: [e for e in cluster.list("v1", "events") if e["reason"] == "RolloutBlocked"],
-                     timeout=10, what="a RolloutBlocked Event")[0]
+    event = wait_for(
+        lambda: [e for e in cluster.list("v1", "events") if e["reason"] == "RolloutBlocked"],
+        timeout=10,
+        what="a RolloutBlocked Event",
+    )[0]
     assert event["type"] == "Warning" and event["involvedObject"]["name"] == "llama"
     assert "spec.rollout.maxSurge: 0" in event["message"] and "8 free nvidia.com/gpu" in event["message"]
 
     # what the Event says: replace in place
     cluster.patch_sdd("llama", {"spec": {"rollout": {"maxSurge": 0, "maxUnavailable": 1}}})
+
     def rolling_update():
         ru = cluster.get(APPS, "deployments", "llama")["spec"]["strategy"]["rollingUpdate"]
         return ru if ru["maxSurge"] == 0 else None
@@ -93,12 +125,19 @@ def test_a_surge_pod_that_never_schedules_is_reported_and_max_surge_zero_finishe
     rolling = wait_for(rolling_update, timeout=30, what="maxSurge 0 on the Deployment")
     assert rolling == {"maxSurge": 0, "maxUnavailable": 1}
     # the controller stops the old pod first; the new one takes its GPUs and becomes ready
-    cluster.call("PATCH", resource_path("v1", "pods", cluster.namespace, pod, "status"),
-                 {"status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}]}},
-                 content_type="application/merge-patch+json", query=[("fieldManager", "kube-scheduler")])
+    cluster.call(
+        "PATCH",
+        resource_path("v1", "pods", cluster.namespace, pod, "status"),
+        {"status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}]}},
+        content_type="application/merge-patch+json",
+        query=[("fieldManager", "kube-scheduler")],
+    )
     cluster.make_ready(APPS, "deployments", "llama")
-    wait_for(lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True", timeout=30,
-             what="Ready after the in-place rollout")
+    wait_for(
+        lambda: condition(cluster.get_sdd("llama"), "Ready")["status"] == "True",
+        timeout=30,
+        what="Ready after the in-place rollout",
+    )
     assert condition(cluster.get_sdd("llama"), "Progressing")["reason"] == "RolloutComplete"
     assert len([e for e in cluster.list("v1", "events") if e["reason"] == "RolloutBlocked"]) == 1
 
@@ -108,12 +147,17 @@ def test_pods_are_listed_with_the_objects_selector(cluster_factory):
     cluster = cluster_factory(rollout_blocked_seconds=0.0)
     cluster.create_sdd(sdd())
     cluster.create_sdd(sdd("other"))
-    wait_for(lambda: cluster.get(APPS, "deployments", "other") and cluster.get(APPS, "deployments", "llama"),
-             what="both Deployments")
+    wait_for(
+        lambda: cluster.get(APPS, "deployments", "other") and cluster.get(APPS, "deployments", "llama"),
+        what="both Deployments",
+    )
     _deployment_status(cluster, "llama", replicas=2, updatedReplicas=1, readyReplicas=1)
     _deployment_status(cluster, "other", replicas=2, updatedReplicas=1, readyReplicas=1)
     _surge_pod(cluster, "other")
-    wait_for(lambda: condition(cluster.get_sdd("other"), "Progressing").get("reason") == "RolloutBlocked",
-             timeout=RESYNC + SLACK, what="other blocked")
+    wait_for(
+        lambda: condition(cluster.get_sdd("other"), "Progressing").get("reason") == "RolloutBlocked",
+        timeout=RESYNC + SLACK,
+        what="other blocked",
+    )
     c = condition(cluster.get_sdd("llama"), "Progressing")
     assert c["reason"] == "RollingOut" and names.selector_string("llama") != names.selector_string("other")

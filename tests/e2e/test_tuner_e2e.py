@@ -42,10 +42,20 @@ def scenario_doc(acceptance, restart_seconds: float = 5.0) -> dict:
     return {
         "name": "tuner-e2e",
         "description": "batch-1 chat, draft on its own rank (simulated)",
-        "cost": {"verify": {"base": 10, "perToken": 0.05}, "draftStep": {"base": 1.0},
-                 "draftExtend": {"base": 1.0}, "overhead": 0.5},
-        "draftTp": {"current": 1, "targetTp": 2, "computeMs": {"base": 1.0}, "collectivesPerStep": 2,
-                    "allReduceUs": {2: 300}, "broadcastUs": 0},
+        "cost": {
+            "verify": {"base": 10, "perToken": 0.05},
+            "draftStep": {"base": 1.0},
+            "draftExtend": {"base": 1.0},
+            "overhead": 0.5,
+        },
+        "draftTp": {
+            "current": 1,
+            "targetTp": 2,
+            "computeMs": {"base": 1.0},
+            "collectivesPerStep": 2,
+            "allReduceUs": {2: 300},
+            "broadcastUs": 0,
+        },
         "restartSeconds": restart_seconds,
         "phases": [{"name": "chat", "seconds": 100000, "batchSize": 1, "acceptance": acceptance}],
     }
@@ -60,8 +70,10 @@ def sdd(name: str, mode: str, num_steps: int, port: int, annotations: dict | Non
             "replicas": 1,
             "target": {"model": "/models/target", "tensorParallelSize": 2},
             "draft": {"model": "/models/draft", "algorithm": "EAGLE3", "tensorParallelSize": 1, "ranks": [0]},
-            "speculative": {"numSteps": num_steps,
-                            "autotune": {"mode": mode, "minSteps": 1, "maxSteps": 7, "intervalSeconds": 5}},
+            "speculative": {
+                "numSteps": num_steps,
+                "autotune": {"mode": mode, "minSteps": 1, "maxSteps": 7, "intervalSeconds": 5},
+            },
             "placement": {"gpusPerNode": 8},
             "runtime": {"port": port, "controlPort": port + 1},
         },
@@ -112,8 +124,12 @@ def metrics_of(cluster):
 
 def decisions(cluster) -> float:
     """Tuner decisions so far, every action (one per bucket and interval; specdecode_tuner_decisions_total)."""
-    return sum(s.value for family in metrics_of(cluster).registry.collect() for s in family.samples
-               if s.name == "specdecode_tuner_decisions_total")
+    return sum(
+        s.value
+        for family in metrics_of(cluster).registry.collect()
+        for s in family.samples
+        if s.name == "specdecode_tuner_decisions_total"
+    )
 
 
 def assert_spec_untouched(cluster, name: str, created: dict) -> None:
@@ -126,9 +142,12 @@ def assert_spec_untouched(cluster, name: str, created: dict) -> None:
 
 
 def put_steps(url: str, token: str | None) -> int:
-    req = urllib.request.Request(url + "/specdecode/v1/steps", data=b'{"table": [{"minBatch": 1, "steps": 1}]}',
-                                 method="PUT", headers={"Content-Type": "application/json",
-                                                        **({"Authorization": f"Bearer {token}"} if token else {})})
+    req = urllib.request.Request(
+        url + "/specdecode/v1/steps",
+        data=b'{"table": [{"minBatch": 1, "steps": 1}]}',
+        method="PUT",
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status
@@ -144,8 +163,11 @@ def test_live_mode_converges_pushes_with_token_and_reports(tuned):
     engines = wait_for(lambda: kubelet.engines(), timeout=20, what="simulated pod")
     engine = engines[0]
     # the bucket of batch 1 climbs 3 -> 4 -> 5 (one past the deepest observed position at a time) and stays
-    wait_for(lambda: speculative(cluster, "live").get("stepTable", [{}])[0].get("steps") == 5, timeout=40,
-             what="bucket 1 tuned to k=5")
+    wait_for(
+        lambda: speculative(cluster, "live").get("stepTable", [{}])[0].get("steps") == 5,
+        timeout=40,
+        what="bucket 1 tuned to k=5",
+    )
     status = cluster.get_sdd("live")["status"]
     spec_status = status["speculative"]
     assert spec_status["numSteps"] == 5
@@ -166,7 +188,9 @@ def test_live_mode_converges_pushes_with_token_and_reports(tuned):
     assert put_steps(f"http://{pod_ip}:{port + 1}", None) == 401
     assert put_steps(f"http://{pod_ip}:{port + 1}", "not-the-token") == 401
     assert engine.table.lookup(1) == 5
-    ready = wait_for(lambda: (c := condition(cluster.get_sdd("live"), "MetricsAvailable")) and c["status"] == "True" and c)
+    ready = wait_for(
+        lambda: (c := condition(cluster.get_sdd("live"), "MetricsAvailable")) and c["status"] == "True" and c
+    )
     assert ready["reason"] in ("Scraped", "PartialMetrics")
     changed = wait_for(lambda: events(cluster, "StepsChanged", "live"))
     assert any("3 -> 4" in e["message"] for e in changed)
@@ -193,15 +217,27 @@ def test_metrics_down_or_invalid_sets_condition_and_nothing_crashes(tuned):
     bad = _NanServer()
 
     def publish(port: int) -> None:
-        body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": "down-headless-x", "labels": {"kubernetes.io/service-name": "down-headless"}},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True},
-                               "targetRef": {"kind": "Pod", "name": "down-0"}}],
-                "ports": [{"name": "http", "port": port}, {"name": "control", "port": port}]}
+        body = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": "down-headless-x", "labels": {"kubernetes.io/service-name": "down-headless"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {
+                    "addresses": ["127.0.0.1"],
+                    "conditions": {"ready": True},
+                    "targetRef": {"kind": "Pod", "name": "down-0"},
+                }
+            ],
+            "ports": [{"name": "http", "port": port}, {"name": "control", "port": port}],
+        }
         if cluster.get("discovery.k8s.io/v1", "endpointslices", "down-headless-x"):
-            cluster.call("PATCH", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/down-headless-x",
-                         body, content_type="application/merge-patch+json")
+            cluster.call(
+                "PATCH",
+                "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/down-headless-x",
+                body,
+                content_type="application/merge-patch+json",
+            )
         else:
             cluster.create("discovery.k8s.io/v1", "endpointslices", body)
 
@@ -209,13 +245,23 @@ def test_metrics_down_or_invalid_sets_condition_and_nothing_crashes(tuned):
         cluster.make_ready(APPS, "deployments", "down")  # the tuner lists endpoints only while replicas are ready
         wait_for(lambda: condition(cluster.get_sdd("down"), "Ready")["status"] == "True", timeout=15)
         publish(closed)
-        c = wait_for(lambda: (c := condition(cluster.get_sdd("down"), "MetricsAvailable")) and
-                     c["reason"] == "MetricsDown" and c, timeout=15, what="MetricsAvailable=False MetricsDown")
+        c = wait_for(
+            lambda: (
+                (c := condition(cluster.get_sdd("down"), "MetricsAvailable")) and c["reason"] == "MetricsDown" and c
+            ),
+            timeout=15,
+            what="MetricsAvailable=False MetricsDown",
+        )
         assert c["status"] == "False" and "down-0" in c["message"]
         assert wait_for(lambda: events(cluster, "MetricsDown", "down"))[0]["type"] == "Warning"
         publish(bad.port)  # the "pod" answers, but with NaN counters
-        c = wait_for(lambda: (c := condition(cluster.get_sdd("down"), "MetricsAvailable")) and
-                     c["reason"] != "MetricsDown" and c, timeout=15, what="a different MetricsAvailable reason")
+        c = wait_for(
+            lambda: (
+                (c := condition(cluster.get_sdd("down"), "MetricsAvailable")) and c["reason"] != "MetricsDown" and c
+            ),
+            timeout=15,
+            what="a different MetricsAvailable reason",
+        )
         assert c["status"] == "False" and c["reason"] == "MetricsInvalid", c
         # the operator keeps reconciling (a spec change rolls out) and the loop keeps running
         cluster.patch_sdd("down", {"spec": {"replicas": 2}})
@@ -231,27 +277,51 @@ def test_rollout_rerenders_steps_when_the_gain_repays_the_restart(tuned):
     cluster = tuned
     port = next(_ports)
     # the calibrated profile (startup profiling's output) says a restart costs 5 s: a change of +10 % pays
-    cluster.create("v1", "configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "profile"},
-                                        "data": {"scenario.yaml": yaml.safe_dump(scenario_doc(LOW_ACCEPTANCE))}})
+    cluster.create(
+        "v1",
+        "configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "profile"},
+            "data": {"scenario.yaml": yaml.safe_dump(scenario_doc(LOW_ACCEPTANCE))},
+        },
+    )
     created = cluster.create_sdd(sdd("roll", "Rollout", 7, port, {"specdecode.io/tuner-profile": "profile"}))
     kubelet = cluster.kubelet(LOW_ACCEPTANCE)
     cm0 = wait_for(lambda: cluster.get("v1", "configmaps", "roll-runtime"))
     assert yaml.safe_load(cm0["data"]["runtime.yaml"])["speculative"]["numSteps"] == 7
     hash0 = wait_for(lambda: cluster.get(APPS, "deployments", "roll"))["spec"]["template"]["metadata"]["annotations"]
-    tuned_steps = wait_for(lambda: (k := speculative(cluster, "roll").get("numSteps")) and k < 7 and k, timeout=40,
-                           what="a rollout to fewer steps")
+    tuned_steps = wait_for(
+        lambda: (k := speculative(cluster, "roll").get("numSteps")) and k < 7 and k,
+        timeout=40,
+        what="a rollout to fewer steps",
+    )
     assert 2 <= tuned_steps <= 4  # k = 2..4 predict 139/137/130 tok/s vs 109 at k = 7
-    cm = wait_for(lambda: (c := cluster.get("v1", "configmaps", "roll-runtime")) and
-                  yaml.safe_load(c["data"]["runtime.yaml"])["speculative"]["numSteps"] == tuned_steps and c)
+    cm = wait_for(
+        lambda: (
+            (c := cluster.get("v1", "configmaps", "roll-runtime"))
+            and yaml.safe_load(c["data"]["runtime.yaml"])["speculative"]["numSteps"] == tuned_steps
+            and c
+        )
+    )
     assert cm["metadata"]["resourceVersion"] != cm0["metadata"]["resourceVersion"]
     # new template: the pods roll (the Deployment is applied after the ConfigMap, in the same pass)
-    wait_for(lambda: cluster.get(APPS, "deployments", "roll")["spec"]["template"]["metadata"]["annotations"] != hash0,
-             timeout=10, what="a new pod template")
-    wait_for(lambda: kubelet.state.restarts >= 1 and kubelet.engines()[0].table.lookup(1) == tuned_steps,
-             timeout=15, what="the simulated pod restarted with the tuned steps")
+    wait_for(
+        lambda: cluster.get(APPS, "deployments", "roll")["spec"]["template"]["metadata"]["annotations"] != hash0,
+        timeout=10,
+        what="a new pod template",
+    )
+    wait_for(
+        lambda: kubelet.state.restarts >= 1 and kubelet.engines()[0].table.lookup(1) == tuned_steps,
+        timeout=15,
+        what="the simulated pod restarted with the tuned steps",
+    )
     history = cluster.get_sdd("roll")["status"]["history"]
     assert history[0]["bucket"] == "all" and (history[0]["fromSteps"], history[0]["toSteps"]) == (7, tuned_steps)
-    assert wait_for(lambda: [e for e in events(cluster, "RolloutStarted", "roll") if "--speculative-num-steps" in e["message"]])
+    assert wait_for(
+        lambda: [e for e in events(cluster, "RolloutStarted", "roll") if "--speculative-num-steps" in e["message"]]
+    )
     assert metrics_of(cluster).value("specdecode_tuner_decisions_total", action="rollout") == 1
     rec = wait_for(lambda: speculative(cluster, "roll").get("recommendation"), timeout=10)
     assert rec["draftTensorParallelSize"] == 1 and "simulated prediction" in rec["reason"]
@@ -293,8 +363,10 @@ def test_off_mode_reports_without_acting(tuned):
 class _NanServer:
     """A "pod" whose /metrics carries NaN counters (a broken exporter)."""
 
-    TEXT = (b'specdecode_tokens_generated_total{simulated="true"} 100\n'
-            b'specdecode_verify_cycles_total{bucket="1",simulated="true"} NaN\n')
+    TEXT = (
+        b'specdecode_tokens_generated_total{simulated="true"} 100\n'
+        b'specdecode_verify_cycles_total{bucket="1",simulated="true"} NaN\n'
+    )
 
     def __init__(self):
         text = self.TEXT
@@ -341,7 +413,7 @@ class _FakePrometheus:
 
         def series(metric: str) -> list[dict]:
             out = []
-            for pods in (outer.kubelet.state.pods.values() if outer.kubelet else []):
+            for pods in outer.kubelet.state.pods.values() if outer.kubelet else []:
                 for pod in pods:
                     labels = {"namespace": namespace, "pod": pod.name}
                     if metric == "specdecode_nccl_latency_seconds":
@@ -350,8 +422,9 @@ class _FakePrometheus:
                     for family in text_string_to_metric_families(text_of(pod)):
                         for s in family.samples:
                             if s.name == metric:
-                                out.append({"metric": {**s.labels, **labels, "__name__": metric},
-                                            "value": [0, repr(s.value)]})
+                                out.append(
+                                    {"metric": {**s.labels, **labels, "__name__": metric}, "value": [0, repr(s.value)]}
+                                )
             return out
 
         class Handler(BaseHTTPRequestHandler):
@@ -383,8 +456,11 @@ def test_prometheus_url_reads_the_same_counters(tuned_factory):
         cluster = tuned_factory(prometheus_url=prom.url)
         created = cluster.create_sdd(sdd("prom", "Live", 3, next(_ports)))
         prom.kubelet = kubelet = cluster.kubelet(HIGH_ACCEPTANCE)
-        wait_for(lambda: speculative(cluster, "prom").get("stepTable", [{}])[0].get("steps", 3) > 3, timeout=40,
-                 what="a step change decided from Prometheus data")
+        wait_for(
+            lambda: speculative(cluster, "prom").get("stepTable", [{}])[0].get("steps", 3) > 3,
+            timeout=40,
+            what="a step change decided from Prometheus data",
+        )
         spec_status = wait_for(lambda: (s := speculative(cluster, "prom")).get("ncclLatencyMicroseconds") and s)
         assert spec_status["ncclLatencyMicroseconds"] == {"all_reduce/4096": 35.0}
         wait_for(lambda: condition(cluster.get_sdd("prom"), "MetricsAvailable")["status"] == "True")

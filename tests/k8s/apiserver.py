@@ -42,12 +42,14 @@ def kubectl_binary() -> str:
     return found
 
 
-def kubectl(kubeconfig: os.PathLike | str, *args: str, input: str | None = None, timeout: float = 120,
-            check: bool = True) -> str:
+def kubectl(
+    kubeconfig: os.PathLike | str, *args: str, input: str | None = None, timeout: float = 120, check: bool = True
+) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
     env["KUBECONFIG"] = str(kubeconfig)
-    done = subprocess.run([kubectl_binary(), *args], capture_output=True, text=True, input=input, timeout=timeout,
-                          env=env)
+    done = subprocess.run(
+        [kubectl_binary(), *args], capture_output=True, text=True, input=input, timeout=timeout, env=env
+    )
     if check and done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
     return done.stdout
@@ -78,11 +80,17 @@ def chart_rbac(values: dict | None = None, release: str = RELEASE) -> list[dict]
     """The chart's ServiceAccount, (Cluster)Roles and bindings, rendered by Helm's Go SDK (helm-python-sdk)."""
     import helm_python as helm
 
-    rendered = helm.Chart.load(str(CHART)).render({"replicaCount": 1, **(values or {})}, name=release,
-                                                  namespace=OPERATOR_NAMESPACE, is_install=True)
+    rendered = helm.Chart.load(str(CHART)).render(
+        {"replicaCount": 1, **(values or {})}, name=release, namespace=OPERATOR_NAMESPACE, is_install=True
+    )
     kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    return [d for path, text in sorted(rendered.items()) if path.endswith(".yaml")
-            for d in yaml.safe_load_all(text) if d and d.get("kind") in kinds]
+    return [
+        d
+        for path, text in sorted(rendered.items())
+        if path.endswith(".yaml")
+        for d in yaml.safe_load_all(text)
+        if d and d.get("kind") in kinds
+    ]
 
 
 class ApiServerBed:
@@ -104,8 +112,11 @@ class ApiServerBed:
         kubectl(admin, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-", input=third_party_crds())
         kubectl(admin, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         kubectl(admin, "create", "namespace", OPERATOR_NAMESPACE)
-        (sa,) = [d["metadata"]["name"] for d in chart_rbac(self.namespaced_values("default"))
-                 if d["kind"] == "ServiceAccount"]
+        (sa,) = [
+            d["metadata"]["name"]
+            for d in chart_rbac(self.namespaced_values("default"))
+            if d["kind"] == "ServiceAccount"
+        ]
         self.operator_kubeconfig = self.env.service_account_kubeconfig(OPERATOR_NAMESPACE, sa)
         self.operator_user = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"
         return self
@@ -126,8 +137,15 @@ class ApiServerBed:
                         if group in rule.get("apiGroups", ()):  # nonResourceURLs rules name no group
                             rule["resources"] = [r for r in rule["resources"] if r != resource]
                     doc["rules"] = [r for r in doc["rules"] if r.get("resources") or r.get("nonResourceURLs")]
-        kubectl(self.env.kubeconfig, "apply", "--server-side", "--field-manager=e2e-setup", "-f", "-",
-                input=yaml.safe_dump_all(docs, sort_keys=False))
+        kubectl(
+            self.env.kubeconfig,
+            "apply",
+            "--server-side",
+            "--field-manager=e2e-setup",
+            "-f",
+            "-",
+            input=yaml.safe_dump_all(docs, sort_keys=False),
+        )
 
     def forbidden(self, since: int = 0, user: str | None = None) -> list[str]:
         """Requests of the operator's ServiceAccount (or ``user``) that RBAC refused (403) since audit offset
@@ -137,24 +155,36 @@ class ApiServerBed:
             if (e.get("responseStatus") or {}).get("code") != 403:
                 continue
             ref = e.get("objectRef") or {}
-            out.append(f"{e['verb']} {ref.get('apiGroup') or 'core'}/{ref.get('resource')}"
-                       f"{'/' + ref['subresource'] if ref.get('subresource') else ''}"
-                       f" ns={ref.get('namespace', '-')} name={ref.get('name', '-')}")
+            out.append(
+                f"{e['verb']} {ref.get('apiGroup') or 'core'}/{ref.get('resource')}"
+                f"{'/' + ref['subresource'] if ref.get('subresource') else ''}"
+                f" ns={ref.get('namespace', '-')} name={ref.get('name', '-')}"
+            )
         return out
 
 
 # OperatorConfig fields the operator reads from SPECDECODE_* variables (config.OperatorConfig.from_env).
-_ENV_FIELDS = ("request_timeout", "scrape_timeout", "tune_restart_seconds", "tune_interval_scale", "prometheus_url",
-               "rollout_blocked_seconds", "api_recheck_seconds",
-               "default_image", "label_selector", "operator_namespace")
+_ENV_FIELDS = (
+    "request_timeout",
+    "scrape_timeout",
+    "tune_restart_seconds",
+    "tune_interval_scale",
+    "prometheus_url",
+    "rollout_blocked_seconds",
+    "api_recheck_seconds",
+    "default_image",
+    "label_selector",
+    "operator_namespace",
+)
 
 
 class OperatorProcess:
     """``specdecode operator run`` in its own process with a kubeconfig, as a Deployment's pod would run it; ready
     when kopf's liveness endpoint answers. A context manager, like the in-thread runner."""
 
-    def __init__(self, kubeconfig: os.PathLike | str, namespaces: tuple[str, ...], log_path: os.PathLike | str,
-                 **config: Any):
+    def __init__(
+        self, kubeconfig: os.PathLike | str, namespaces: tuple[str, ...], log_path: os.PathLike | str, **config: Any
+    ):
         self.kubeconfig = str(kubeconfig)
         self.namespaces = namespaces
         self.log_path = pathlib.Path(log_path)
@@ -166,8 +196,7 @@ class OperatorProcess:
 
     def command(self) -> list[str]:
         exe = pathlib.Path(sys.executable).parent / "specdecode"
-        cmd = [str(exe), "operator", "run", "--liveness", self.liveness,
-               "--metrics-port", str(self.metrics_port)]
+        cmd = [str(exe), "operator", "run", "--liveness", self.liveness, "--metrics-port", str(self.metrics_port)]
         for ns in self.namespaces:
             cmd += ["--namespace", ns]
         if "resync_seconds" in self.config:
@@ -185,8 +214,13 @@ class OperatorProcess:
 
     def __enter__(self) -> OperatorProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(self.command(), env=self.environment(), stdin=subprocess.DEVNULL,
-                                     stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.command(),
+            env=self.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=open(self.log_path, "ab"),
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -216,8 +250,12 @@ class OperatorProcess:
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
-        return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
-                   if s.name == "specdecode_operator_reconciles_total")
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "specdecode_operator_reconciles_total"
+        )
 
     def log_tail(self, chars: int = 6000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""

@@ -25,14 +25,24 @@ class ApiFailure(Exception):
         self.status, self.body = status, body
 
 
-def raw_call(api: kubernetes.client.ApiClient, method: str, path: str, body: Any = None, query: list | None = None,
-             content_type: str | None = None, *, timeout: float = 10, failure: type[ApiFailure] = ApiFailure) -> Any:
+def raw_call(
+    api: kubernetes.client.ApiClient,
+    method: str,
+    path: str,
+    body: Any = None,
+    query: list | None = None,
+    content_type: str | None = None,
+    *,
+    timeout: float = 10,
+    failure: type[ApiFailure] = ApiFailure,
+) -> Any:
     """One request on a path the typed clients do not cover; the decoded JSON answer, or ``failure`` on non-2xx."""
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
-    m, url, headers, body, _ = api.param_serialize(method, path, query_params=query or [], header_params=headers,
-                                                   body=body, auth_settings=["BearerToken"])
+    m, url, headers, body, _ = api.param_serialize(
+        method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
+    )
     response = api.call_api(m, url, headers, body, _request_timeout=timeout)
     response.read()
     data = json.loads(response.data or b"{}")
@@ -76,13 +86,20 @@ class Cluster:
         if since is None:
             return
         if self.emulator is not None:
+
             def watching():
-                return any(r.resource == PLURAL and r.verb in ("list", "watch") and r.user_agent.startswith("kopf")
-                           for r in self.emulator.log[since:])
+                return any(
+                    r.resource == PLURAL and r.verb in ("list", "watch") and r.user_agent.startswith("kopf")
+                    for r in self.emulator.log[since:]
+                )
         else:
+
             def watching():
-                return any((e.get("objectRef") or {}).get("resource") == PLURAL and e["verb"] in ("list", "watch")
-                           for e in self.bed.env.audit_events(since, user=self.bed.operator_user))
+                return any(
+                    (e.get("objectRef") or {}).get("resource") == PLURAL and e["verb"] in ("list", "watch")
+                    for e in self.bed.env.audit_events(since, user=self.bed.operator_user)
+                )
+
         wait_for(watching, timeout=timeout, interval=0.05, what="the operator's watch on SpecDecodeDeployments")
 
     def _log_position(self) -> int | None:
@@ -99,8 +116,10 @@ class Cluster:
             return self.bed.env.audit_offset()
         import pytest
 
-        pytest.skip("needs a request log (the emulator's, or the local API server's audit log), which an external "
-                    "cluster does not give the tests")
+        pytest.skip(
+            "needs a request log (the emulator's, or the local API server's audit log), which an external "
+            "cluster does not give the tests"
+        )
 
     def operator_writes(self, since: int = 0, received_after: float | None = None) -> list[tuple[str, str, str]]:
         """(verb, resource, name) of each write the operator made after ``since``; Events excluded.
@@ -110,8 +129,13 @@ class Cluster:
         just before it was stopped (a write the client's timeout made it send again) can be logged after a mark
         taken once that process has exited; started after the new process, such a request is the old one's."""
         if self.emulator is not None:
-            return [(r.verb, r.resource, r.name) for r in self.emulator.writes(since=since) if r.resource != "events"
-                    and r.field_manager != "e2e-user" and r.field_manager != "kube-controller-manager"]
+            return [
+                (r.verb, r.resource, r.name)
+                for r in self.emulator.writes(since=since)
+                if r.resource != "events"
+                and r.field_manager != "e2e-user"
+                and r.field_manager != "kube-controller-manager"
+            ]
         if self.bed is None:
             raise RuntimeError("no request log on an external cluster")
         out = []
@@ -121,8 +145,13 @@ class Cluster:
                 continue
             if received_after is not None and _epoch(e["requestReceivedTimestamp"]) < received_after:
                 continue
-            out.append((e["verb"], ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource")
-                                                               else ""), ref.get("name", "")))
+            out.append(
+                (
+                    e["verb"],
+                    ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else ""),
+                    ref.get("name", ""),
+                )
+            )
         return out
 
     def reconcile_passes(self) -> float:
@@ -130,8 +159,12 @@ class Cluster:
         if hasattr(self.operator, "reconcile_passes"):  # an operator process: read from its /metrics
             return self.operator.reconcile_passes()
         registry = self.operator.context.metrics.registry  # the operator in a thread of this process
-        return sum(s.value for family in registry.collect() for s in family.samples
-                   if s.name == "specdecode_operator_reconciles_total")
+        return sum(
+            s.value
+            for family in registry.collect()
+            for s in family.samples
+            if s.name == "specdecode_operator_reconciles_total"
+        )
 
     def wait_passes(self, n: int = 3, timeout: float = 30.0) -> None:
         """Return once the operator has completed ``n`` more reconciliation passes (one per resync, each object).
@@ -139,23 +172,29 @@ class Cluster:
         What a test waits for before asserting that nothing was written: the passes that could have written have
         demonstrably run, however slow the machine, where a fixed sleep may end before a single pass did."""
         start = self.reconcile_passes()
-        wait_for(lambda: self.reconcile_passes() >= start + n, timeout=timeout, interval=0.05,
-                 what=f"{n} reconciliation passes")
+        wait_for(
+            lambda: self.reconcile_passes() >= start + n,
+            timeout=timeout,
+            interval=0.05,
+            what=f"{n} reconciliation passes",
+        )
 
     # ------------------------------------------------------------------ raw calls
-    def call(self, method: str, path: str, body: Any = None, query: list | None = None,
-             content_type: str | None = None) -> Any:
+    def call(
+        self, method: str, path: str, body: Any = None, query: list | None = None, content_type: str | None = None
+    ) -> Any:
         return raw_call(self.api, method, path, body, query, content_type)
 
     def watch_events(self, path: str, query: list, seconds: float = 3.0) -> list[dict]:
         """The events of one watch request, read until the server ends it or ``seconds`` pass without data."""
         import urllib3
 
-        _, url, headers, _, _ = self.api.param_serialize("GET", path, query_params=query,
-                                                         header_params={"Accept": "application/json"},
-                                                         auth_settings=["BearerToken"])
+        _, url, headers, _, _ = self.api.param_serialize(
+            "GET", path, query_params=query, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
         response = self.api.rest_client.pool_manager.request(
-            "GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=5, read=seconds))
+            "GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=5, read=seconds)
+        )
         data = b""
         try:
             for chunk in response.stream(4096):
@@ -174,8 +213,13 @@ class Cluster:
         return self.call("POST", self.sdd_path(), body)
 
     def patch_sdd(self, name: str, patch: dict) -> dict:
-        return self.call("PATCH", self.sdd_path(name), patch, content_type="application/merge-patch+json",
-                         query=[("fieldManager", "e2e-user")])
+        return self.call(
+            "PATCH",
+            self.sdd_path(name),
+            patch,
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", "e2e-user")],
+        )
 
     def get_sdd(self, name: str) -> dict | None:
         return self.get(API_VERSION, PLURAL, name)
@@ -202,8 +246,12 @@ class Cluster:
         self.call("DELETE", resource_path(api_version, plural, self.namespace, name))
 
     def scale(self, name: str, replicas: int) -> dict:
-        return self.call("PATCH", self.sdd_path(name, "scale"), {"spec": {"replicas": replicas}},
-                         content_type="application/merge-patch+json")
+        return self.call(
+            "PATCH",
+            self.sdd_path(name, "scale"),
+            {"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )
 
     def get_scale(self, name: str) -> dict:
         return self.call("GET", self.sdd_path(name, "scale"))
@@ -213,10 +261,20 @@ class Cluster:
         """Act as the Deployment/LWS controller: every desired replica rolled out and ready."""
         obj = self.get(api_version, plural, name)
         n = obj["spec"].get("replicas", 1)
-        status = {"observedGeneration": obj["metadata"]["generation"], "replicas": n, "readyReplicas": n,
-                  "updatedReplicas": n, "availableReplicas": n}
-        self.call("PATCH", resource_path(api_version, plural, self.namespace, name, "status"), {"status": status},
-                  content_type="application/merge-patch+json", query=[("fieldManager", "kube-controller-manager")])
+        status = {
+            "observedGeneration": obj["metadata"]["generation"],
+            "replicas": n,
+            "readyReplicas": n,
+            "updatedReplicas": n,
+            "availableReplicas": n,
+        }
+        self.call(
+            "PATCH",
+            resource_path(api_version, plural, self.namespace, name, "status"),
+            {"status": status},
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", "kube-controller-manager")],
+        )
 
     def close(self) -> None:
         self.api.close()

@@ -48,8 +48,12 @@ ADMIN_USER = "envtest-admin"
 ADMIN_GROUPS = ("system:masters",)
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # Metadata of every request; RequestReceived is dropped so each request appears once (at ResponseComplete).
-AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                "rules": [{"level": "Metadata"}]}
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
 
 
 class EnvtestUnavailable(RuntimeError):
@@ -98,16 +102,31 @@ class CertificateAuthority:
         self.key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         now = datetime.datetime.now(datetime.UTC)
-        self.cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-                     .not_valid_before(now - datetime.timedelta(minutes=5))
-                     .not_valid_after(now + datetime.timedelta(days=7))
-                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                     .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                                  content_commitment=False, key_encipherment=False,
-                                                  data_encipherment=False, key_agreement=False,
-                                                  encipher_only=False, decipher_only=False), critical=True)
-                     .sign(self.key, hashes.SHA256()))
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(self.key, hashes.SHA256())
+        )
 
     @property
     def cert_pem(self) -> bytes:
@@ -115,7 +134,9 @@ class CertificateAuthority:
 
         return self.cert.public_bytes(Encoding.PEM)
 
-    def issue(self, common_name: str, organizations: Iterable[str] = (), *, server: bool = False) -> tuple[bytes, bytes]:
+    def issue(
+        self, common_name: str, organizations: Iterable[str] = (), *, server: bool = False
+    ) -> tuple[bytes, bytes]:
         """A leaf certificate and its key (PEM). Client: CN is the user name, O the groups (how the API server reads
         them). Server: valid for 127.0.0.1 and localhost."""
         import ipaddress
@@ -128,14 +149,23 @@ class CertificateAuthority:
         attrs.append(x509.NameAttribute(oid.COMMON_NAME, common_name))
         now = datetime.datetime.now(datetime.UTC)
         usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = (x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(self.cert.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=7))
-                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
         if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+                ),
+                critical=False,
+            )
         cert = builder.sign(self.key, self._hashes.SHA256())
         key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
         return cert.public_bytes(Encoding.PEM), key_pem
@@ -167,8 +197,15 @@ class Environment:
     """etcd + kube-apiserver on loopback; a context manager. ``workdir`` defaults to a fresh temporary directory,
     removed on exit with everything in it (etcd data, certificates, logs, kubeconfigs)."""
 
-    def __init__(self, bin_dir: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None, *,
-                 start_timeout: float = 60.0, extra_apiserver_args: Iterable[str] = (), build: bool = True):
+    def __init__(
+        self,
+        bin_dir: str | os.PathLike | None = None,
+        workdir: str | os.PathLike | None = None,
+        *,
+        start_timeout: float = 60.0,
+        extra_apiserver_args: Iterable[str] = (),
+        build: bool = True,
+    ):
         self.bin_dir = pathlib.Path(bin_dir) if bin_dir else None
         self.build = build
         self._own_workdir = workdir is None
@@ -215,35 +252,56 @@ class Environment:
 
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        popen = dict(stdin=subprocess.DEVNULL, start_new_session=detach,
-                     preexec_fn=None if detach else _die_with_parent)
+        popen = dict(
+            stdin=subprocess.DEVNULL, start_new_session=detach, preexec_fn=None if detach else _die_with_parent
+        )
         self._etcd = subprocess.Popen(
-            [str(bins / "etcd"), "--name=envtest", f"--data-dir={work / 'etcd'}",
-             f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-             f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
-             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
-             f"--initial-cluster=envtest=http://127.0.0.1:{peer_port}",
-             "--unsafe-no-fsync=true", "--log-level=warn"],
-            stdout=open(work / "etcd.log", "ab"), stderr=subprocess.STDOUT, **popen)
+            [
+                str(bins / "etcd"),
+                "--name=envtest",
+                f"--data-dir={work / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=envtest=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            stdout=open(work / "etcd.log", "ab"),
+            stderr=subprocess.STDOUT,
+            **popen,
+        )
         self.server = f"https://127.0.0.1:{api_port}"
         self._apiserver = subprocess.Popen(
-            [str(bins / "kube-apiserver"),
-             f"--etcd-servers={etcd_url}",
-             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
-             f"--tls-cert-file={pki / 'apiserver.crt'}",
-             f"--tls-private-key-file={pki / 'apiserver.key'}",
-             f"--client-ca-file={self.ca_file}", f"--token-auth-file={pki / 'tokens.csv'}",
-             "--service-account-issuer=https://kubernetes.default.svc",
-             f"--service-account-key-file={pki / 'sa.key'}",
-             f"--service-account-signing-key-file={pki / 'sa.key'}",
-             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-             "--authorization-mode=RBAC", "--allow-privileged=true",
-             # Pods would need the token controller of kube-controller-manager; nothing here runs pods.
-             "--disable-admission-plugins=ServiceAccount",
-             f"--audit-policy-file={work / 'audit-policy.json'}", f"--audit-log-path={self.audit_log}",
-             "--audit-log-maxsize=0", "--audit-log-maxbackup=0",
-             *self.extra_apiserver_args],
-            stdout=open(work / "kube-apiserver.log", "ab"), stderr=subprocess.STDOUT, **popen)
+            [
+                str(bins / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={self.ca_file}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki / 'sa.key'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                # Pods would need the token controller of kube-controller-manager; nothing here runs pods.
+                "--disable-admission-plugins=ServiceAccount",
+                f"--audit-policy-file={work / 'audit-policy.json'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-maxsize=0",
+                "--audit-log-maxbackup=0",
+                *self.extra_apiserver_args,
+            ],
+            stdout=open(work / "kube-apiserver.log", "ab"),
+            stderr=subprocess.STDOUT,
+            **popen,
+        )
         self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
         try:
             self._wait_ready()
@@ -272,8 +330,9 @@ class Environment:
             except (OSError, urllib.error.URLError) as e:
                 last = repr(e)
             time.sleep(0.1)
-        raise RuntimeError(f"kube-apiserver not ready after {self.start_timeout}s ({last}):\n"
-                           f"{self.log_tail('kube-apiserver')}")
+        raise RuntimeError(
+            f"kube-apiserver not ready after {self.start_timeout}s ({last}):\n{self.log_tail('kube-apiserver')}"
+        )
 
     def stop(self) -> None:
         """Stop kube-apiserver, then etcd; remove the work directory if this object created it."""
@@ -307,9 +366,16 @@ class Environment:
     def _write_kubeconfig(self, path: pathlib.Path, user: str, credentials: dict) -> pathlib.Path:
         """A kubeconfig for ``user`` (JSON, which every kubeconfig reader accepts as YAML)."""
         doc = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "envtest", "preferences": {},
-            "clusters": [{"name": "envtest", "cluster": {"server": self.server,
-                                                         "certificate-authority-data": _b64(self._ca.cert_pem)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "envtest",
+            "preferences": {},
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {"server": self.server, "certificate-authority-data": _b64(self._ca.cert_pem)},
+                }
+            ],
             "users": [{"name": user, "user": credentials}],
             "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": user, "namespace": "default"}}],
         }
@@ -318,39 +384,61 @@ class Environment:
         os.chmod(path, 0o600)
         return path
 
-    def kubeconfig_for(self, user: str, groups: Iterable[str] = (), path: str | os.PathLike | None = None) -> pathlib.Path:
+    def kubeconfig_for(
+        self, user: str, groups: Iterable[str] = (), path: str | os.PathLike | None = None
+    ) -> pathlib.Path:
         """A kubeconfig authenticating as ``user`` in ``groups`` with a client certificate. For a ServiceAccount's
         identity: user ``system:serviceaccount:<ns>:<name>``, groups ``system:serviceaccounts`` and
         ``system:serviceaccounts:<ns>`` (RBAC subjects of kind ServiceAccount match that user name)."""
         cert, key = self._ca.issue(user, groups)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in user)
         target = pathlib.Path(path) if path else self.workdir / "users" / f"{safe}.kubeconfig"
-        return self._write_kubeconfig(target, user, {"client-certificate-data": _b64(cert),
-                                                     "client-key-data": _b64(key)})
+        return self._write_kubeconfig(
+            target, user, {"client-certificate-data": _b64(cert), "client-key-data": _b64(key)}
+        )
 
-    def service_account_kubeconfig(self, namespace: str, name: str, path: str | os.PathLike | None = None,
-                                   expiration_seconds: int = 86400) -> pathlib.Path:
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, path: str | os.PathLike | None = None, expiration_seconds: int = 86400
+    ) -> pathlib.Path:
         """A kubeconfig holding a token the API server issues for ServiceAccount ``namespace/name`` (created, with
         its namespace, if missing): the credentials a pod of that ServiceAccount would mount."""
-        for path_, body in (("/api/v1/namespaces",
-                             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
-                            (f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})):
+        for path_, body in (
+            ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+            (
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+            ),
+        ):
             status, out = self.request("POST", path_, body)
             if status not in (201, 409):
                 raise RuntimeError(f"POST {path_}: {status} {out}")
-        status, out = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                                   {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                    "spec": {"expirationSeconds": expiration_seconds}})
+        status, out = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_seconds},
+            },
+        )
         if status != 201:
             raise RuntimeError(f"TokenRequest for {namespace}/{name}: {status} {out}")
         target = pathlib.Path(path) if path else self.workdir / "users" / f"sa-{namespace}-{name}.kubeconfig"
-        return self._write_kubeconfig(target, f"system:serviceaccount:{namespace}:{name}",
-                                      {"token": out["status"]["token"]})
+        return self._write_kubeconfig(
+            target, f"system:serviceaccount:{namespace}:{name}", {"token": out["status"]["token"]}
+        )
 
     # ---------------------------------------------------------------- calls
-    def request(self, method: str, path: str, body: dict | None = None, *, token: str | None = None,
-                content_type: str = "application/json", timeout: float = 10.0) -> tuple[int, dict | str]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
+        timeout: float = 10.0,
+    ) -> tuple[int, dict | str]:
         """One call as admin (or ``token``): (status, decoded JSON or text). For set-up; tests use real clients."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
@@ -448,8 +536,10 @@ def cmd_down(directory: pathlib.Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.k8s.envtest",
-                                     description="a local kube-apiserver + etcd for trying the operator, kubectl and helm")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.k8s.envtest",
+        description="a local kube-apiserver + etcd for trying the operator, kubectl and helm",
+    )
     parser.add_argument("command", choices=("up", "down"))
     parser.add_argument("--dir", default=str(ROOT / ".envtest"), help="state, data and kubeconfig (default .envtest)")
     args = parser.parse_args(argv)

@@ -38,8 +38,16 @@ def committed_crd() -> dict:
     return yaml.safe_load(CRD_FILE.read_text())
 
 
-TEST_CONFIG = dict(standalone=True, metrics_port=0, liveness_endpoint=None, resync_seconds=0.3,
-                   request_timeout=2.0, backoff_seconds=0.02, settle_seconds=1.0, api_workers=8)
+TEST_CONFIG = dict(
+    standalone=True,
+    metrics_port=0,
+    liveness_endpoint=None,
+    resync_seconds=0.3,
+    request_timeout=2.0,
+    backoff_seconds=0.02,
+    settle_seconds=1.0,
+    api_workers=8,
+)
 
 
 def operator_config(**overrides) -> OperatorConfig:
@@ -102,8 +110,10 @@ def _factory(request, tmp_path, backend: str):
         if server is not None:
             server.__exit__(None, None, None)
     if errors:
-        pytest.fail("the API server refused the operator (is a rule missing from the chart's RBAC?):\n  "
-                    + "\n  ".join(errors), pytrace=False)
+        pytest.fail(
+            "the API server refused the operator (is a rule missing from the chart's RBAC?):\n  " + "\n  ".join(errors),
+            pytrace=False,
+        )
 
 
 def _real_cluster(request, tmp_path, opened, operator: bool, config: dict) -> Cluster:

@@ -28,21 +28,25 @@ class PodFiles:
         """The local file standing for ``in_container`` (unchanged when no mount holds it)."""
         for mount, local in sorted(self.mounts.items(), key=lambda m: -len(m[0])):
             if in_container == mount or in_container.startswith(mount.rstrip("/") + "/"):
-                return str(local / in_container[len(mount):].lstrip("/"))
+                return str(local / in_container[len(mount) :].lstrip("/"))
         return in_container
 
 
 def token_request(env, namespace: str, service_account: str, audience: str | None, seconds: int) -> str:
     spec = {"expirationSeconds": seconds, **({"audiences": [audience]} if audience else {})}
-    status, out = env.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    status, out = env.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
     if status != 201:
         raise RuntimeError(f"TokenRequest for {namespace}/{service_account}: {status} {out}")
     return out["status"]["token"]
 
 
-def start_container(env, namespace: str, pod_name: str, template: dict, root: pathlib.Path,
-                    container: int = 0) -> PodFiles:
+def start_container(
+    env, namespace: str, pod_name: str, template: dict, root: pathlib.Path, container: int = 0
+) -> PodFiles:
     """The files and environment of ``template``'s container ``container`` as pod ``pod_name`` would get them."""
     spec = template["spec"]
     ctr = spec["containers"][container]
@@ -57,8 +61,11 @@ def start_container(env, namespace: str, pod_name: str, template: dict, root: pa
         for source in (volume.get("projected") or {}).get("sources") or []:
             if "serviceAccountToken" in source:
                 sat = source["serviceAccountToken"]
-                (local / sat["path"]).write_text(token_request(env, namespace, service_account, sat.get("audience"),
-                                                               sat.get("expirationSeconds", 3600)))
+                (local / sat["path"]).write_text(
+                    token_request(
+                        env, namespace, service_account, sat.get("audience"), sat.get("expirationSeconds", 3600)
+                    )
+                )
             elif (source.get("configMap") or {}).get("name") == "kube-root-ca.crt":
                 for item in source["configMap"].get("items") or [{"key": "ca.crt", "path": "ca.crt"}]:
                     (local / item["path"]).write_bytes(env.ca_file.read_bytes())
@@ -81,7 +88,9 @@ def start_container(env, namespace: str, pod_name: str, template: dict, root: pa
             if status == 200:
                 raise NotImplementedError("a Secret volume whose Secret exists")
             if not secret.get("optional"):
-                raise RuntimeError(f"Secret {secret['secretName']} is missing and not optional: the pod would not start")
+                raise RuntimeError(
+                    f"Secret {secret['secretName']} is missing and not optional: the pod would not start"
+                )
     server = urllib.parse.urlsplit(env.server)
     files.env.update(KUBERNETES_SERVICE_HOST=server.hostname, KUBERNETES_SERVICE_PORT=str(server.port))
     downward = {"metadata.name": pod_name, "metadata.namespace": namespace}

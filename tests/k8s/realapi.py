@@ -48,16 +48,21 @@ class ApiServer:
     def close(self) -> None:
         self.client.close()
 
-    def call(self, method: str, path: str, body=None, query: list | None = None,
-             content_type: str | None = None) -> dict:
+    def call(
+        self, method: str, path: str, body=None, query: list | None = None, content_type: str | None = None
+    ) -> dict:
         return raw_call(self.client, method, path, body, query, content_type, timeout=30, failure=Refusal)
 
     def apply_crd(self, crd: dict, timeout: float = 30.0) -> dict:
         """Server-side apply (as `kubectl apply --server-side` does), then wait until the CRD is Established."""
         name = crd["metadata"]["name"]
-        self.call("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", crd,
-                  query=[("fieldManager", "specdecode-tests"), ("force", "true"), ("fieldValidation", "Strict")],
-                  content_type="application/apply-patch+yaml")
+        self.call(
+            "PATCH",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+            crd,
+            query=[("fieldManager", "specdecode-tests"), ("force", "true"), ("fieldValidation", "Strict")],
+            content_type="application/apply-patch+yaml",
+        )
         deadline = time.monotonic() + timeout
         while True:
             current = self.get_crd(name)
@@ -73,14 +78,20 @@ class ApiServer:
 
     def ensure_namespace(self, name: str) -> None:
         try:
-            self.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            self.call(
+                "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
         except Refusal as e:
             if e.status != 409:
                 raise
 
     def dry_run_create_sdd(self, namespace: str, doc: dict) -> dict:
-        return self.call("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}", doc,
-                         query=[("dryRun", "All"), ("fieldValidation", "Strict")])
+        return self.call(
+            "POST",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+            doc,
+            query=[("dryRun", "All"), ("fieldValidation", "Strict")],
+        )
 
 
 def started_environment(workdir):

@@ -59,10 +59,12 @@ class Registry:
             "version: 0.1\n"
             "log: {level: warn}\n"
             f"storage: {{filesystem: {{rootdirectory: {self.workdir / 'data'}}}}}\n"
-            f"http: {{addr: '{self.host}'}}\n")
+            f"http: {{addr: '{self.host}'}}\n"
+        )
         self.log = open(self.workdir / "registry.log", "wb")
-        self.process = subprocess.Popen([str(exe), "serve", str(config)], stdout=self.log, stderr=subprocess.STDOUT,
-                                        preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(
+            [str(exe), "serve", str(config)], stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + READY_SECONDS
         while True:
             try:
@@ -75,7 +77,8 @@ class Registry:
                 self.stop()
                 tail = (self.workdir / "registry.log").read_text(errors="replace")[-2000:]
                 raise RegistryUnavailable(
-                    f"registry on {self.host} did not answer /v2/ within {READY_SECONDS} s: {tail}")
+                    f"registry on {self.host} did not answer /v2/ within {READY_SECONDS} s: {tail}"
+                )
             time.sleep(0.1)
 
     def tags(self, repository: str) -> list[str]:

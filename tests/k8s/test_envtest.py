@@ -59,11 +59,15 @@ def test_rbac_is_enforced_for_everyone_but_the_admin(envtest_environment):
         kubectl(alice, "get", "secrets", "-n", "default")
     # a Role of our own: the built-in view/edit ClusterRoles are aggregated by kube-controller-manager, absent here
     kubectl(env.kubeconfig, "create", "role", "cm-reader", "--verb=list", "--resource=configmaps", "-n", "default")
-    kubectl(env.kubeconfig, "create", "rolebinding", "devs-cm-reader", "--role=cm-reader", "--group=devs",
-            "-n", "default")
+    kubectl(
+        env.kubeconfig, "create", "rolebinding", "devs-cm-reader", "--role=cm-reader", "--group=devs", "-n", "default"
+    )
     # the authorizer sees the new binding through its informer, a moment later
-    wait_for(lambda: kubectl(alice, "auth", "can-i", "list", "configmaps", "-n", "default", check=False).strip()
-             == "yes", timeout=10, what="alice may list configmaps")
+    wait_for(
+        lambda: kubectl(alice, "auth", "can-i", "list", "configmaps", "-n", "default", check=False).strip() == "yes",
+        timeout=10,
+        what="alice may list configmaps",
+    )
     kubectl(alice, "get", "configmaps", "-n", "default", "-o", "name")
     refused = [e for e in env.audit_events(user="alice") if e["responseStatus"]["code"] == 403]
     assert refused and refused[0]["objectRef"]["resource"] == "secrets"
@@ -83,8 +87,13 @@ def test_stop_leaves_no_process_and_no_data(envtest_environment):
 
 def test_up_runs_in_the_background_and_down_removes_it(tmp_path):
     state = tmp_path / "envtest"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tests.k8s.envtest", *a, "--dir", str(state)],  # noqa: E731
-                                    cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "tests.k8s.envtest", *a, "--dir", str(state)],  # noqa: E731
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     up = run("up")
     assert up.returncode == 0, up.stderr
     pids = json.loads((state / "state.json").read_text())["pids"]

@@ -31,8 +31,15 @@ def helm() -> str:
     return str(tools_dir() / "helm")
 
 
-def run(tool: str, *args: str, kubeconfig: str | os.PathLike | None = None, input: str | None = None,
-        timeout: float = 120, check: bool = True, home: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+def run(
+    tool: str,
+    *args: str,
+    kubeconfig: str | os.PathLike | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+    check: bool = True,
+    home: str | os.PathLike | None = None,
+) -> subprocess.CompletedProcess:
     """Run kubectl or helm with a private kubeconfig (never the user's) and, for helm, private cache/config dirs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "HELM_"))}
     if kubeconfig is not None:

@@ -20,10 +20,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # (pattern, replacement): one mutant per match of each
 OPERATORS = [
-    (r"<=", "<"), (r"(?<![<>=!])<(?!=)", "<="), (r">=", ">"), (r"(?<![<>=!-])>(?!=)", ">="),
-    (r"==", "!="), (r"!=", "=="), (r"&&", "||"), (r"\|\|", "&&"), (r"!has\(", "has("),
-    (r"\+ 1\b", "+ 2"), (r"> 0\b", "> 1"), (r"\.all\(", ".exists("), (r"exists_one\(", "exists("),
-    (r"!\(", "("), (r"!self\.", "self."),
+    (r"<=", "<"),
+    (r"(?<![<>=!])<(?!=)", "<="),
+    (r">=", ">"),
+    (r"(?<![<>=!-])>(?!=)", ">="),
+    (r"==", "!="),
+    (r"!=", "=="),
+    (r"&&", "||"),
+    (r"\|\|", "&&"),
+    (r"!has\(", "has("),
+    (r"\+ 1\b", "+ 2"),
+    (r"> 0\b", "> 1"),
+    (r"\.all\(", ".exists("),
+    (r"exists_one\(", "exists("),
+    (r"!\(", "("),
+    (r"!self\.", "self."),
 ]
 
 
@@ -32,7 +43,7 @@ def mutants_of(rule: str) -> list[tuple[str, str]]:
     out = []
     for pattern, repl in OPERATORS:
         for m in re.finditer(pattern, rule):
-            mutated = rule[:m.start()] + m.expand(repl) + rule[m.end():]
+            mutated = rule[: m.start()] + m.expand(repl) + rule[m.end() :]
             out.append((f"{m.group(0)!s} -> {m.expand(repl)} at {m.start()}", mutated))
     return out
 
@@ -84,14 +95,22 @@ def main() -> int:
             print(f"{'killed  ' if killed_by else 'SURVIVED'} {what:<22} {rule[:90]}", flush=True)
     killed = sum(r["killed"] for r in results)
     survivors = [r for r in results if not r["killed"]]
-    summary = {"target": "cel-rules", "rules": len(rules), "total": len(results), "killed": killed,
-               "score": round(100.0 * killed / len(results), 1) if results else None,
-               "survivors": [f"{r['mutant']} in {r['rule']}" for r in survivors]}
+    summary = {
+        "target": "cel-rules",
+        "rules": len(rules),
+        "total": len(results),
+        "killed": killed,
+        "score": round(100.0 * killed / len(results), 1) if results else None,
+        "survivors": [f"{r['mutant']} in {r['rule']}" for r in survivors],
+    }
     where = ROOT / "build" / "mutation" / "cel-rules"
     where.mkdir(parents=True, exist_ok=True)
     (where / "score.json").write_text(json.dumps({**summary, "mutants": results}, indent=1) + "\n")
-    print(f"== cel-rules: {killed}/{len(results)} killed ({summary['score']} %) over {len(rules)} rules; "
-          f"survivors in {where / 'score.json'}", flush=True)
+    print(
+        f"== cel-rules: {killed}/{len(results)} killed ({summary['score']} %) over {len(rules)} rules; "
+        f"survivors in {where / 'score.json'}",
+        flush=True,
+    )
     return 0
 
 

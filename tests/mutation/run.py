@@ -34,8 +34,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"specdecode_operator": ROOT / "operator", "specdecode_runtime": ROOT / "runtime"}
 # Suites that need a cluster, processes or a GPU: too slow to run once per mutant, and they name modules only in
 # passing. The pure cores have fast tests of their own.
-SLOW_TEST_DIRS = ("tests/e2e", "tests/chaos", "tests/k8s", "tests/bench", "tests/sglang_e2e", "tests/demo",
-                  "tests/chart/test_helm_real.py", "tests/api/test_cel_parity_real.py")
+SLOW_TEST_DIRS = (
+    "tests/e2e",
+    "tests/chaos",
+    "tests/k8s",
+    "tests/bench",
+    "tests/sglang_e2e",
+    "tests/demo",
+    "tests/chart/test_helm_real.py",
+    "tests/api/test_cel_parity_real.py",
+)
 
 
 @dataclass(frozen=True)
@@ -50,24 +58,38 @@ TARGETS = {
     "status": Target(("specdecode_operator.status.conditions", "specdecode_operator.status.writer")),
     # validate.py is named by render and chart tests too (hypothesis-driven, minutes per mutant); the API's own
     # tests exercise every line of it
-    "api-rules": Target(("specdecode_operator.api.rules", "specdecode_operator.api.validate"),
-                        caches=("specdecode_operator.api.validate._VALIDATORS",),
-                        tests=("tests/api/test_admission.py", "tests/api/test_cel_boundaries.py", "tests/api/test_cel_rules.py", "tests/api/test_crd.py",
-                               "tests/api/test_draft_tp_rule_parity.py")),
+    "api-rules": Target(
+        ("specdecode_operator.api.rules", "specdecode_operator.api.validate"),
+        caches=("specdecode_operator.api.validate._VALIDATORS",),
+        tests=(
+            "tests/api/test_admission.py",
+            "tests/api/test_cel_boundaries.py",
+            "tests/api/test_cel_rules.py",
+            "tests/api/test_crd.py",
+            "tests/api/test_draft_tp_rule_parity.py",
+        ),
+    ),
     "contract": Target(("specdecode_runtime.contract",)),
     "tuner": Target(("specdecode_operator.tuner",)),
     "render": Target(("specdecode_operator.render",)),
     # the step endpoint's auth (token file, bearer header) and its checks of a table against the captured step
     # counts; the rank-0 channel's multi-process preflight (tests/sim/test_gloo_control_preflight.py) spawns
     # process groups, seconds per mutant, and is left to its own suite
-    "control": Target(("specdecode_runtime.control",),
-                      tests=("tests/sim/test_step_control_http.py", "tests/sim/test_control_raw_auth_header.py",
-                             "tests/sim/test_control_hostile_input.py", "tests/runtime/test_contract.py",
-                             "tests/cli/test_input_files.py")),
+    "control": Target(
+        ("specdecode_runtime.control",),
+        tests=(
+            "tests/sim/test_step_control_http.py",
+            "tests/sim/test_control_raw_auth_header.py",
+            "tests/sim/test_control_hostile_input.py",
+            "tests/runtime/test_contract.py",
+            "tests/cli/test_input_files.py",
+        ),
+    ),
     # the tuner's decision rule alone (the whole tuner package is `tuner`)
-    "policy": Target(("specdecode_operator.tuner.policy",),
-                     tests=("tests/tuner/test_policy.py", "tests/tuner/test_policy_stages.py",
-                            "tests/tuner/test_served_tiers.py")),
+    "policy": Target(
+        ("specdecode_operator.tuner.policy",),
+        tests=("tests/tuner/test_policy.py", "tests/tuner/test_policy_stages.py", "tests/tuner/test_served_tiers.py"),
+    ),
 }
 # The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
 CEL_TARGET = "cel-rules"
@@ -86,8 +108,10 @@ def names_module(text: str, name: str) -> bool:
     """Whether a test file imports ``name`` (or a module inside it): ``import a.b.c``, ``from a.b.c import x``,
     ``from a.b import c``."""
     parent, _, leaf = name.rpartition(".")
-    return bool(re.search(rf"\b{re.escape(name)}\b", text)
-                or re.search(rf"from {re.escape(parent)} import [^\n]*\b{re.escape(leaf)}\b", text))
+    return bool(
+        re.search(rf"\b{re.escape(name)}\b", text)
+        or re.search(rf"from {re.escape(parent)} import [^\n]*\b{re.escape(leaf)}\b", text)
+    )
 
 
 def tests_naming(target: Target) -> list[str]:
@@ -129,7 +153,8 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         'asyncio_mode = "auto"\n'
         'asyncio_default_fixture_loop_scope = "function"\n'
         "timeout = 300\n"
-        'markers = ["slow: multi-process or long-running tests"]\n')
+        'markers = ["slow: multi-process or long-running tests"]\n'
+    )
     # Cached functions (functools caches: the CRD, compiled CEL, schema validators; and the target's own cache
     # dicts, such as the validators kept per schema object) are reached by the first test that needs them only;
     # mutmut runs each mutant against the tests it saw reach the function, so every test starts with empty caches
@@ -149,7 +174,8 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         "        module, _, attr = name.rpartition('.')\n"
         "        if module in sys.modules:\n"
         "            getattr(sys.modules[module], attr).clear()\n"
-        "    yield\n")
+        "    yield\n"
+    )
     if before is not None and before != conftest.read_text():
         # which tests reach which function may differ now: mutmut collects that again (its verdicts are kept)
         (where / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
@@ -158,8 +184,13 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
 
 def score(where: Path) -> dict:
     """Counts by mutmut's verdict, read from ``mutmut results --all true``."""
-    done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=where,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     counts: dict[str, int] = {}
     survivors = []
     for line in done.stdout.splitlines():
@@ -171,21 +202,42 @@ def score(where: Path) -> dict:
             survivors.append(mutant)
     total = sum(n for verdict, n in counts.items() if verdict != "not checked")  # --only leaves the rest unrun
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
-    return {"counts": counts, "total": total, "killed": killed,
-            "score": round(100.0 * killed / total, 1) if total else None, "survivors": survivors}
+    return {
+        "counts": counts,
+        "total": total,
+        "killed": killed,
+        "score": round(100.0 * killed / total, 1) if total else None,
+        "survivors": survivors,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("targets", nargs="*", metavar="TARGET",
-                        help=f"what to mutate: {', '.join([*TARGETS, CEL_TARGET])} (default: all)")
-    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
-                        help="mutants tested in parallel (default: the number of CPUs)")
-    parser.add_argument("--survivors", action="store_true",
-                        help="re-test only the previous run's survivors (from score.json); mutmut keeps every other "
-                        "verdict, and a plain re-run tests only mutants of functions that changed")
-    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
-                        help="mutate only the functions whose mutant names match (e.g. '*TokenFile*'); repeatable")
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="TARGET",
+        help=f"what to mutate: {', '.join([*TARGETS, CEL_TARGET])} (default: all)",
+    )
+    parser.add_argument(
+        "--max-children",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="mutants tested in parallel (default: the number of CPUs)",
+    )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="re-test only the previous run's survivors (from score.json); mutmut keeps every other "
+        "verdict, and a plain re-run tests only mutants of functions that changed",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="mutate only the functions whose mutant names match (e.g. '*TokenFile*'); repeatable",
+    )
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS and t != CEL_TARGET]
     if unknown:
@@ -203,16 +255,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.survivors and (where / "score.json").is_file():
             names = json.loads((where / "score.json").read_text())["survivors"]
             print(f"== {name}: re-testing {len(names)} survivors", flush=True)
-        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
-                              *names], cwd=where)
+        run = subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names], cwd=where
+        )
         if run.returncode != 0:
             print(f"== {name}: mutmut run exited {run.returncode}", flush=True)
             failed = True
             continue
         result = score(where)
         (where / "score.json").write_text(json.dumps({"target": name, "tests": tests, **result}, indent=1) + "\n")
-        print(f"== {name}: {result['killed']}/{result['total']} killed ({result['score']} %), "
-              f"counts {result['counts']}; survivors in {where / 'score.json'}", flush=True)
+        print(
+            f"== {name}: {result['killed']}/{result['total']} killed ({result['score']} %), "
+            f"counts {result['counts']}; survivors in {where / 'score.json'}",
+            flush=True,
+        )
     return 1 if failed else 0
 
 

@@ -16,8 +16,11 @@ from specdecode_operator.render import RenderOptions, render
 from specdecode_operator.render.names import INPUT_HASH_ANNOTATION, MANAGED_BY
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pcie8-glm5-eagle3.yaml"
-OWNER = {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-         "metadata": {"name": "glm5-pcie", "namespace": "default", "uid": "uid-owner"}}
+OWNER = {
+    "apiVersion": "specdecode.io/v1alpha1",
+    "kind": "SpecDecodeDeployment",
+    "metadata": {"name": "glm5-pcie", "namespace": "default", "uid": "uid-owner"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +37,25 @@ def served(manifest: dict) -> dict:
     """``manifest`` as the API server returns it after an apply: server metadata, defaults and a status added."""
     live = copy.deepcopy(manifest)
     md = live["metadata"]
-    md.update(uid="uid-child", resourceVersion="42", generation=1, creationTimestamp="2026-01-01T00:00:00Z",
-              managedFields=[{"manager": "specdecode-operator", "operation": "Apply", "fieldsV1": {"f:spec": {}}}])
+    md.update(
+        uid="uid-child",
+        resourceVersion="42",
+        generation=1,
+        creationTimestamp="2026-01-01T00:00:00Z",
+        managedFields=[{"manager": "specdecode-operator", "operation": "Apply", "fieldsV1": {"f:spec": {}}}],
+    )
     if live["kind"] == "Deployment":
         live["spec"].setdefault("progressDeadlineSeconds", 600)
         live["spec"].setdefault("revisionHistoryLimit", 10)
         live["spec"]["template"]["spec"].setdefault("restartPolicy", "Always")
         live["spec"]["template"]["spec"].setdefault("dnsPolicy", "ClusterFirst")
-        live["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": 1,
-                          "conditions": [{"type": "Available", "status": "True"}]}
+        live["status"] = {
+            "replicas": 1,
+            "readyReplicas": 1,
+            "updatedReplicas": 1,
+            "observedGeneration": 1,
+            "conditions": [{"type": "Available", "status": "True"}],
+        }
     if live["kind"] == "Service":
         live["spec"].update(clusterIP="10.0.0.7", clusterIPs=["10.0.0.7"], sessionAffinity="None")
     return live
@@ -194,7 +207,14 @@ def test_with_owner_leaves_the_rendered_manifest_alone(rendered):
     manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {}}}
     owned = children.with_owner(manifest, OWNER)
     assert "ownerReferences" not in manifest["metadata"]
-    assert owned["metadata"]["ownerReferences"] == [{
-        "apiVersion": OWNER["apiVersion"], "kind": OWNER["kind"], "name": "glm5-pcie", "uid": "uid-owner",
-        "controller": True, "blockOwnerDeletion": True}]
+    assert owned["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": OWNER["apiVersion"],
+            "kind": OWNER["kind"],
+            "name": "glm5-pcie",
+            "uid": "uid-owner",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     assert MANAGED_BY == rendered["ConfigMap"]["metadata"]["labels"][children.MANAGED_BY_LABEL]

@@ -12,8 +12,11 @@ SUB = "system:serviceaccount:specdecode-system:specdecode-operator"
 
 
 def token(**claims) -> str:
-    return jwt.encode({"iss": "https://issuer.example", "sub": SUB, "aud": ["specdecode-runtime"], **claims},
-                      "k" * 32, algorithm="HS256")
+    return jwt.encode(
+        {"iss": "https://issuer.example", "sub": SUB, "aud": ["specdecode-runtime"], **claims},
+        "k" * 32,
+        algorithm="HS256",
+    )
 
 
 def test_service_account_mode_reads_issuer_and_subject_from_the_operators_own_token(tmp_path):

@@ -42,16 +42,33 @@ class FakeContext:
 
 
 def sdd(uid: str, rv: str, *, ready: int = 0, labels: dict | None = None) -> dict:
-    return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-            "metadata": {"name": f"o-{uid}", "namespace": NS, "uid": uid, "resourceVersion": rv, "generation": 1,
-                         "labels": labels or {}},
-            "spec": {}, "status": {"readyReplicas": ready} if ready else {}}
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {
+            "name": f"o-{uid}",
+            "namespace": NS,
+            "uid": uid,
+            "resourceVersion": rv,
+            "generation": 1,
+            "labels": labels or {},
+        },
+        "spec": {},
+        "status": {"readyReplicas": ready} if ready else {},
+    }
 
 
 def child(owner_uid: str, rv: str, name: str = "o-cm") -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": NS, "resourceVersion": rv,
-                         "ownerReferences": [{"controller": True, "uid": owner_uid}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "resourceVersion": rv,
+            "ownerReferences": [{"controller": True, "uid": owner_uid}],
+        },
+    }
 
 
 def make(results=None, **config) -> tuple[Controller, FakeReconciler]:
@@ -97,6 +114,7 @@ def test_a_pass_per_change_on_the_newest_body_and_none_for_our_own_status_echo()
 def test_an_echo_that_arrives_before_the_writes_answer_starts_no_pass():
     """The watch may deliver the event of our write before the pass has read the write's answer: events seen
     during a pass are judged when it ends."""
+
     async def main():
         ctl, rec = make()
         rec.gate = asyncio.Event()
@@ -263,11 +281,22 @@ def test_the_kept_body_drops_managed_fields_and_shares_nothing_with_the_event():
     import json
 
     def event(name: str) -> dict:
-        return json.loads(json.dumps({
-            "apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "managedFields": [{"manager": "x"}]},
-            "spec": {"replicas": 1, "speculative": {"numSteps": 3}},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}}))
+        return json.loads(
+            json.dumps(
+                {
+                    "apiVersion": "specdecode.io/v1alpha1",
+                    "kind": "SpecDecodeDeployment",
+                    "metadata": {
+                        "name": name,
+                        "namespace": NS,
+                        "uid": f"uid-{name}",
+                        "managedFields": [{"manager": "x"}],
+                    },
+                    "spec": {"replicas": 1, "speculative": {"numSteps": 3}},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]},
+                }
+            )
+        )
 
     first, second = event("a"), event("b")
     a, b = controller_module.compact(first), controller_module.compact(second)

@@ -17,13 +17,29 @@ def pod(name: str, seconds_ago: float, *, status="False", reason="Unschedulable"
     md = {"name": name, "creationTimestamp": at}
     if deleting:
         md["deletionTimestamp"] = at
-    return {"metadata": md, "status": {"conditions": [
-        {"type": "PodScheduled", "status": status, "reason": reason, "lastTransitionTime": at, "message": "no gpu"}]}}
+    return {
+        "metadata": md,
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": status,
+                    "reason": reason,
+                    "lastTransitionTime": at,
+                    "message": "no gpu",
+                }
+            ]
+        },
+    }
 
 
 def deployment(replicas: int, updated: int, spec_replicas: int = 1) -> dict:
-    return {"kind": "Deployment", "metadata": {"name": "llama", "generation": 2}, "spec": {"replicas": spec_replicas},
-            "status": {"observedGeneration": 2, "replicas": replicas, "updatedReplicas": updated, "readyReplicas": 1}}
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": "llama", "generation": 2},
+        "spec": {"replicas": spec_replicas},
+        "status": {"observedGeneration": 2, "replicas": replicas, "updatedReplicas": updated, "readyReplicas": 1},
+    }
 
 
 def test_only_a_pod_refused_for_the_whole_bound_counts():
@@ -44,8 +60,12 @@ def test_mid_rollout_means_old_pods_beside_new_or_new_ones_missing():
 
 
 def test_blocked_rollout_is_progressing_false_and_not_ready_but_not_degraded():
-    obs = conditions.Observation(generation=3, desired_replicas=1, workload=deployment(2, 1),
-                                 rollout_blocked="the rollout of Deployment llama cannot finish: pod x ...")
+    obs = conditions.Observation(
+        generation=3,
+        desired_replicas=1,
+        workload=deployment(2, 1),
+        rollout_blocked="the rollout of Deployment llama cannot finish: pod x ...",
+    )
     by_type = {c["type"]: c for c in conditions.compute(obs)["conditions"]}
     assert (by_type["Progressing"]["status"], by_type["Progressing"]["reason"]) == ("False", "RolloutBlocked")
     assert "Deployment llama" in by_type["Progressing"]["message"]

@@ -16,15 +16,24 @@ EARLIER = "2026-01-01T00:00:00Z"
 
 
 def deployment(ready: int, replicas: int = 2) -> dict:
-    return {"kind": "Deployment", "metadata": {"generation": 5},
-            "spec": {"replicas": replicas},
-            "status": {"observedGeneration": 5, "replicas": replicas, "readyReplicas": ready,
-                       "updatedReplicas": replicas}}
+    return {
+        "kind": "Deployment",
+        "metadata": {"generation": 5},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": 5, "replicas": replicas, "readyReplicas": ready, "updatedReplicas": replicas},
+    }
 
 
 def computed(ready: int = 2, **observation) -> dict:
-    return conditions.compute(conditions.Observation(generation=3, workload=deployment(ready), desired_replicas=2,
-                                                     selector="app.kubernetes.io/instance=glm5", **observation))
+    return conditions.compute(
+        conditions.Observation(
+            generation=3,
+            workload=deployment(ready),
+            desired_replicas=2,
+            selector="app.kubernetes.io/instance=glm5",
+            **observation,
+        )
+    )
 
 
 def stored(status: dict, when: str = EARLIER) -> dict:
@@ -48,17 +57,20 @@ def test_the_same_status_with_other_timestamps_is_unchanged():
     assert writer.unchanged(computed(), stored(computed()))
 
 
-@pytest.mark.parametrize("change", [
-    lambda s: s.update(readyReplicas=1),
-    lambda s: s.update(observedGeneration=2),
-    lambda s: s["conditions"][0].update(status="False"),
-    lambda s: s["conditions"][0].update(reason="Other"),
-    lambda s: s["conditions"][0].update(message="1/2 replicas ready"),
-    lambda s: s["conditions"][0].update(observedGeneration=2),
-    lambda s: s["conditions"].pop(),
-    lambda s: s["conditions"].append({"type": "Extra", "status": "True", "reason": "X", "message": ""}),
-    lambda s: s.pop("selector"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.update(readyReplicas=1),
+        lambda s: s.update(observedGeneration=2),
+        lambda s: s["conditions"][0].update(status="False"),
+        lambda s: s["conditions"][0].update(reason="Other"),
+        lambda s: s["conditions"][0].update(message="1/2 replicas ready"),
+        lambda s: s["conditions"][0].update(observedGeneration=2),
+        lambda s: s["conditions"].pop(),
+        lambda s: s["conditions"].append({"type": "Extra", "status": "True", "reason": "X", "message": ""}),
+        lambda s: s.pop("selector"),
+    ],
+)
 def test_any_field_the_operator_owns_that_differs_is_a_change(change):
     current = stored(computed())
     change(current)
@@ -110,7 +122,7 @@ async def test_a_change_is_applied_to_the_status_subresource_with_the_times_carr
     client = RecordingClient()
     body = {**BODY, "status": stored(computed(ready=1))}
     answer = await writer.write(client, body, computed(ready=2))
-    (patch, plural, subresource), = client.applied
+    ((patch, plural, subresource),) = client.applied
     assert (plural, subresource) == (PLURAL, "status")
     assert patch["apiVersion"] == API_VERSION and patch["kind"] == KIND
     assert patch["metadata"] == {"name": "glm5", "namespace": "team-a"}  # no resourceVersion: apply, not update

@@ -17,8 +17,11 @@ def documents(draw):
     spec = {
         "replicas": draw(st.integers(-1, 4)),
         "target": {"model": draw(st.sampled_from(["/models/t", ""])), "tensorParallelSize": draw(tp)},
-        "draft": {"model": "/models/d", "tensorParallelSize": draw(tp),
-                  "algorithm": draw(st.sampled_from(["EAGLE3", "EAGLE", "NEXTN", "MEDUSA"]))},
+        "draft": {
+            "model": "/models/d",
+            "tensorParallelSize": draw(tp),
+            "algorithm": draw(st.sampled_from(["EAGLE3", "EAGLE", "NEXTN", "MEDUSA"])),
+        },
         "speculative": {
             "numSteps": draw(st.integers(0, 17)),
             "eagleTopK": draw(st.integers(1, 4)),
@@ -28,12 +31,25 @@ def documents(draw):
                 "maxSteps": draw(st.integers(1, 8)),
             },
         },
-        "placement": {"gpusPerNode": draw(st.sampled_from([1, 4, 8, 16])),
-                      "interconnect": draw(st.sampled_from(["PCIe", "NVLink"]))},
-        "nccl": {"env": draw(st.dictionaries(st.sampled_from(["NCCL_ALGO", "NCCL_NVLS_ENABLE", "FOO"]),
-                                             st.sampled_from(["0", "1", "Ring"]), max_size=2))},
-        "runtime": {"launcher": draw(st.sampled_from(["specdecode", "sglang"])),
-                    "extraArgs": draw(st.lists(st.sampled_from(["--mem-fraction-static=0.8", "--tp-size=2", "--log-level=info"]), max_size=2))},
+        "placement": {
+            "gpusPerNode": draw(st.sampled_from([1, 4, 8, 16])),
+            "interconnect": draw(st.sampled_from(["PCIe", "NVLink"])),
+        },
+        "nccl": {
+            "env": draw(
+                st.dictionaries(
+                    st.sampled_from(["NCCL_ALGO", "NCCL_NVLS_ENABLE", "FOO"]),
+                    st.sampled_from(["0", "1", "Ring"]),
+                    max_size=2,
+                )
+            )
+        },
+        "runtime": {
+            "launcher": draw(st.sampled_from(["specdecode", "sglang"])),
+            "extraArgs": draw(
+                st.lists(st.sampled_from(["--mem-fraction-static=0.8", "--tp-size=2", "--log-level=info"]), max_size=2)
+            ),
+        },
         "monitoring": {"serviceMonitor": draw(st.booleans())},
     }
     ranks = draw(maybe(st.lists(st.integers(0, 20), max_size=3)))
@@ -42,8 +58,12 @@ def documents(draw):
     ndt = draw(maybe(st.integers(2, 9)))
     if ndt is not None:
         spec["speculative"]["numDraftTokens"] = ndt
-    return {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeDeployment",
-            "metadata": {"name": draw(st.sampled_from(["ok", "Bad", "x" * 50])), "namespace": "ns"}, "spec": spec}
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeDeployment",
+        "metadata": {"name": draw(st.sampled_from(["ok", "Bad", "x" * 50])), "namespace": "ns"},
+        "spec": spec,
+    }
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -92,10 +92,13 @@ def test_single_node_deployment_gets_all_gpus_and_safe_rollout():
     assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
 
 
-@pytest.mark.parametrize("example,kind,path", [
-    ("pcie8-glm5-eagle3.yaml", "Deployment", ("strategy", "rollingUpdate")),
-    ("multinode-tp16-lws.yaml", "LeaderWorkerSet", ("rolloutStrategy", "rollingUpdateConfiguration")),
-])
+@pytest.mark.parametrize(
+    "example,kind,path",
+    [
+        ("pcie8-glm5-eagle3.yaml", "Deployment", ("strategy", "rollingUpdate")),
+        ("multinode-tp16-lws.yaml", "LeaderWorkerSet", ("rolloutStrategy", "rollingUpdateConfiguration")),
+    ],
+)
 def test_spec_rollout_reaches_the_workload_and_defaults_to_surge_one(example, kind, path):
     def rolling(obj):
         (workload,) = [m for m in render(parse(obj)) if m["kind"] == kind]
@@ -118,7 +121,9 @@ def test_multi_node_renders_leader_worker_set_wired_from_lws_labels():
     assert leader["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert "readinessProbe" in leader and "readinessProbe" not in worker
     env = {e["name"]: e for e in leader["env"]}
-    assert env["SPECDECODE_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"].endswith("['leaderworkerset.sigs.k8s.io/worker-index']")
+    assert env["SPECDECODE_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"].endswith(
+        "['leaderworkerset.sigs.k8s.io/worker-index']"
+    )
     order = [e["name"] for e in leader["env"]]
     assert order.index("SPECDECODE_GROUP_INDEX") < order.index("SPECDECODE_DIST_INIT_ADDR")
     cfg = RuntimeConfig.from_yaml(by_kind(ms)[("ConfigMap", "dsv3-tp16-runtime")]["data"]["runtime.yaml"])
@@ -159,12 +164,19 @@ def test_tuned_steps_change_config_and_roll_pods_without_touching_spec():
     assert sdd.model_dump() == before
     cfg = RuntimeConfig.from_yaml(b[("ConfigMap", "llama-h200-runtime")]["data"]["runtime.yaml"])
     assert cfg.speculative.num_steps == 5 and cfg.speculative.num_draft_tokens == 6
-    hash_a = a[("Deployment", "llama-h200")]["spec"]["template"]["metadata"]["annotations"][names.CONFIG_HASH_ANNOTATION]
-    hash_b = b[("Deployment", "llama-h200")]["spec"]["template"]["metadata"]["annotations"][names.CONFIG_HASH_ANNOTATION]
+    hash_a = a[("Deployment", "llama-h200")]["spec"]["template"]["metadata"]["annotations"][
+        names.CONFIG_HASH_ANNOTATION
+    ]
+    hash_b = b[("Deployment", "llama-h200")]["spec"]["template"]["metadata"]["annotations"][
+        names.CONFIG_HASH_ANNOTATION
+    ]
     assert hash_a != hash_b
     # tuned values stay inside the autotune bounds (maxSteps 5)
     c = by_kind(render(sdd, RenderOptions(tuned_steps=9)))
-    assert RuntimeConfig.from_yaml(c[("ConfigMap", "llama-h200-runtime")]["data"]["runtime.yaml"]).speculative.num_steps == 5
+    assert (
+        RuntimeConfig.from_yaml(c[("ConfigMap", "llama-h200-runtime")]["data"]["runtime.yaml"]).speculative.num_steps
+        == 5
+    )
 
 
 def test_stock_sglang_launcher_renders_sglang_args_as_a_list():
@@ -200,7 +212,10 @@ def test_input_hash_changes_only_with_content():
     sdd = load(ROOT / "examples/pcie8-glm5-eagle3.yaml")
     a, b = by_kind(render(sdd)), by_kind(render(sdd))
     for key in a:
-        assert a[key]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION] == b[key]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION]
+        assert (
+            a[key]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION]
+            == b[key]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION]
+        )
     sdd.spec.replicas = 3
     c = by_kind(render(sdd))
     hashes = lambda d, k: d[k]["metadata"]["annotations"][names.INPUT_HASH_ANNOTATION]
@@ -211,8 +226,11 @@ def test_input_hash_changes_only_with_content():
 def test_service_account_step_control_tells_the_pods_whom_to_accept_and_projects_their_own_token():
     from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth
 
-    auth = ControlAuth("https://kubernetes.default.svc", "specdecode-runtime",
-                       ("system:serviceaccount:specdecode-system:specdecode-operator",))
+    auth = ControlAuth(
+        "https://kubernetes.default.svc",
+        "specdecode-runtime",
+        ("system:serviceaccount:specdecode-system:specdecode-operator",),
+    )
     sdd = load(ROOT / "examples/pcie8-glm5-eagle3.yaml")
     plain = container(render(sdd))
     c = container(render(sdd, RenderOptions(control_auth=auth)))

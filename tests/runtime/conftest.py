@@ -1,4 +1,3 @@
-
 import pytest
 from runtime_testlib import RUNTIME, RUNTIME_YAML, sglang_or_skip  # noqa: F401
 

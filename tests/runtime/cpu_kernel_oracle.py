@@ -90,11 +90,23 @@ def check_assign_draft_cache_locs(rng, case):
     mine, ref = torch.zeros(bs * width, dtype=torch.int64), torch.zeros(bs * width, dtype=torch.int64)
     pos_mine, pos_ref = torch.zeros(bs * topk, dtype=torch.int64), torch.zeros(bs * topk, dtype=torch.int64)
     with_pos = case % 2 == 0
-    K.assign_draft_cache_locs_contiguous_func(rpi, r2t, seq_lens, mine, topk, steps,
-                                              positions=pos_mine if with_pos else None)
+    K.assign_draft_cache_locs_contiguous_func(
+        rpi, r2t, seq_lens, mine, topk, steps, positions=pos_mine if with_pos else None
+    )
     cache_locs.assign_draft_cache_locs_contiguous[(bs,)](
-        rpi, r2t, seq_lens, ref, r2t.shape[1], topk, steps, positions=pos_ref if with_pos else None, mrope=None,
-        BS=bs, WRITE_POSITIONS=with_pos, WRITE_MROPE=False)
+        rpi,
+        r2t,
+        seq_lens,
+        ref,
+        r2t.shape[1],
+        topk,
+        steps,
+        positions=pos_ref if with_pos else None,
+        mrope=None,
+        BS=bs,
+        WRITE_POSITIONS=with_pos,
+        WRITE_MROPE=False,
+    )
     record("assign_draft_cache_locs_contiguous", case, same(mine, ref) and same(pos_mine, pos_ref))
 
 
@@ -118,8 +130,9 @@ def check_fill_front_out_cache_loc(rng, case):
     ref = mine.clone()
     K.fill_front_out_cache_loc_func(num_front, out_cache_loc, mine)
     window = out_cache_loc.view(bs, -1)
-    cache_locs.assign_extend_cache_locs[(bs,)](torch.arange(bs), window, torch.zeros_like(num_front), num_front, ref,
-                                               window.shape[1], next_power_of_2(bs))
+    cache_locs.assign_extend_cache_locs[(bs,)](
+        torch.arange(bs), window, torch.zeros_like(num_front), num_front, ref, window.shape[1], next_power_of_2(bs)
+    )
     record("fill_front_out_cache_loc", case, same(mine, ref))
 
 
@@ -144,8 +157,9 @@ def tree_inputs(rng, bs, topk, steps, ndt):
     parent_width = topk * (steps - 1) + 1
     space = topk + (steps - 1) * topk * topk
     sel = torch.tensor([sorted(rng.sample(range(space), ndt - 1)) for _ in range(bs)], dtype=torch.int64)
-    parents = torch.tensor([[-1] + [rng.randint(0, space - 1) for _ in range(parent_width - 1)] for _ in range(bs)],
-                           dtype=torch.int64)
+    parents = torch.tensor(
+        [[-1] + [rng.randint(0, space - 1) for _ in range(parent_width - 1)] for _ in range(bs)], dtype=torch.int64
+    )
     seq_lens = torch.tensor([rng.randint(1, 12) for _ in range(bs)], dtype=torch.int64)
     return parents, sel, seq_lens
 
@@ -153,12 +167,27 @@ def tree_inputs(rng, bs, topk, steps, ndt):
 def build_tree(fn, parents, sel, seq_lens, topk, steps, ndt, mode, fill=False):
     bs = seq_lens.shape[0]
     size = ndt * int((seq_lens + ndt).sum()) if mode == 0 else bs * ndt * ndt
-    out = dict(tree_mask=torch.full((size,), fill, dtype=torch.bool), positions=torch.zeros(bs * ndt, dtype=torch.int64),
-               retrieve_index=torch.full((bs, ndt), -1, dtype=torch.int64),
-               retrieve_next_token=torch.full((bs, ndt), -1, dtype=torch.int64),
-               retrieve_next_sibling=torch.full((bs, ndt), -1, dtype=torch.int64))
-    fn(parents, sel, seq_lens, out["tree_mask"], out["positions"], out["retrieve_index"], out["retrieve_next_token"],
-       out["retrieve_next_sibling"], topk, steps, ndt, spec_tree.TreeMaskMode(mode))
+    out = dict(
+        tree_mask=torch.full((size,), fill, dtype=torch.bool),
+        positions=torch.zeros(bs * ndt, dtype=torch.int64),
+        retrieve_index=torch.full((bs, ndt), -1, dtype=torch.int64),
+        retrieve_next_token=torch.full((bs, ndt), -1, dtype=torch.int64),
+        retrieve_next_sibling=torch.full((bs, ndt), -1, dtype=torch.int64),
+    )
+    fn(
+        parents,
+        sel,
+        seq_lens,
+        out["tree_mask"],
+        out["positions"],
+        out["retrieve_index"],
+        out["retrieve_next_token"],
+        out["retrieve_next_sibling"],
+        topk,
+        steps,
+        ndt,
+        spec_tree.TreeMaskMode(mode),
+    )
     return out
 
 
@@ -180,9 +209,16 @@ def check_tree(rng, case):
         predicts = torch.full((bs * ndt,), -1, dtype=torch.int64)
         accept_index = torch.full((bs, steps + 1), -1, dtype=torch.int64)
         accept_num = torch.zeros(bs, dtype=torch.int64)
-        fn(predicts=predicts, accept_index=accept_index, accept_token_num=accept_num, candidates=candidates,
-           retrieve_index=tree["retrieve_index"], retrieve_next_token=tree["retrieve_next_token"],
-           retrieve_next_sibling=tree["retrieve_next_sibling"], target_predict=target)
+        fn(
+            predicts=predicts,
+            accept_index=accept_index,
+            accept_token_num=accept_num,
+            candidates=candidates,
+            retrieve_index=tree["retrieve_index"],
+            retrieve_next_token=tree["retrieve_next_token"],
+            retrieve_next_sibling=tree["retrieve_next_sibling"],
+            target_predict=target,
+        )
         outs.append((predicts, accept_index, accept_num))
     record("verify_tree_greedy", case, all(same(a, b) for a, b in zip(*outs)), f"{outs}")
 
@@ -196,13 +232,25 @@ def check_draft_step_rows(rng, case):
     kv_indptr = torch.zeros((steps, bs * topk + 1), dtype=torch.int32)
     positions = seq_lens.repeat_interleave(topk)
     cache_locs.generate_draft_decode_kv_indices[(steps, bs, topk)](
-        rpi, r2t, seq_lens, kv_indices, kv_indptr, positions, r2t.shape[1], kv_indices.shape[1],
-        kv_indptr.shape[1], next_power_of_2(bs), next_power_of_2(steps), next_power_of_2(bs * topk), 1)
+        rpi,
+        r2t,
+        seq_lens,
+        kv_indices,
+        kv_indptr,
+        positions,
+        r2t.shape[1],
+        kv_indices.shape[1],
+        kv_indptr.shape[1],
+        next_power_of_2(bs),
+        next_power_of_2(steps),
+        next_power_of_2(bs * topk),
+        1,
+    )
     ok = True
     for step in range(steps - 1):
         rows = A.draft_step_rows(r2t, rpi, seq_lens, topk, steps, step)
         ptr = kv_indptr[step].tolist()
-        ref = [kv_indices[step, ptr[i]:ptr[i + 1]] for i in range(bs * topk)]
+        ref = [kv_indices[step, ptr[i] : ptr[i + 1]] for i in range(bs * topk)]
         ok &= len(rows) == len(ref) and all(same(a, b.long()) for a, b in zip(rows, ref))
     record("draft_decode_kv_rows", case, ok)
 
@@ -214,15 +262,19 @@ def check_rotary(rng, case):
     neox = case % 2 == 0
     emb = RotaryEmbedding(head, rot, 128, 10000, neox, torch.float32)
     emb._apply_rotary_emb_wrapped = __import__(
-        "sglang.srt.layers.rotary_embedding.utils", fromlist=["apply_rotary_emb"]).apply_rotary_emb
+        "sglang.srt.layers.rotary_embedding.utils", fromlist=["apply_rotary_emb"]
+    ).apply_rotary_emb
     n = rng.randint(1, 6)
     pos = torch.tensor([rng.randint(0, 100) for _ in range(n)])
     q, k = torch.randn(n, 3 * head), torch.randn(n, head)
     ref_q, ref_k = emb.forward_native(pos, q.clone(), k.clone())
     mine_q, mine_k = q.clone(), k.clone()
     rotary_embedding(pos, mine_q, mine_k, head, emb.cos_sin_cache, neox)
-    record("rotary_embedding", case, bool(torch.allclose(mine_q, ref_q, atol=1e-5) and torch.allclose(mine_k, ref_k,
-                                                                                                      atol=1e-5)))
+    record(
+        "rotary_embedding",
+        case,
+        bool(torch.allclose(mine_q, ref_q, atol=1e-5) and torch.allclose(mine_k, ref_k, atol=1e-5)),
+    )
 
 
 def check_verify_mask(rng, case):
@@ -234,16 +286,25 @@ def check_verify_mask(rng, case):
     offset, ok = 0, True
     for L in seq_lens.tolist():
         m = A.verify_mask(L, ndt, tree["tree_mask"], offset, torch.device("cpu"))
-        full = tree["tree_mask"][offset:offset + ndt * (L + ndt)].view(ndt, L + ndt)
+        full = tree["tree_mask"][offset : offset + ndt * (L + ndt)].view(ndt, L + ndt)
         # every row sees the prefix, the root and itself, and exactly the cells the kernel set
-        ok &= bool(m[:, :L + 1].all()) and bool(m[:, L:].diagonal().all()) and torch.equal(m, full)
+        ok &= bool(m[:, : L + 1].all()) and bool(m[:, L:].diagonal().all()) and torch.equal(m, full)
         offset += ndt * (L + ndt)
     record("verify_mask_slices", case, ok and offset == tree["tree_mask"].numel())
 
 
-CHECKS = [check_assign_req_to_token_pool, check_copy_all_layer_kv_cache, check_assign_draft_cache_locs,
-          check_assign_extend_cache_locs, check_fill_front_out_cache_loc, check_fill_bonus_and_accept, check_tree,
-          check_draft_step_rows, check_rotary, check_verify_mask]
+CHECKS = [
+    check_assign_req_to_token_pool,
+    check_copy_all_layer_kv_cache,
+    check_assign_draft_cache_locs,
+    check_assign_extend_cache_locs,
+    check_fill_front_out_cache_loc,
+    check_fill_bonus_and_accept,
+    check_tree,
+    check_draft_step_rows,
+    check_rotary,
+    check_verify_mask,
+]
 
 if __name__ == "__main__":
     torch.manual_seed(0)

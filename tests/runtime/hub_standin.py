@@ -74,19 +74,32 @@ class HubStandIn:
         if parts[:2] == ["api", "models"] and len(parts) >= 6:
             repo = self.repos.get(f"{parts[2]}/{parts[3]}")
             if repo is None:
-                return self.reply(handler, 404, {"error": "Repository not found"}, head=head,
-                                  headers={"X-Error-Code": "RepoNotFound"})
+                return self.reply(
+                    handler, 404, {"error": "Repository not found"}, head=head, headers={"X-Error-Code": "RepoNotFound"}
+                )
             revision = "/".join(parts[5:])
             commit = repo.revisions.get(revision) or (revision if revision == repo.commit else None)
             if commit is None:
-                return self.reply(handler, 404, {"error": "Invalid rev id"}, head=head,
-                                  headers={"X-Error-Code": "RevisionNotFound"})
+                return self.reply(
+                    handler, 404, {"error": "Invalid rev id"}, head=head, headers={"X-Error-Code": "RevisionNotFound"}
+                )
             if parts[4] == "revision":
-                return self.reply(handler, 200, {"id": repo.repo_id, "sha": commit, "private": False,
-                                                 "siblings": [{"rfilename": f} for f in sorted(repo.files)]}, head=head)
+                return self.reply(
+                    handler,
+                    200,
+                    {
+                        "id": repo.repo_id,
+                        "sha": commit,
+                        "private": False,
+                        "siblings": [{"rfilename": f} for f in sorted(repo.files)],
+                    },
+                    head=head,
+                )
             if parts[4] == "tree":
-                tree = [{"type": "file", "path": f, "size": len(data), "oid": git_blob_id(data)}
-                        for f, data in sorted(repo.files.items())]
+                tree = [
+                    {"type": "file", "path": f, "size": len(data), "oid": git_blob_id(data)}
+                    for f, data in sorted(repo.files.items())
+                ]
                 return self.reply(handler, 200, tree, head=head)
         if len(parts) >= 5 and parts[2] == "resolve":
             repo = self.repos.get(f"{parts[0]}/{parts[1]}")
@@ -101,8 +114,9 @@ class HubStandIn:
                 if not head:
                     handler.wfile.write(data)
                 return None
-            return self.reply(handler, 404, {"error": "Entry not found"}, head=head,
-                              headers={"X-Error-Code": "EntryNotFound"})
+            return self.reply(
+                handler, 404, {"error": "Entry not found"}, head=head, headers={"X-Error-Code": "EntryNotFound"}
+            )
         return self.reply(handler, 404, {"error": f"no route {path}"}, head=head)
 
     @staticmethod

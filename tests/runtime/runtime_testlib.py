@@ -21,8 +21,10 @@ def sglang_or_skip():
 
     if installed_sglang_version() is None:
         if os.environ.get("SPECDECODE_REQUIRE_SGLANG"):
-            pytest.fail("SPECDECODE_REQUIRE_SGLANG is set but sglang is not installed "
-                        f"(pip install --no-deps sglang=={SGLANG_VERSION} -r requirements/sglang-cpu.txt)")
+            pytest.fail(
+                "SPECDECODE_REQUIRE_SGLANG is set but sglang is not installed "
+                f"(pip install --no-deps sglang=={SGLANG_VERSION} -r requirements/sglang-cpu.txt)"
+            )
         pytest.skip("sglang is not installed and SPECDECODE_REQUIRE_SGLANG is unset")
     install()
     import sglang.srt.speculative.eagle_worker_v2  # noqa: F401

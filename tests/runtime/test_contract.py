@@ -71,14 +71,17 @@ def test_step_candidates_are_the_candidates_in_live_mode_only():
     assert step_candidates(config(**{"mode: Live": "mode: Rollout"})) == [3]
 
 
-@pytest.mark.parametrize("target, draft, ranks, fragment", [
-    (8, 16, None, "larger than target TP"),
-    (8, 3, None, "must divide"),
-    (8, 2, [0], "has 1 entries"),
-    (8, 2, [1, 1], "duplicates"),
-    (8, 2, [0, 8], "not inside the target TP group"),
-    (8, 0, None, ">= 1"),
-])
+@pytest.mark.parametrize(
+    "target, draft, ranks, fragment",
+    [
+        (8, 16, None, "larger than target TP"),
+        (8, 3, None, "must divide"),
+        (8, 2, [0], "has 1 entries"),
+        (8, 2, [1, 1], "duplicates"),
+        (8, 2, [0, 8], "not inside the target TP group"),
+        (8, 0, None, ">= 1"),
+    ],
+)
 def test_draft_tp_rule_names_the_problem(target, draft, ranks, fragment):
     problems = draft_tp_problems(target, draft, ranks)
     assert len(problems) == 1 and fragment in problems[0]
@@ -89,8 +92,10 @@ def test_draft_tp_rule_accepts_servable_layouts(target, draft, ranks):
     assert draft_tp_problems(target, draft, ranks) == []
 
 
-@pytest.mark.parametrize("target, draft, ranks", [
-    (8, 2, None), (8, 3, None), (8, 16, None), (8, 2, [0]), (8, 2, [3, 3]), (8, 2, [0, 9]), (8, 4, [4, 5, 6, 7])])
+@pytest.mark.parametrize(
+    "target, draft, ranks",
+    [(8, 2, None), (8, 3, None), (8, 16, None), (8, 2, [0]), (8, 2, [3, 3]), (8, 2, [0, 9]), (8, 4, [4, 5, 6, 7])],
+)
 def test_launcher_and_rank_choice_apply_the_same_rule(target, draft, ranks):
     """The launcher's refusal and the rank choice report exactly the contract's problem, not their own version."""
     problems = draft_tp_problems(target, draft, ranks)
@@ -100,12 +105,18 @@ def test_launcher_and_rank_choice_apply_the_same_rule(target, draft, ranks):
     except DraftGroupError as e:
         raised = [str(e)]
     assert raised == problems[:1]
-    cfg = config(**{"tensorParallelSize: 8": f"tensorParallelSize: {target}",
-                    "{model: /d, tensorParallelSize: 2}": f"{{model: /d, tensorParallelSize: {draft}, ranks: {ranks}}}"
-                    if ranks else f"{{model: /d, tensorParallelSize: {draft}}}"})
+    cfg = config(
+        **{
+            "tensorParallelSize: 8": f"tensorParallelSize: {target}",
+            "{model: /d, tensorParallelSize: 2}": f"{{model: /d, tensorParallelSize: {draft}, ranks: {ranks}}}"
+            if ranks
+            else f"{{model: /d, tensorParallelSize: {draft}}}",
+        }
+    )
     reasons = unsupported_reasons(cfg, [], SGLANG_VERSION)
     assert [r for r in reasons if r.startswith("draft.tensorParallelSize: ")] == [
-        f"draft.tensorParallelSize: {p}" for p in problems]
+        f"draft.tensorParallelSize: {p}" for p in problems
+    ]
 
 
 def test_step_table_serialises_in_the_wire_format_and_parses_back():

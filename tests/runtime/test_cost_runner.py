@@ -82,8 +82,11 @@ def test_verify_runs_the_target_dummy_forward_under_each_tier_and_restores_the_r
         assert w.speculative_num_steps == 3  # the configured tier serves the first batch
     # (tier active during the forward, batch, tokens per request, the target's attention backend)
     assert w._target_worker.model_runner.eager_runner.runs == [
-        (1, 4, 2, "verify-backend-1"), (5, 4, 6, "verify-backend-5"), (3, 2, 4, "verify-backend-3"),
-        (0, 8, 1, "verify-backend-3")]  # k = 0 is not a captured tier: the one-token verify of steps == 0
+        (1, 4, 2, "verify-backend-1"),
+        (5, 4, 6, "verify-backend-5"),
+        (3, 2, 4, "verify-backend-3"),
+        (0, 8, 1, "verify-backend-3"),
+    ]  # k = 0 is not a captured tier: the one-token verify of steps == 0
     assert w.overrides == [(1, 2), (5, 6), (0, 1)]  # SGLang's capture-time override, restored after each
     assert w._target_worker.model_runner.attn_backend == "verify-backend-3"
 
@@ -127,8 +130,9 @@ def split_state():
 
     def make(draft_ranks, rank):
         placement = DraftPlacement(target_ranks=(0, 1), draft_ranks=tuple(draft_ranks))
-        groups = types.SimpleNamespace(placement=placement, in_draft=placement.contains(rank),
-                                       is_leader=rank == placement.leader)
+        groups = types.SimpleNamespace(
+            placement=placement, in_draft=placement.contains(rank), is_leader=rank == placement.leader
+        )
         process_state.split = types.SimpleNamespace(groups=groups, broadcaster=None, draft_layout=None)
 
     prev = process_state.split
@@ -156,6 +160,7 @@ def test_a_point_failing_on_one_rank_keeps_the_sampling_protocol_and_rank_0_deci
     """The draft runs on S only, so a draft stage can raise on some ranks and not others. The failing rank keeps
     answering ``agree`` once per sample rank 0 takes and then once for the outcome, so the ranks' collectives stay
     paired; rank 0's outcome drops or keeps the point everywhere (a failed rank never keeps a point itself)."""
+
     def rank_with_tier(fails, rank0_says):
         asked, answers = [], iter(rank0_says)
 
@@ -196,8 +201,9 @@ def test_probe_batches_stop_at_the_largest_batch_the_engine_launches():
 def test_runtime_yaml_switch_and_budget():
     on = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(RUNTIME_YAML))
     assert (on.cost_probe, on.cost_budget_ms) == (True, 2.0)
-    off = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(
-        RUNTIME_YAML + "costProbe: {enabled: false, budgetMs: 0.5}\n"))
+    off = EngineSettings.from_runtime_config(
+        RuntimeConfig.from_yaml(RUNTIME_YAML + "costProbe: {enabled: false, budgetMs: 0.5}\n")
+    )
     assert (off.cost_probe, off.cost_budget_ms) == (False, 0.5)
     assert "costProbe" not in RuntimeConfig.from_yaml(RUNTIME_YAML).to_yaml()  # existing files render unchanged
 
@@ -209,8 +215,17 @@ def test_bad_budget_names_the_field():
 
 def test_engine_start_times_with_the_runner_and_keeps_the_points():
     calls = []
-    settings = EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1, 8), draft_tp=1,
-                              control_port=None, token_file=None, preflight=False, cost_budget_ms=0.1)
+    settings = EngineSettings(
+        num_steps=3,
+        captured=(1, 3),
+        live=True,
+        buckets=(1, 8),
+        draft_tp=1,
+        control_port=None,
+        token_file=None,
+        preflight=False,
+        cost_budget_ms=0.1,
+    )
     rt = EngineRuntime(settings, cost_runner=lambda st, k, b: calls.append((st, k, b)))
     rt.start(tp_rank=1, tp_size=1, serve=False)
     assert rt.cost_points and {p.stage for p in rt.cost_points} >= {"verify", "draft_step"}
@@ -224,8 +239,9 @@ def test_agree_sets_the_sample_count_on_every_rank():
     slow_clock = lambda: next(ticks) * 0.01  # noqa: E731  every call 10 ms: the 2 ms budget is spent at once
     calls = []
     decisions = iter([True] * 7 + [False])  # rank 0 wants 7 samples
-    cost_probe.time_stage(lambda: calls.append(1), clock=slow_clock, budget_s=0.002, warmup=1,
-                          agree=lambda more: next(decisions))
+    cost_probe.time_stage(
+        lambda: calls.append(1), clock=slow_clock, budget_s=0.002, warmup=1, agree=lambda more: next(decisions)
+    )
     assert len(calls) == 1 + 7
     calls.clear()
     cost_probe.time_stage(lambda: calls.append(1), clock=iter(range(10_000)).__next__, budget_s=0.002, warmup=1)
@@ -248,13 +264,25 @@ def test_a_worker_without_the_eagle_layout_serves_without_a_probe(monkeypatch):
     import types
 
     started = {}
-    rt = EngineRuntime(EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1,), draft_tp=1,
-                                      control_port=None, token_file=None, preflight=False))
+    rt = EngineRuntime(
+        EngineSettings(
+            num_steps=3,
+            captured=(1, 3),
+            live=True,
+            buckets=(1,),
+            draft_tp=1,
+            control_port=None,
+            token_file=None,
+            preflight=False,
+        )
+    )
     monkeypatch.setattr(rt, "start", lambda **kw: started.update(kw) or rt)
-    fake_parallel = types.SimpleNamespace(tp_group=types.SimpleNamespace(cpu_group=None, ranks=[0], device_group=None),
-                                          tp_rank=0, tp_size=1)
-    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context",
-                        types.SimpleNamespace(get_parallel=lambda: fake_parallel))
+    fake_parallel = types.SimpleNamespace(
+        tp_group=types.SimpleNamespace(cpu_group=None, ranks=[0], device_group=None), tp_rank=0, tp_size=1
+    )
+    monkeypatch.setitem(
+        sys.modules, "sglang.srt.runtime_context", types.SimpleNamespace(get_parallel=lambda: fake_parallel)
+    )
     rt.on_worker_ready(object())
     assert started["tp_rank"] == 0 and rt.cost_runner is None
 

@@ -11,10 +11,20 @@ import pytest
 from runtime_testlib import sglang_or_skip
 
 ORACLE = Path(__file__).with_name("cpu_kernel_oracle.py")
-CHECKS = ("assign_req_to_token_pool", "copy_all_layer_kv_cache", "assign_draft_cache_locs_contiguous",
-          "assign_extend_cache_locs", "fill_front_out_cache_loc", "fill_bonus_tokens", "fill_accept_out_cache_loc",
-          "build_tree_kernel_efficient", "verify_tree_greedy", "draft_decode_kv_rows", "rotary_embedding",
-          "verify_mask_slices")
+CHECKS = (
+    "assign_req_to_token_pool",
+    "copy_all_layer_kv_cache",
+    "assign_draft_cache_locs_contiguous",
+    "assign_extend_cache_locs",
+    "fill_front_out_cache_loc",
+    "fill_bonus_tokens",
+    "fill_accept_out_cache_loc",
+    "build_tree_kernel_efficient",
+    "verify_tree_greedy",
+    "draft_decode_kv_rows",
+    "rotary_embedding",
+    "verify_mask_slices",
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +69,15 @@ def test_thread_binding_round_robin():
     assert cpu_thread_binding(1, cores=[3, 2]) == "2"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("not json", "invalid input"),
-    ('{"runs": {}}', "runs must be a list"),
-    ('{"runs": [{"name": "a"}]}', "at least name and model_dir"),
-    ('{"runs": [{"name": "a", "model_dir": "/m", "tpp": 2}]}', "unknown keys ['tpp']"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("not json", "invalid input"),
+        ('{"runs": {}}', "runs must be a list"),
+        ('{"runs": [{"name": "a"}]}', "at least name and model_dir"),
+        ('{"runs": [{"name": "a", "model_dir": "/m", "tpp": 2}]}', "unknown keys ['tpp']"),
+    ],
+)
 def test_host_refuses_bad_input(text, message):
     import io
 
@@ -81,13 +94,16 @@ def test_host_refuses_bad_input(text, message):
     assert out.getvalue() == ""
 
 
-@pytest.mark.parametrize("shape, message", [
-    ({"hidden_size": 0}, "hidden_size must be a positive integer"),
-    ({"hidden_sise": 64}, "unknown model-config key 'hidden_sise'"),
-    ({"hidden_size": 60, "num_attention_heads": 8}, "divisible by num_attention_heads"),
-    ({"num_attention_heads": 4, "num_key_value_heads": 3}, "divisible by num_key_value_heads"),
-    ({"vocab_size": 5}, "vocab_size must be at least"),
-])
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ({"hidden_size": 0}, "hidden_size must be a positive integer"),
+        ({"hidden_sise": 64}, "unknown model-config key 'hidden_sise'"),
+        ({"hidden_size": 60, "num_attention_heads": 8}, "divisible by num_attention_heads"),
+        ({"num_attention_heads": 4, "num_key_value_heads": 3}, "divisible by num_key_value_heads"),
+        ({"vocab_size": 5}, "vocab_size must be at least"),
+    ],
+)
 def test_tiny_model_shape_errors_name_the_key(shape, message):
     from specdecode_runtime.cpu.tiny_models import ShapeError, validate_shape
 

@@ -28,8 +28,10 @@ def _random_tree(rng: random.Random, n: int, vocab: int):
             sib[a] = b
     cand = [rng.randrange(vocab) for _ in range(n)]
     # the target agrees with some child often enough that deep accepts happen
-    target = [rng.choice([cand[c] for c in children[j]]) if children[j] and rng.random() < 0.7
-              else rng.randrange(vocab) for j in range(n)]
+    target = [
+        rng.choice([cand[c] for c in children[j]]) if children[j] and rng.random() < 0.7 else rng.randrange(vocab)
+        for j in range(n)
+    ]
     return cand, target, nxt, sib
 
 
@@ -44,11 +46,15 @@ def test_greedy_recount_equals_the_tree_verify_kernel():
         depth = n  # accept_index width bounds the walk; a tree of n nodes is at most n deep
         accept_num = torch.zeros(bs, dtype=torch.int32)
         verify_tree_greedy_func(
-            predicts=torch.zeros(bs * n, dtype=torch.int64), accept_index=torch.full((bs, depth), -1),
-            accept_token_num=accept_num, candidates=torch.tensor([t[0] for t in trees]),
-            retrieve_index=torch.arange(bs * n).view(bs, n), retrieve_next_token=torch.tensor([t[2] for t in trees]),
+            predicts=torch.zeros(bs * n, dtype=torch.int64),
+            accept_index=torch.full((bs, depth), -1),
+            accept_token_num=accept_num,
+            candidates=torch.tensor([t[0] for t in trees]),
+            retrieve_index=torch.arange(bs * n).view(bs, n),
+            retrieve_next_token=torch.tensor([t[2] for t in trees]),
             retrieve_next_sibling=torch.tensor([t[3] for t in trees]),
-            target_predict=torch.tensor([x for t in trees for x in t[1]]))
+            target_predict=torch.tensor([x for t in trees for x in t[1]]),
+        )
         assert [dc.greedy_accepted(c, t, nx, sb) for c, t, nx, sb in trees] == accept_num.tolist()
 
 
@@ -64,8 +70,17 @@ def _verify(round_: int, pools: list[int], starts: list[int], drafts: list[list[
     for s, d in zip(starts, drafts):
         ids += [100 + s] + d
         pos += list(range(s, s + 1 + len(d)))
-    return {"event": "verify", "rank": 0, "round": round_, "bs": len(pools), "input_ids": ids, "positions": pos,
-            "req_pool_indices": pools, "accepted": accepted, "out_cache_loc": list(range(len(ids)))}
+    return {
+        "event": "verify",
+        "rank": 0,
+        "round": round_,
+        "bs": len(pools),
+        "input_ids": ids,
+        "positions": pos,
+        "req_pool_indices": pools,
+        "accepted": accepted,
+        "out_cache_loc": list(range(len(ids))),
+    }
 
 
 def _draft(start: int, steps: int) -> list[int]:
@@ -139,13 +154,17 @@ def test_cost_probe_verify_forwards_before_the_first_round_are_not_cycles():
 
 def test_exported_counters_against_sglang_and_the_recount():
     cs = dc.cycles(_run("split", [3] * 4, accept=2).ranks[0])  # 8 request cycles, 2 accepted each
-    good = {"engine": {"correct_drafts": 16, "verify_ct": 8}, "exported": {"accepted_drafts": 16.0,
-                                                                            "requests_verified": 8.0}}
+    good = {
+        "engine": {"correct_drafts": 16, "verify_ct": 8},
+        "exported": {"accepted_drafts": 16.0, "requests_verified": 8.0},
+    }
     name, ok, detail = dc.counters(good, cs)
     assert ok and "recounted from the target's logits 16" in detail
     # an exporter and SGLang that agree with each other but not with what the target accepted
-    both_wrong = {"engine": {"correct_drafts": 17, "verify_ct": 8}, "exported": {"accepted_drafts": 17.0,
-                                                                                 "requests_verified": 8.0}}
+    both_wrong = {
+        "engine": {"correct_drafts": 17, "verify_ct": 8},
+        "exported": {"accepted_drafts": 17.0, "requests_verified": 8.0},
+    }
     assert not dc.counters(both_wrong, cs)[1]
     missing = [dc.Cycle(c.pool_index, c.start, c.tokens, None) for c in cs]
     assert not dc.counters(good, missing)[1]

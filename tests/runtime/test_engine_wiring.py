@@ -23,8 +23,7 @@ from runtime_testlib import RUNTIME, RUNTIME_YAML, sglang_or_skip
 
 from specdecode_runtime.contract.versions import SGLANG_VERSION
 
-LIVE_YAML = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}",
-                                 "candidateSteps: [1, 3, 5], autotune: {mode: Live}}")
+LIVE_YAML = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}", "candidateSteps: [1, 3, 5], autotune: {mode: Live}}")
 TESTS = Path(__file__).resolve().parent
 
 
@@ -32,14 +31,16 @@ TESTS = Path(__file__).resolve().parent
 def test_live_plan_adds_adaptive_flags_and_config(runtime_yaml, tmp_path):
     from specdecode_runtime.launch import NEVER, format_plan, plan_launch
 
-    plan = plan_launch(runtime_yaml(LIVE_YAML), environ={"SPECDECODE_STATE_DIR": str(tmp_path / "st")},
-                       sglang_version=SGLANG_VERSION)
+    plan = plan_launch(
+        runtime_yaml(LIVE_YAML), environ={"SPECDECODE_STATE_DIR": str(tmp_path / "st")}, sglang_version=SGLANG_VERSION
+    )
     assert plan.reasons == []
     path = str(tmp_path / "st" / "adaptive-config.json")
     assert plan.args[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", path]
     assert plan.args.count("--speculative-adaptive") == 1
-    assert json.loads(plan.files[path]) == {"1": {"candidate_steps": [1, 3, 5], "warmup_batches": NEVER,
-                                                  "update_interval": 1}}
+    assert json.loads(plan.files[path]) == {
+        "1": {"candidate_steps": [1, 3, 5], "warmup_batches": NEVER, "update_interval": 1}
+    }
     assert plan.captured == [1, 3, 5]
     assert plan.env["PROMETHEUS_MULTIPROC_DIR"] == "/tmp/specdecode-metrics"
     text = format_plan(plan)
@@ -52,7 +53,9 @@ def test_off_and_rollout_capture_only_num_steps(runtime_yaml):
     from specdecode_runtime.launch import plan_launch
 
     for mode in ("Off", "Rollout"):
-        yaml = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}", f"candidateSteps: [1, 3, 5], autotune: {{mode: '{mode}'}}}}")
+        yaml = RUNTIME_YAML.replace(
+            "candidateSteps: [1, 3, 5]}", f"candidateSteps: [1, 3, 5], autotune: {{mode: '{mode}'}}}}"
+        )
         plan = plan_launch(runtime_yaml(yaml), sglang_version=SGLANG_VERSION)
         assert plan.reasons == [] and plan.files == {} and plan.captured == [3]
         assert "--speculative-adaptive" not in plan.args
@@ -71,12 +74,15 @@ def test_dry_run_writes_nothing_and_is_truthful(runtime_yaml, tmp_path, monkeypa
     assert "adaptive-config.json" in out and not (tmp_path / "st").exists()
 
 
-@pytest.mark.parametrize("change, extra, needle", [
-    ({"eagleTopK: 1": "eagleTopK: 2"}, [], "eagleTopK 1 only"),
-    ({"numSteps: 3": "numSteps: 4"}, [], "numSteps 4 is not in candidateSteps"),
-    ({}, ["--enable-two-batch-overlap"], "--enable-two-batch-overlap with autotune Live"),
-    ({}, ["--enable-dp-attention"], "--enable-dp-attention with autotune Live"),
-])
+@pytest.mark.parametrize(
+    "change, extra, needle",
+    [
+        ({"eagleTopK: 1": "eagleTopK: 2"}, [], "eagleTopK 1 only"),
+        ({"numSteps: 3": "numSteps: 4"}, [], "numSteps 4 is not in candidateSteps"),
+        ({}, ["--enable-two-batch-overlap"], "--enable-two-batch-overlap with autotune Live"),
+        ({}, ["--enable-dp-attention"], "--enable-dp-attention with autotune Live"),
+    ],
+)
 def test_live_refusals(runtime_yaml, change, extra, needle):
     from specdecode_runtime.launch import plan_launch
 
@@ -105,8 +111,7 @@ def test_metrics_dir_is_created_and_only_db_files_removed(tmp_path):
     assert prepare_metrics_dir(d) == 2
     assert sorted(p.name for p in d.iterdir()) == ["keep.txt", "sub"]
     cfg = tmp_path / "st" / "adaptive-config.json"
-    write_launch_files(LaunchPlan("c", [], {"PROMETHEUS_MULTIPROC_DIR": str(d)}, False, None,
-                                  files={str(cfg): "{}\n"}))
+    write_launch_files(LaunchPlan("c", [], {"PROMETHEUS_MULTIPROC_DIR": str(d)}, False, None, files={str(cfg): "{}\n"}))
     assert cfg.read_text() == "{}\n"
 
 
@@ -131,8 +136,17 @@ def test_cycle_clock_busy_intervals_never_overlap():
 def _settings(**kw):
     from specdecode_runtime.engine import EngineSettings
 
-    base = dict(num_steps=3, captured=(1, 3, 5), live=True, buckets=(1, 2, 8, 32, 64), draft_tp=1,
-                control_port=0, token_file=None, preflight=True, host="127.0.0.1")
+    base = dict(
+        num_steps=3,
+        captured=(1, 3, 5),
+        live=True,
+        buckets=(1, 2, 8, 32, 64),
+        draft_tp=1,
+        control_port=0,
+        token_file=None,
+        preflight=True,
+        host="127.0.0.1",
+    )
     base.update(kw)
     return EngineSettings(**base)
 
@@ -142,10 +156,19 @@ def test_settings_from_runtime_config():
     from specdecode_runtime.engine import EngineSettings
 
     s = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(LIVE_YAML))
-    assert (s.num_steps, s.captured, s.live, s.draft_tp, s.control_port, s.preflight) == (3, (1, 3, 5), True, 1,
-                                                                                          30001, True)
-    off = EngineSettings.from_runtime_config(RuntimeConfig.from_yaml(
-        RUNTIME_YAML.replace("env: {NCCL_DEBUG: WARN}}", "env: {NCCL_DEBUG: WARN}, preflight: false}")))
+    assert (s.num_steps, s.captured, s.live, s.draft_tp, s.control_port, s.preflight) == (
+        3,
+        (1, 3, 5),
+        True,
+        1,
+        30001,
+        True,
+    )
+    off = EngineSettings.from_runtime_config(
+        RuntimeConfig.from_yaml(
+            RUNTIME_YAML.replace("env: {NCCL_DEBUG: WARN}}", "env: {NCCL_DEBUG: WARN}, preflight: false}")
+        )
+    )
     assert (off.captured, off.live, off.preflight) == ((3,), False, False)
     assert "preflight" not in RuntimeConfig.from_yaml(RUNTIME_YAML).to_yaml()  # rendered files unchanged
 
@@ -172,8 +195,7 @@ def test_single_rank_engine_serves_control_and_publishes_steps(tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     reg = CollectorRegistry()
-    eng = EngineRuntime(_settings(token_file=str(token), exchange_every=2)).start(tp_rank=0, tp_size=1,
-                                                                                 registry=reg)
+    eng = EngineRuntime(_settings(token_file=str(token), exchange_every=2)).start(tp_rank=0, tp_size=1, registry=reg)
     try:
         assert eng.preflight_results == []
         url = f"http://127.0.0.1:{eng.server.bound_port}/specdecode/v1/steps"
@@ -203,16 +225,24 @@ def sglang():
 def test_new_wrapped_symbols_exist_with_expected_signatures(sglang):
     from specdecode_runtime.sglang_patch import PATCH_POINTS, check_patch_points
 
-    new = ("EAGLEWorkerV2.forward_batch_generation", "EAGLEWorkerV2.verify", "EAGLEWorkerV2.init_cuda_graphs",
-           "Scheduler.ingest_requests", "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
-           "AdaptiveController._activate", "_load_adaptive_config", "add_prometheus_middleware")
+    new = (
+        "EAGLEWorkerV2.forward_batch_generation",
+        "EAGLEWorkerV2.verify",
+        "EAGLEWorkerV2.init_cuda_graphs",
+        "Scheduler.ingest_requests",
+        "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+        "AdaptiveController._activate",
+        "_load_adaptive_config",
+        "add_prometheus_middleware",
+    )
     results = {r.point.target: r for r in check_patch_points()}
     for name in new:
         hits = [t for t in results if t.endswith(name)]
         assert hits, name
         assert all(results[t].ok and "static" not in results[t].detail for t in hits), [results[t].detail for t in hits]
-    wrapped = {p.target.rsplit(".", 2)[-2] + "." + p.target.rsplit(".", 1)[-1] for p in PATCH_POINTS
-               if p.role == "wrap"}
+    wrapped = {
+        p.target.rsplit(".", 2)[-2] + "." + p.target.rsplit(".", 1)[-1] for p in PATCH_POINTS if p.role == "wrap"
+    }
     assert {"Scheduler.ingest_requests", "EAGLEWorkerV2.verify", "EAGLEWorkerV2.init_cuda_graphs"} <= wrapped
     from sglang.srt.managers.utils import GenerationBatchResult
 
@@ -285,12 +315,16 @@ def test_verify_callback_records_positions_and_launch_tier(sglang, monkeypatch):
     monkeypatch.setattr(W, "verify", fake_verify)
     monkeypatch.setattr(P, "_resolve_spec_v2_tokens", fake_resolve)
     fed = []
-    worker = types.SimpleNamespace(speculative_num_steps=3,
-                                   adaptive_controller=types.SimpleNamespace(on_verify_complete=lambda *a, **k:
-                                                                             fed.append(a)))
+    worker = types.SimpleNamespace(
+        speculative_num_steps=3,
+        adaptive_controller=types.SimpleNamespace(on_verify_complete=lambda *a, **k: fed.append(a)),
+    )
     worker.on_verify_complete_cpu = lambda counts, batch_size=0: W.on_verify_complete_cpu(worker, counts, batch_size)
-    batch = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False),
-                                  is_extend_in_batch=False, reqs=[1, 2, 3])
+    batch = types.SimpleNamespace(
+        forward_mode=types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False),
+        is_extend_in_batch=False,
+        reqs=[1, 2, 3],
+    )
     reg = CollectorRegistry()
     with sp.patched():
         eng = EngineRuntime(_settings(control_port=0)).start(tp_rank=0, tp_size=1, registry=reg, serve=False)
@@ -301,10 +335,12 @@ def test_verify_callback_records_positions_and_launch_tier(sglang, monkeypatch):
         result.counts = [0, 2, 3]
         P._resolve_spec_v2_tokens(types.SimpleNamespace(model_worker=worker), result, batch)
     b = {"bucket": "2-7"}
-    assert [reg.get_sample_value("specdecode_position_attempts_total", {**b, "position": str(j)})
-            for j in (1, 2, 3)] == [3, 2, 2]
-    assert [reg.get_sample_value("specdecode_position_accepted_total", {**b, "position": str(j)})
-            for j in (1, 2, 3)] == [2, 2, 1]
+    assert [
+        reg.get_sample_value("specdecode_position_attempts_total", {**b, "position": str(j)}) for j in (1, 2, 3)
+    ] == [3, 2, 2]
+    assert [
+        reg.get_sample_value("specdecode_position_accepted_total", {**b, "position": str(j)}) for j in (1, 2, 3)
+    ] == [2, 2, 1]
     assert reg.get_sample_value("specdecode_draft_steps_total", b) == 3  # the launch tier, not 5
     assert reg.get_sample_value("specdecode_tokens_generated_total") == 8
     verify = reg.get_sample_value("specdecode_cycle_seconds_sum", {**b, "phase": "verify"})
@@ -323,9 +359,15 @@ def test_patches_apply_and_remove_with_new_wrappers(sglang):
     from specdecode_runtime import sglang_patch as sp
 
     W = ew2.EAGLEWorkerV2
-    names = [(W, "forward_batch_generation"), (W, "verify"), (W, "init_cuda_graphs"),
-             (W, "on_verify_complete_cpu"), (W, "activate_step_by_batch"), (Scheduler, "ingest_requests"),
-             (P, "_resolve_spec_v2_tokens")]
+    names = [
+        (W, "forward_batch_generation"),
+        (W, "verify"),
+        (W, "init_cuda_graphs"),
+        (W, "on_verify_complete_cpu"),
+        (W, "activate_step_by_batch"),
+        (Scheduler, "ingest_requests"),
+        (P, "_resolve_spec_v2_tokens"),
+    ]
     before = [vars(c)[n] for c, n in names]
     sp.apply_patches(None)
     try:
@@ -358,8 +400,9 @@ def test_sglang_metrics_endpoint_serves_our_series(sglang, tmp_path):
         app = Starlette(); add_prometheus_middleware(app)
         print(TestClient(app).get("/metrics").text)
     """)
-    out = subprocess.run([sys.executable, "-c", reader], env=env, check=True, timeout=300, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", reader], env=env, check=True, timeout=300, capture_output=True, text=True
+    ).stdout
     assert 'specdecode_verify_cycles_total{bucket="2-7"} 1.0' in out
     assert 'specdecode_position_attempts_total{bucket="2-7",position="1"} 4.0' in out
     assert 'specdecode_num_steps{bucket="64+"} 3.0' in out
@@ -398,9 +441,20 @@ def _rank_body(rank: int, port: int, token: str, queue) -> None:
     Scheduler.ingest_requests = lambda self, stop_at_pause=False: []  # the original loop body is not under test
     try:
         sp.apply_patches(None)
-        eng = EngineRuntime(EngineSettings(num_steps=3, captured=(1, 3, 5), live=True, buckets=(1, 2, 8, 32, 64),
-                                           draft_tp=1, control_port=0, token_file=token, exchange_every=2,
-                                           preflight_iterations=5, host="127.0.0.1"))
+        eng = EngineRuntime(
+            EngineSettings(
+                num_steps=3,
+                captured=(1, 3, 5),
+                live=True,
+                buckets=(1, 2, 8, 32, 64),
+                draft_tp=1,
+                control_port=0,
+                token_file=token,
+                exchange_every=2,
+                preflight_iterations=5,
+                host="127.0.0.1",
+            )
+        )
         eng.install()
         switches = []
 
@@ -416,8 +470,7 @@ def _rank_body(rank: int, port: int, token: str, queue) -> None:
 
         worker = Worker()
         it = 0
-        eng.start(tp_rank=rank, tp_size=WORLD, cpu_group=None, src=0, device_group=None, device=None,
-                  serve=rank == 0)
+        eng.start(tp_rank=rank, tp_size=WORLD, cpu_group=None, src=0, device_group=None, device=None, serve=rank == 0)
         codes = []
         for it in range(1, ITERS + 1):
             Scheduler.ingest_requests(object())
@@ -426,8 +479,9 @@ def _rank_body(rank: int, port: int, token: str, queue) -> None:
             time.sleep(0.002 * rank)  # ranks drift in wall-clock time, never in iterations
             if rank == 0 and it == PUT_AFTER:
                 url = f"http://127.0.0.1:{eng.server.bound_port}/specdecode/v1/steps"
-                codes.append(_req(url, "PUT", "tok", {"table": [{"minBatch": 1, "steps": 5},
-                                                                {"minBatch": 8, "steps": 1}]})[0])
+                codes.append(
+                    _req(url, "PUT", "tok", {"table": [{"minBatch": 1, "steps": 5}, {"minBatch": 8, "steps": 1}]})[0]
+                )
                 codes.append(_req(url, "PUT", None, {"table": [{"minBatch": 1, "steps": 1}]})[0])
         nccl = sorted(eng.metrics.nccl_latency._metrics) if eng.metrics is not None else None
         queue.put((rank, switches, codes, eng.server is not None, len(eng.preflight_results), nccl, preloaded))

@@ -32,8 +32,12 @@ def test_graph_plan_times_each_tiers_whole_draft_phase_and_no_single_step():
 def _served_cycle(steps: int, batch: int) -> dict[str, float]:
     """Per-stage milliseconds of a served cycle in SGLang's EAGLE: tier k drafts k-1 forwards of 0.6 ms (its
     first proposal comes from the previous extend), verify and extend grow with the tokens verified."""
-    return {"draft": 0.6 * (steps - 1), "verify": 4.0 + 0.01 * batch * (steps + 1),
-            "draft_extend": 0.7 + 0.002 * batch * (steps + 1), "overhead": 0.3}
+    return {
+        "draft": 0.6 * (steps - 1),
+        "verify": 4.0 + 0.01 * batch * (steps + 1),
+        "draft_extend": 0.7 + 0.002 * batch * (steps + 1),
+        "overhead": 0.3,
+    }
 
 
 def test_graph_fit_reproduces_every_tiers_cycle_from_its_stages():
@@ -43,9 +47,11 @@ def test_graph_fit_reproduces_every_tiers_cycle_from_its_stages():
     pts = [ProbePoint("overhead", 0, "8-31", batch, 0.3e-3)]
     for k in (1, 3, 5):
         c = _served_cycle(k, batch)
-        pts += [ProbePoint("draft", k, "8-31", batch, c["draft"] / 1000),
-                ProbePoint("verify", k, "8-31", batch, c["verify"] / 1000),
-                ProbePoint("draft_extend", k, "8-31", batch, c["draft_extend"] / 1000)]
+        pts += [
+            ProbePoint("draft", k, "8-31", batch, c["draft"] / 1000),
+            ProbePoint("verify", k, "8-31", batch, c["verify"] / 1000),
+            ProbePoint("draft_extend", k, "8-31", batch, c["draft_extend"] / 1000),
+        ]
     cost = cost_probe.fit_bucket(pts)
     assert cost is not None
     assert cost.draft_base == pytest.approx(0.6, rel=1e-6)
@@ -60,8 +66,9 @@ def test_graph_fit_without_any_draft_point_refuses_free_drafting():
 
 def test_time_stage_uses_the_given_timer_for_every_sample():
     seen = []
-    sec = cost_probe.time_stage(lambda: seen.append("run"), timer=lambda run: (run(), 0.002)[1], min_samples=5,
-                                budget_s=0.0, warmup=3)
+    sec = cost_probe.time_stage(
+        lambda: seen.append("run"), timer=lambda run: (run(), 0.002)[1], min_samples=5, budget_s=0.0, warmup=3
+    )
     assert sec == pytest.approx(0.002)
     assert len(seen) == 3 + 5
 
@@ -120,14 +127,17 @@ def test_ragged_verify_graphs_are_keyed_by_tokens():
 
 
 # ---- selftest flags -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("item, needle", [
-    ("cuda-graph-max-bs=32", "did you mean --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
-    ("tp-size=2", "set by the self-test"),
-    ("--speculative-num-steps=4", "set by the self-test"),  # KEY may keep its dashes (--sglang-arg=--KEY=V)
-    ("disable-cuda-graph=1", "is a switch and takes no value"),
-    ("attention-backend", "takes a value"),
-    ("=x", "expected KEY[=VALUE]"),
-])
+@pytest.mark.parametrize(
+    "item, needle",
+    [
+        ("cuda-graph-max-bs=32", "did you mean --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+        ("tp-size=2", "set by the self-test"),
+        ("--speculative-num-steps=4", "set by the self-test"),  # KEY may keep its dashes (--sglang-arg=--KEY=V)
+        ("disable-cuda-graph=1", "is a switch and takes no value"),
+        ("attention-backend", "takes a value"),
+        ("=x", "expected KEY[=VALUE]"),
+    ],
+)
 def test_sglang_arg_refusals_name_the_flag(item, needle, capsys):
     from specdecode_runtime.selftest import main
 
@@ -145,14 +155,31 @@ def test_sglang_args_reach_every_engine_in_sglang_spelling():
     sglang_or_skip()
     ap = argparse.ArgumentParser()
     options.add_arguments(ap)
-    opts = options.from_namespace(ap.parse_args([
-        "--device", "cuda", "--tp", "1", "--layouts", "nospec,sharded", "--sglang-arg", "attention-backend=triton",
-        "--sglang-arg=--cuda-graph-bs-decode=1,8,32", "--sglang-arg", "disable-prefill-cuda-graph",
-        "--load-format", "dummy", "--measure-cycles", "32,1,8"]))
+    opts = options.from_namespace(
+        ap.parse_args(
+            [
+                "--device",
+                "cuda",
+                "--tp",
+                "1",
+                "--layouts",
+                "nospec,sharded",
+                "--sglang-arg",
+                "attention-backend=triton",
+                "--sglang-arg=--cuda-graph-bs-decode=1,8,32",
+                "--sglang-arg",
+                "disable-prefill-cuda-graph",
+                "--load-format",
+                "dummy",
+                "--measure-cycles",
+                "32,1,8",
+            ]
+        )
+    )
     args = device_args(opts)
     assert args[args.index("--attention-backend") + 1] == "triton" and "--disable-prefill-cuda-graph" in args
     i = args.index("--cuda-graph-bs-decode")
-    assert args[i + 1:i + 4] == ["1", "8", "32"]
+    assert args[i + 1 : i + 4] == ["1", "8", "32"]
     assert args[args.index("--load-format") + 1] == "dummy"
     assert opts.measure_batches == (1, 8, 32)
     from sglang.srt.server_args import prepare_server_args
@@ -173,8 +200,14 @@ def test_production_shapes_need_dummy_weights(tmp_path, capsys):
 def test_dummy_shape_writes_configs_only(tmp_path):
     from specdecode_runtime.cpu.tiny_models import make_tiny_models
 
-    shape = {"vocab_size": 100000, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "num_hidden_layers": 2, "intermediate_size": 512}
+    shape = {
+        "vocab_size": 100000,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 512,
+    }
     models = make_tiny_models(tmp_path, shape, weights=False)
     for path in (models.target, models.eagle3):
         assert (Path(path) / "config.json").exists() and (Path(path) / "tokenizer.json").exists()
@@ -234,10 +267,31 @@ def test_served_cycle_is_the_difference_of_two_generations_over_their_verify_cyc
         now[0] += 0.030 + 0.002 * cycles
         return [{"output_ids": [0] * n, "meta_info": {"spec_verify_ct": cycles}} for _ in ids]
 
-    profile = {"1": {"verify_base": 1.0, "verify_per_token": 0.0, "draft_base": 0.25, "draft_per_seq": 0.0,
-                     "extend_base": 0.2, "extend_per_token": 0.0, "overhead": 0.05, "broadcast": 0.0}}
-    rows = served.measure(generate, tiers=[3], batches=(1,), measure_tokens=200, vocab=64, speculative=True,
-                          initial_steps=3, control=None, rank_dir=tmp_path, profile=profile, clock=lambda: now[0])
+    profile = {
+        "1": {
+            "verify_base": 1.0,
+            "verify_per_token": 0.0,
+            "draft_base": 0.25,
+            "draft_per_seq": 0.0,
+            "extend_base": 0.2,
+            "extend_per_token": 0.0,
+            "overhead": 0.05,
+            "broadcast": 0.0,
+        }
+    }
+    rows = served.measure(
+        generate,
+        tiers=[3],
+        batches=(1,),
+        measure_tokens=200,
+        vocab=64,
+        speculative=True,
+        initial_steps=3,
+        control=None,
+        rank_dir=tmp_path,
+        profile=profile,
+        clock=lambda: now[0],
+    )
     (row,) = rows
     assert row["cycles"] == 100 and row["accept_length"] == 2.0
     assert row["served_cycle_ms"] == pytest.approx(2.0, rel=1e-6)

@@ -29,10 +29,31 @@ def _cfg(**replace: str) -> RuntimeConfig:
 
 def test_sglang_cli_args_golden():
     assert sglang_cli_args(_cfg(), ["--mem-fraction-static", "0.8"]) == [
-        "--model-path", "/models/llama-70b", "--tp-size", "8", "--quantization", "fp8", "--context-length", "8192",
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/eagle3",
-        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-        "--host", "0.0.0.0", "--port", "30000", "--enable-metrics", "--mem-fraction-static", "0.8",
+        "--model-path",
+        "/models/llama-70b",
+        "--tp-size",
+        "8",
+        "--quantization",
+        "fp8",
+        "--context-length",
+        "8192",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "/models/eagle3",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--enable-metrics",
+        "--mem-fraction-static",
+        "0.8",
     ]
     assert sglang_cli_args(_cfg()) == sglang_cli_args(_cfg())  # deterministic
 
@@ -82,8 +103,12 @@ def test_unsupported_configs_refused(runtime_yaml, extra, replace, needle):
 
 
 def test_draft_group_outside_target_refused(runtime_yaml):
-    path = runtime_yaml(**{"tensorParallelSize: 8, quantization": "tensorParallelSize: 2, quantization",
-                           "tensorParallelSize: 1}": "tensorParallelSize: 4}"})
+    path = runtime_yaml(
+        **{
+            "tensorParallelSize: 8, quantization": "tensorParallelSize: 2, quantization",
+            "tensorParallelSize: 1}": "tensorParallelSize: 4}",
+        }
+    )
     plan = plan_launch(path, [], sglang_version=SGLANG_VERSION)
     assert any("inside the target group" in r for r in plan.reasons)
 
@@ -96,7 +121,9 @@ def test_split_only_refusals_do_not_apply_on_full_tp(runtime_yaml):
 
 def test_wrong_sglang_version_refused(runtime_yaml):
     other = "0.0.1"
-    assert any(f"unsupported sglang {other}" in r for r in plan_launch(runtime_yaml(), [], sglang_version=other).reasons)
+    assert any(
+        f"unsupported sglang {other}" in r for r in plan_launch(runtime_yaml(), [], sglang_version=other).reasons
+    )
     assert any("not installed" in r for r in plan_launch(runtime_yaml(), [], sglang_version=None).reasons)
 
 
@@ -132,8 +159,10 @@ def test_importing_runtime_pulls_no_sglang():
     import subprocess
     import sys
 
-    code = ("import sys; sys.path.insert(0, 'runtime'); import specdecode_runtime.cli, specdecode_runtime.launch, "
-            "specdecode_runtime.contract.server_args; assert 'sglang' not in sys.modules and 'torch' not in sys.modules")
+    code = (
+        "import sys; sys.path.insert(0, 'runtime'); import specdecode_runtime.cli, specdecode_runtime.launch, "
+        "specdecode_runtime.contract.server_args; assert 'sglang' not in sys.modules and 'torch' not in sys.modules"
+    )
     from pathlib import Path
 
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
@@ -146,9 +175,25 @@ def test_bench_smoke_cpu(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     r = subprocess.run(
-        [sys.executable, "bench/draft_head_gpu.py", "--tiny", "--device", "cpu", "--iters", "2", "--ctx", "16",
-         "--batches", "1,4", "--out", str(tmp_path)],
-        cwd=root, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "bench/draft_head_gpu.py",
+            "--tiny",
+            "--device",
+            "cpu",
+            "--iters",
+            "2",
+            "--ctx",
+            "16",
+            "--batches",
+            "1,4",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "draft_head_tiny.json").exists()

@@ -17,23 +17,26 @@ from specdecode_runtime.selftest.options import Options  # noqa: E402
 from specdecode_runtime.selftest.runner import RunResult  # noqa: E402
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--device", "tpu"], "--device must be cpu or cuda"),
-    (["--tp", "4", "--draft-ranks", "5"], "--draft-ranks"),
-    (["--tp", "4", "--draft-ranks", "1,x"], "--draft-ranks must be comma-separated integers"),
-    (["--tp", "4", "--draft-tp", "4"], "--draft-tp must be within 1..3"),
-    (["--tp", "1"], "the split layout needs --tp 2"),
-    (["--algorithm", "MEDUSA"], "--algorithm must be EAGLE or EAGLE3"),
-    (["--steps", "0"], "--steps must be within 1..16"),
-    (["--topk", "2", "--live-steps", "1,5"], "--live-steps needs --topk 1"),
-    (["--live-steps", "1,99"], "--live-steps values must be within 0..16"),
-    (["--layouts", "nospec,bogus"], "--layouts must list"),
-    (["--layouts", "split"], "--layouts with split must include sharded"),
-    (["--layouts", "nospec,split"], "--layouts with split must include sharded"),
-    (["--layouts", "nospec,sharded", "--corrupt-draft"], "--corrupt-draft corrupts the split run's draft"),
-    (["--timeout", "1"], "--timeout must be within"),
-    (["--model-config", "/nonexistent/shape.yaml"], "--model-config /nonexistent/shape.yaml"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--device", "tpu"], "--device must be cpu or cuda"),
+        (["--tp", "4", "--draft-ranks", "5"], "--draft-ranks"),
+        (["--tp", "4", "--draft-ranks", "1,x"], "--draft-ranks must be comma-separated integers"),
+        (["--tp", "4", "--draft-tp", "4"], "--draft-tp must be within 1..3"),
+        (["--tp", "1"], "the split layout needs --tp 2"),
+        (["--algorithm", "MEDUSA"], "--algorithm must be EAGLE or EAGLE3"),
+        (["--steps", "0"], "--steps must be within 1..16"),
+        (["--topk", "2", "--live-steps", "1,5"], "--live-steps needs --topk 1"),
+        (["--live-steps", "1,99"], "--live-steps values must be within 0..16"),
+        (["--layouts", "nospec,bogus"], "--layouts must list"),
+        (["--layouts", "split"], "--layouts with split must include sharded"),
+        (["--layouts", "nospec,split"], "--layouts with split must include sharded"),
+        (["--layouts", "nospec,sharded", "--corrupt-draft"], "--corrupt-draft corrupts the split run's draft"),
+        (["--timeout", "1"], "--timeout must be within"),
+        (["--model-config", "/nonexistent/shape.yaml"], "--model-config /nonexistent/shape.yaml"),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(argv, needle, capsys):
     from specdecode_runtime.cli import main
 
@@ -55,8 +58,13 @@ def test_bad_model_config_names_the_key(tmp_path, capsys):
 
 
 def test_unparseable_flag_value_is_argparse_exit_2():
-    out = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", "--tp", "four"],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(RUNTIME)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "specdecode_runtime", "selftest", "--tp", "four"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(RUNTIME)},
+        timeout=120,
+    )
     assert out.returncode == 2 and "--tp" in out.stderr
 
 
@@ -87,8 +95,9 @@ def _free_port() -> int:
 def test_hang_report_names_rank_and_collective(tmp_path):
     port = str(_free_port())
     env = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", _HANG_CHILD, str(r), port, str(tmp_path)], env=env)
-             for r in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _HANG_CHILD, str(r), port, str(tmp_path)], env=env) for r in range(2)
+    ]
     try:
         deadline = time.time() + 120
         while len(hang.rank_pids(tmp_path)) < 2 and time.time() < deadline:
@@ -111,8 +120,15 @@ def test_hang_report_names_rank_and_collective(tmp_path):
 
 
 def _verify(rank: int, loc: list[int]) -> dict:
-    return {"event": "verify", "rank": rank, "round": 1, "bs": 1, "out_cache_loc": loc, "positions": [5, 6],
-            "input_ids": [9, 10]}
+    return {
+        "event": "verify",
+        "rank": rank,
+        "round": 1,
+        "bs": 1,
+        "out_cache_loc": loc,
+        "positions": [5, 6],
+        "input_ids": [9, 10],
+    }
 
 
 def _result(ranks: dict[int, list[dict]], layout: str = "split") -> RunResult:
@@ -123,9 +139,12 @@ def _result(ranks: dict[int, list[dict]], layout: str = "split") -> RunResult:
 
 def test_checks_catch_target_built_in_the_draft_group_and_diverging_kv_slots():
     opts = Options(tp=2, draft_tp=1, draft_ranks=(1,))
-    good = {rk: [{"event": "target_backend", "tier": t, "steps": 1, "tp_group": 2, "tp_size": 2} for t in (0, 1)]
-            + [{"event": "kv_profile", "gathered_bytes": 512 if rk == 1 else 0, "head_gathered": True}]
-            + [_verify(rk, [40, 41])] for rk in (0, 1)}
+    good = {
+        rk: [{"event": "target_backend", "tier": t, "steps": 1, "tp_group": 2, "tp_size": 2} for t in (0, 1)]
+        + [{"event": "kv_profile", "gathered_bytes": 512 if rk == 1 else 0, "head_gathered": True}]
+        + [_verify(rk, [40, 41])]
+        for rk in (0, 1)
+    }
     checks = {c.name: c for c in report.rank_checks(opts, _result(good))}
     assert all(c.ok for c in checks.values()), checks
     bad = {rk: [dict(e) for e in evs] for rk, evs in good.items()}
@@ -142,8 +161,12 @@ def test_checks_catch_target_built_in_the_draft_group_and_diverging_kv_slots():
 
 def test_first_divergence_and_overall_verdict():
     assert report.first_divergence([[1, 2, 3]], [[1, 2, 3]]) is None
-    assert report.first_divergence([[1, 2, 3], [4]], [[1, 2, 3], [5]]) == {"prompt": 1, "position": 0,
-                                                                           "reference": 4, "got": 5}
+    assert report.first_divergence([[1, 2, 3], [4]], [[1, 2, 3], [5]]) == {
+        "prompt": 1,
+        "position": 0,
+        "reference": 4,
+        "got": 5,
+    }
     opts = Options(tp=2, layouts=("nospec", "sharded"))
     ref = RunResult(layout="nospec", tokens=[[1, 2]])
     same = RunResult(layout="sharded", tokens=[[1, 2]])
@@ -154,16 +177,19 @@ def test_first_divergence_and_overall_verdict():
     assert not report.build(opts, [ref]).ok  # a layout that never ran is a failure
 
 
-@pytest.mark.parametrize("heads,kv,tp,device,ok", [
-    (4, 2, 4, "cuda", True),   # fewer KV heads than ranks: each replicated on 2 ranks (SGLang's LlamaAttention)
-    (8, 1, 8, "cuda", True),
-    (4, 2, 4, "cpu", False),   # on a CPU SGLang pads instead, and the padded heads do not load
-    (4, 4, 2, "cpu", True),
-    (8, 4, 4, "cpu", True),
-    (6, 3, 2, "cuda", False),  # 3 KV heads cannot be split over 2 ranks
-    (12, 3, 4, "cuda", False),  # nor replicated evenly over 4
-    (6, 2, 4, "cuda", False),  # attention heads must split evenly
-])
+@pytest.mark.parametrize(
+    "heads,kv,tp,device,ok",
+    [
+        (4, 2, 4, "cuda", True),  # fewer KV heads than ranks: each replicated on 2 ranks (SGLang's LlamaAttention)
+        (8, 1, 8, "cuda", True),
+        (4, 2, 4, "cpu", False),  # on a CPU SGLang pads instead, and the padded heads do not load
+        (4, 4, 2, "cpu", True),
+        (8, 4, 4, "cpu", True),
+        (6, 3, 2, "cuda", False),  # 3 KV heads cannot be split over 2 ranks
+        (12, 3, 4, "cuda", False),  # nor replicated evenly over 4
+        (6, 2, 4, "cuda", False),  # attention heads must split evenly
+    ],
+)
 def test_model_config_head_rule_is_sglangs(heads, kv, tp, device, ok, tmp_path):
     import argparse
 

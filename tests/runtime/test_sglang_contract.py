@@ -78,8 +78,10 @@ def test_parser_accepts_translated_args():
     from specdecode_runtime.contract.server_args import expand_env_refs, sglang_cli_args
 
     cfg = RuntimeConfig.from_yaml(RUNTIME_YAML.replace("nodes: 1", "nodes: 2"))
-    args = expand_env_refs(sglang_cli_args(cfg, ["--mem-fraction-static", "0.8"]),
-                           {"SPECDECODE_NODE_RANK": "1", "SPECDECODE_DIST_INIT_ADDR": "sd-0.sd:5000"})
+    args = expand_env_refs(
+        sglang_cli_args(cfg, ["--mem-fraction-static", "0.8"]),
+        {"SPECDECODE_NODE_RANK": "1", "SPECDECODE_DIST_INIT_ADDR": "sd-0.sd:5000"},
+    )
     sa = prepare_server_args(args)
     assert (sa.model_path, sa.tp_size, sa.quantization, sa.context_length) == ("/models/llama-70b", 8, "fp8", 8192)
     assert (sa.speculative_algorithm, sa.speculative_draft_model_path) == ("EAGLE3", "/models/eagle3")
@@ -153,10 +155,23 @@ def test_layout_third_case_and_proposal_broadcast_on_s(monkeypatch):
         )
         layout = ew2.resolve_draft_parallel_layout(types.SimpleNamespace(tp_execution=None))
         assert isinstance(layout, DraftParallelLayout) and layout.tp_group is group and layout.attn_tp_size == 2
-        batch = types.SimpleNamespace(seq_lens=torch.zeros(2), forward_mode=types.SimpleNamespace(is_idle=lambda: False))
-        out = ew2.build_eagle_verify_input(batch, None, "P", "S", torch.zeros(2, 3, dtype=torch.long), "probs",
-                                           target_worker=None, topk=1, num_steps=3, num_draft_tokens=4,
-                                           tree_mask_mode=None, device="cpu")
+        batch = types.SimpleNamespace(
+            seq_lens=torch.zeros(2), forward_mode=types.SimpleNamespace(is_idle=lambda: False)
+        )
+        out = ew2.build_eagle_verify_input(
+            batch,
+            None,
+            "P",
+            "S",
+            torch.zeros(2, 3, dtype=torch.long),
+            "probs",
+            target_worker=None,
+            topk=1,
+            num_steps=3,
+            num_draft_tokens=4,
+            tree_mask_mode=None,
+            device="cpu",
+        )
     assert out == "verify-input"
     parents, scores, tokens, probs = calls[0]
     assert (parents, scores, probs) == ("P", "S", None) and torch.equal(tokens, sent)

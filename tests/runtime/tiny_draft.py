@@ -40,7 +40,9 @@ def full_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, torch.Tensor]:
     return out
 
 
-def shard_weights(full: dict[str, torch.Tensor], cfg: TinyConfig, tp_rank: int, tp_size: int) -> dict[str, torch.Tensor]:
+def shard_weights(
+    full: dict[str, torch.Tensor], cfg: TinyConfig, tp_rank: int, tp_size: int
+) -> dict[str, torch.Tensor]:
     """Column-parallel qkv/up (split output rows by head / ffn), row-parallel o/down (split input columns),
     vocab-parallel lm_head; the embedding stays replicated."""
     hd = cfg.hidden // cfg.heads
@@ -49,8 +51,10 @@ def shard_weights(full: dict[str, torch.Tensor], cfg: TinyConfig, tp_rank: int, 
     for i in range(cfg.layers):
         qkv = full[f"l{i}.qkv"].view(3, cfg.heads, hd, cfg.hidden)[:, tp_rank * hp : (tp_rank + 1) * hp]
         out[f"l{i}.qkv"] = qkv.reshape(3 * hp * hd, cfg.hidden)
-        out[f"l{i}.o"] = full[f"l{i}.o"].view(cfg.hidden, cfg.heads, hd)[:, tp_rank * hp : (tp_rank + 1) * hp].reshape(
-            cfg.hidden, hp * hd
+        out[f"l{i}.o"] = (
+            full[f"l{i}.o"]
+            .view(cfg.hidden, cfg.heads, hd)[:, tp_rank * hp : (tp_rank + 1) * hp]
+            .reshape(cfg.hidden, hp * hd)
         )
         out[f"l{i}.up"] = full[f"l{i}.up"].chunk(tp_size, 0)[tp_rank]
         out[f"l{i}.down"] = full[f"l{i}.down"].chunk(tp_size, 1)[tp_rank]

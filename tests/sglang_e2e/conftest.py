@@ -48,13 +48,20 @@ def run_host(runs: list[dict], timeout: float = HOST_TIMEOUT_S) -> dict[str, dic
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(RUNTIME), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
-        proc = subprocess.run([sys.executable, "-m", "specdecode_runtime.cpu.host"], input=json.dumps({"runs": runs}),
-                              capture_output=True, text=True, env=env, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "specdecode_runtime.cpu.host"],
+            input=json.dumps({"runs": runs}),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
         stdout, stderr = proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as e:
         stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        stderr = (e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")) + \
-            f"\nhost timed out after {timeout:.0f} s"
+        stderr = (
+            e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        ) + f"\nhost timed out after {timeout:.0f} s"
     results: dict[str, dict] = {}
     for line in stdout.splitlines():
         if line.startswith("{"):
@@ -100,10 +107,16 @@ def stock(tiny_models):
     """Every stock run, in one host process (SGLang imported once for all of them)."""
     runs = []
     for name, (tp, algorithm, draft, steps, topk) in STOCK_RUNS.items():
-        run = {"name": name, "model_dir": tiny_models.target, "tp": tp, "prompts": PROMPTS,
-               "max_new_tokens": MAX_NEW_TOKENS}
+        run = {
+            "name": name,
+            "model_dir": tiny_models.target,
+            "tp": tp,
+            "prompts": PROMPTS,
+            "max_new_tokens": MAX_NEW_TOKENS,
+        }
         if algorithm:
-            run.update(algorithm=algorithm, draft_dir=tiny_models.draft(algorithm, draft == "agree"), steps=steps,
-                       topk=topk)
+            run.update(
+                algorithm=algorithm, draft_dir=tiny_models.draft(algorithm, draft == "agree"), steps=steps, topk=topk
+            )
         runs.append(run)
     return run_host(runs)

@@ -41,12 +41,34 @@ def probed(tmp_path_factory):
         pytest.skip("sglang is not installed")
     keep = tmp_path_factory.mktemp("cost-probe")
     (keep / "shape.yaml").write_text(SHAPE)
-    argv = ["--device", "cpu", "--tp", "1", "--layouts", "sharded", "--steps", "3", "--live-steps", "1", "--json",
-            "--model-config", str(keep / "shape.yaml"), "--timeout", "400", "--keep", str(keep)]
+    argv = [
+        "--device",
+        "cpu",
+        "--tp",
+        "1",
+        "--layouts",
+        "sharded",
+        "--steps",
+        "3",
+        "--live-steps",
+        "1",
+        "--json",
+        "--model-config",
+        str(keep / "shape.yaml"),
+        "--timeout",
+        "400",
+        "--keep",
+        str(keep),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
     # its own process: SGLang's shutdown kills every child of the process that started the engine
-    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
-                          text=True, env=env, timeout=540)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdecode_runtime", "selftest", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=540,
+    )
     start = proc.stdout.find('{\n  "options"')
     assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
     run = json.loads(proc.stdout[start:])["runs"][0]

@@ -59,7 +59,7 @@ def _reference(target: str, prompts: tuple[tuple[int, ...], ...], n: int) -> lis
             for _ in range(n):
                 logits = model(torch.tensor([ids])).logits[0, -1]
                 ids.append(int(logits.argmax()))
-            out.append(ids[len(p):])
+            out.append(ids[len(p) :])
     return out
 
 
@@ -89,8 +89,7 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
 
     _require_sglang()
     keep = tmp_path / "keep"
-    argv = ["--device", "cpu", "--layouts", "sharded,split", "--json", "--timeout", "600", "--keep", str(keep),
-            *argv]
+    argv = ["--device", "cpu", "--layouts", "sharded,split", "--json", "--timeout", "600", "--keep", str(keep), *argv]
     proc, report = run_selftest(argv)
     for run in report["runs"]:
         assert "hang" not in run, run["hang"]["summary"]
@@ -101,8 +100,14 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
     opts = from_namespace(ap.parse_args(argv))
     root = keep / "models"
     shape = json.loads((root / "shape.json").read_text())
-    models = TinyModels(target=str(root / "target"), eagle=str(root / "eagle"), eagle3=str(root / "eagle3"),
-                        eagle_agree=str(root / "eagle_agree"), eagle3_agree=str(root / "eagle3_agree"), shape=shape)
+    models = TinyModels(
+        target=str(root / "target"),
+        eagle=str(root / "eagle"),
+        eagle3=str(root / "eagle3"),
+        eagle_agree=str(root / "eagle_agree"),
+        eagle3_agree=str(root / "eagle3_agree"),
+        shape=shape,
+    )
     ref = _reference(models.target, tuple(tuple(p) for p in prompts(opts, shape["vocab_size"])), max_new_tokens(opts))
     return SplitRun(opts, report, run, read_records(keep / "split" / "ranks"), models, ref)
 
@@ -110,8 +115,13 @@ def _run(tmp_path, argv: list[str]) -> SplitRun:
 def run_selftest(argv: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
     """``specdecode-runtime selftest ARGV`` in its own process; its exit and its JSON report."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "specdecode_runtime", "selftest", *argv], capture_output=True,
-                          text=True, env=env, timeout=840)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdecode_runtime", "selftest", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=840,
+    )
     start = proc.stdout.find('{\n  "options"')
     assert start >= 0, f"no report (exit {proc.returncode}); stderr tail:\n{proc.stderr[-3000:]}"
     return proc, json.loads(proc.stdout[start:])
@@ -143,11 +153,14 @@ def _assert_checks(r: SplitRun, *names):
         assert r.checks[name]["ok"], f"{name}: {r.checks[name]['detail']}"
 
 
-SPLIT_CHECKS = ("target state built with the target TP group", "verify KV slots identical on every rank",
-                "KV pool sized with the draft's gathered vocabulary resident",
-                "exported acceptance counters equal the engine's counts",
-                "drafted tokens equal the sharded draft's in the same state",
-                "accepted drafts equal the sharded draft's in the same state")
+SPLIT_CHECKS = (
+    "target state built with the target TP group",
+    "verify KV slots identical on every rank",
+    "KV pool sized with the draft's gathered vocabulary resident",
+    "exported acceptance counters equal the engine's counts",
+    "drafted tokens equal the sharded draft's in the same state",
+    "accepted drafts equal the sharded draft's in the same state",
+)
 
 
 def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
@@ -157,19 +170,20 @@ def test_split_tp2_draft_on_rank0_live_step_changes(tmp_path):
     built it inside its one-rank draft group: the tiers' target backends at TP 1 on rank 0), switches at the same
     decode round, writes the same KV slots; the exported counters equal SGLang's own and the recount from the
     target's logits; the split draft proposes what the sharded one does in the same states."""
-    r = _run(tmp_path, ["--tp", "2", "--draft-ranks", "0", "--algorithm", "EAGLE", "--steps", "3",
-                        "--live-steps", "0,5"])
+    r = _run(
+        tmp_path, ["--tp", "2", "--draft-ranks", "0", "--algorithm", "EAGLE", "--steps", "3", "--live-steps", "0,5"]
+    )
     assert r.run["draft_ranks"] == [0]
     assert r.run["tokens"] == r.reference
     assert r.report["ok"], r.report["summary"]
     _assert_checks(r, *SPLIT_CHECKS, "step tier switched on every rank")
-    tiers = {(e["rank"], e["steps"]) for evs in r.ranks.values() for e in evs
-             if e["event"] == "target_backend" and e["tier"]}
+    tiers = {
+        (e["rank"], e["steps"]) for evs in r.ranks.values() for e in evs if e["event"] == "target_backend" and e["tier"]
+    }
     assert tiers == {(rk, k) for rk in (0, 1) for k in (0, 5)}  # the two extra tiers, built on both ranks
     switches = [(e["frm"], e["to"]) for e in r.ranks[0] if e["event"] == "switch"]
     assert switches == [(3, 0), (0, 5)]
-    at_zero = [e for e in r.ranks[0]
-               if e["event"] == "verify" and e["round"] >= 1 and len(e["input_ids"]) == e["bs"]]
+    at_zero = [e for e in r.ranks[0] if e["event"] == "verify" and e["round"] >= 1 and len(e["input_ids"]) == e["bs"]]
     assert at_zero and all(a == 0 for e in at_zero for a in e["accepted"])  # one-token verifies, nothing drafted
     assert [p["status"] for p in r.run["puts"]] == [200, 200]
     assert r.run["acceptance"]["engine"]["accept_length"] > 1.2  # the agreeing draft is accepted
@@ -207,8 +221,23 @@ def test_split_tp4_eagle3_draft_tp2_multi_step_tree(tmp_path):
     topk 2 over 2 steps (the tree shape GPUs run by default: parents and score indices travel in the broadcast;
     the single-step tree's empty parent list is checked against SGLang's own tree code in test_split_defects); the
     target head is never gathered."""
-    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1,2", "--algorithm", "EAGLE3", "--steps", "2", "--topk", "2",
-                        "--num-draft-tokens", "4"])
+    r = _run(
+        tmp_path,
+        [
+            "--tp",
+            "4",
+            "--draft-ranks",
+            "1,2",
+            "--algorithm",
+            "EAGLE3",
+            "--steps",
+            "2",
+            "--topk",
+            "2",
+            "--num-draft-tokens",
+            "4",
+        ],
+    )
     assert r.run["draft_ranks"] == [1, 2]
     assert r.run["tokens"] == r.reference
     assert r.report["ok"], r.report["summary"]
@@ -229,9 +258,26 @@ def test_corrupt_draft_is_caught_by_the_draft_checks():
     from specdecode_runtime.selftest.draft_checks import ACCEPT_CHECK, DRAFTS_CHECK
 
     _require_sglang()
-    proc, rep = run_selftest(["--device", "cpu", "--tp", "2", "--draft-ranks", "1", "--layouts", "sharded,split",
-                              "--prompts", "1", "--max-new-tokens", "8", "--corrupt-draft", "--json",
-                              "--timeout", "600"])
+    proc, rep = run_selftest(
+        [
+            "--device",
+            "cpu",
+            "--tp",
+            "2",
+            "--draft-ranks",
+            "1",
+            "--layouts",
+            "sharded,split",
+            "--prompts",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--corrupt-draft",
+            "--json",
+            "--timeout",
+            "600",
+        ]
+    )
     runs = {r["layout"]: r for r in rep["runs"]}
     assert runs["sharded"]["ok"], runs["sharded"]
     split = runs["split"]
@@ -242,13 +288,31 @@ def test_corrupt_draft_is_caught_by_the_draft_checks():
     assert proc.returncode == 1 and not rep["ok"] and DRAFTS_CHECK in rep["summary"]
 
 
-@pytest.mark.skipif(not os.environ.get("SPECDECODE_E2E_FULL"), reason="another two engine starts; the CI budget runs "
-                    "this placement through `specdecode-runtime selftest` (bench/results/selftest_cpu_tp4.md); set "
-                    "SPECDECODE_E2E_FULL=1 to run it here")
+@pytest.mark.skipif(
+    not os.environ.get("SPECDECODE_E2E_FULL"),
+    reason="another two engine starts; the CI budget runs "
+    "this placement through `specdecode-runtime selftest` (bench/results/selftest_cpu_tp4.md); set "
+    "SPECDECODE_E2E_FULL=1 to run it here",
+)
 def test_split_tp4_draft_tp1_on_rank1_tree(tmp_path):
     """Draft TP 1 on rank 1 alone, a topk-2 tree over 3 steps."""
-    r = _run(tmp_path, ["--tp", "4", "--draft-ranks", "1", "--algorithm", "EAGLE", "--steps", "3", "--topk", "2",
-                        "--num-draft-tokens", "5"])
+    r = _run(
+        tmp_path,
+        [
+            "--tp",
+            "4",
+            "--draft-ranks",
+            "1",
+            "--algorithm",
+            "EAGLE",
+            "--steps",
+            "3",
+            "--topk",
+            "2",
+            "--num-draft-tokens",
+            "5",
+        ],
+    )
     assert r.run["draft_ranks"] == [1]
     assert r.run["tokens"] == r.reference
     _assert_checks(r, *SPLIT_CHECKS)

@@ -33,8 +33,9 @@ def _get(url: str, timeout: float = 5) -> bytes:
 
 
 def _post(url: str, body: dict, timeout: float = 60) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback
         return json.loads(r.read(1 << 20))
 
@@ -61,16 +62,33 @@ target: {{model: {tiny_models.target}, tensorParallelSize: 1}}
 draft: {{model: {tiny_models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
 speculative: {{numSteps: 3, eagleTopK: 1, candidateSteps: [3]}}
 nccl: {{profile: None, preflight: false}}
-server: {{port: {port}, controlPort: {control}, tokenFile: {work / 'token'}}}
+server: {{port: {port}, controlPort: {control}, tokenFile: {work / "token"}}}
 topology: {{nodes: 1, gpusPerNode: 1}}
 """)
-    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(work / "metrics"), SPECDECODE_STATE_DIR=str(work / "state"),
-               PYTHONPATH=os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        PROMETHEUS_MULTIPROC_DIR=str(work / "metrics"),
+        SPECDECODE_STATE_DIR=str(work / "state"),
+        PYTHONPATH=os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     log = open(work / "launch.log", "wb")
     # Its own session: SGLang's shutdown and crash handling kill the whole process tree of the server process.
-    proc = subprocess.Popen([sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(work / "runtime.yaml"),
-                             "--", "--skip-server-warmup"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdecode_runtime",
+            "launch",
+            "--config",
+            str(work / "runtime.yaml"),
+            "--",
+            "--skip-server-warmup",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -82,8 +100,9 @@ topology: {{nodes: 1, gpusPerNode: 1}}
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S} s:\n"
-                                f"{(work / 'launch.log').read_text()[-4000:]}")
+                    pytest.fail(
+                        f"server not healthy after {STARTUP_TIMEOUT_S} s:\n{(work / 'launch.log').read_text()[-4000:]}"
+                    )
                 time.sleep(2)
         yield base
     finally:
@@ -100,8 +119,13 @@ topology: {{nodes: 1, gpusPerNode: 1}}
 
 
 def test_launch_serves_the_engine_tokens(served, stock):
-    out = _post(served + "/generate", {"input_ids": PROMPTS[0], "sampling_params": {
-        "temperature": 0, "max_new_tokens": MAX_NEW_TOKENS, "ignore_eos": True}})
+    out = _post(
+        served + "/generate",
+        {
+            "input_ids": PROMPTS[0],
+            "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS, "ignore_eos": True},
+        },
+    )
     assert out["output_ids"] == result_of(stock, "nospec-tp1")["tokens"][0]
     meta = out["meta_info"]
     assert meta["spec_verify_ct"] > 0

@@ -126,8 +126,12 @@ async def test_slow_clients_are_disconnected_at_the_request_deadline(served, mon
 
     async def slow_body() -> bytes:
         reader, writer = await asyncio.open_connection(host, port)
-        writer.write((f"PUT {STEPS_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
-                      "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode())
+        writer.write(
+            (
+                f"PUT {STEPS_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            ).encode()
+        )
         await writer.drain()
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout=5)
         writer.close()

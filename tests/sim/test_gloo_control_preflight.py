@@ -55,8 +55,17 @@ def _worker(rank, port, queue):
             t.join()
         t1 = time.perf_counter()
         timings = preflight.run_preflight(iterations=30, warmup=5, broadcast_shape=(4, 6))
-        queue.put((rank, logs, every1.applied, every4.applied, preflight.summary(timings),
-                   [(r.op, r.nbytes, r.seconds) for r in timings], (t1 - t0, time.perf_counter() - t1)))
+        queue.put(
+            (
+                rank,
+                logs,
+                every1.applied,
+                every4.applied,
+                preflight.summary(timings),
+                [(r.op, r.nbytes, r.seconds) for r in timings],
+                (t1 - t0, time.perf_counter() - t1),
+            )
+        )
     finally:
         dist.destroy_process_group()
 

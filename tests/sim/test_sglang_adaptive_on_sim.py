@@ -35,8 +35,11 @@ def test_sglang_controller_runs_on_the_simulator():
     tail = chosen[len(chosen) // 2 :]
     assert max(tail) <= 3
     final = eng.table.lookup(1)
-    vals = {(x.name, x.labels.get("bucket")): x.value
-            for f in text_string_to_metric_families(eng.metrics_text()) for x in f.samples}
+    vals = {
+        (x.name, x.labels.get("bucket")): x.value
+        for f in text_string_to_metric_families(eng.metrics_text())
+        for x in f.samples
+    }
     assert vals[("specdecode_num_steps", "1")] == final
     assert vals[("specdecode_verify_cycles_total", "1")] == len(chosen)
     assert vals[("specdecode_draft_steps_total", "1")] == sum(chosen)

@@ -39,8 +39,11 @@ def test_noise_moves_samples_but_the_median_of_three_stays_close():
     sc = load_scenario(SCEN / "h200-nvlink.yaml")
     pts = simulated_probe(sc.cycle_cost(), [0, 3], sc.buckets, seed=5, bias=0.0, noise=0.05)
     truth = SimulatedStages(sc.cycle_cost(), np.random.default_rng(0), 0.0, 0.0)
-    errs = [abs(1000 * p.seconds / truth.true_ms(p.stage, p.steps, p.batch) - 1) for p in pts
-            if truth.true_ms(p.stage, p.steps, p.batch) > 0]
+    errs = [
+        abs(1000 * p.seconds / truth.true_ms(p.stage, p.steps, p.batch) - 1)
+        for p in pts
+        if truth.true_ms(p.stage, p.steps, p.batch) > 0
+    ]
     assert max(errs) < 0.2 and any(e > 1e-4 for e in errs)
 
 

@@ -71,7 +71,9 @@ def test_per_position_rates_recover_the_scenario_acceptance(seed):
 def test_phase_seconds_add_up_to_simulated_time(seed):
     e = run(seed, 4, seconds=60)
     text = e.metrics_text()
-    total = sum(metric(text, "specdecode_cycle_seconds_sum", phase=p) for p in ("draft", "verify", "draft_extend", "other"))
+    total = sum(
+        metric(text, "specdecode_cycle_seconds_sum", phase=p) for p in ("draft", "verify", "draft_extend", "other")
+    )
     assert total == pytest.approx(e.now, rel=1e-9)
     cost = e.cost
     draft = metric(text, "specdecode_cycle_seconds_sum", phase="draft")
@@ -88,7 +90,9 @@ def test_step_table_per_bucket_and_phases():
     assert e.phase_index == len(s.phases) - 1 and e.finished
     assert metric(text, "specdecode_num_steps", bucket="8-31") == 3
     assert metric(text, "specdecode_num_steps", bucket="64+") == 1
-    assert metric(text, "specdecode_draft_steps_total", bucket="64+") == metric(text, "specdecode_verify_cycles_total", bucket="64+")
+    assert metric(text, "specdecode_draft_steps_total", bucket="64+") == metric(
+        text, "specdecode_verify_cycles_total", bucket="64+"
+    )
     assert metric(text, "specdecode_position_attempts_total", bucket="64+", position="2") == 0
     assert metric(text, "specdecode_verify_cycles_total", bucket="2-7") > 0
 

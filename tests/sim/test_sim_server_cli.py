@@ -35,7 +35,11 @@ async def client(tmp_path):
 
 
 def parse(text):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 async def test_health_model_info_and_clock(client):
@@ -54,16 +58,27 @@ async def test_metrics_carry_the_contract_and_the_simulated_label(client):
     assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
     vals = parse(await r.text())
     names = {n for n, _ in vals}
-    for required in ("specdecode_verify_cycles_total", "specdecode_position_attempts_total",
-                     "specdecode_position_accepted_total", "specdecode_cycle_seconds_sum", "specdecode_cycle_seconds_count",
-                     "specdecode_num_steps", "specdecode_candidate_steps", "specdecode_draft_tp",
-                     "specdecode_tokens_generated_total", "sglang:spec_accept_length", "sglang:gen_throughput"):
+    for required in (
+        "specdecode_verify_cycles_total",
+        "specdecode_position_attempts_total",
+        "specdecode_position_accepted_total",
+        "specdecode_cycle_seconds_sum",
+        "specdecode_cycle_seconds_count",
+        "specdecode_num_steps",
+        "specdecode_candidate_steps",
+        "specdecode_draft_tp",
+        "specdecode_tokens_generated_total",
+        "sglang:spec_accept_length",
+        "sglang:gen_throughput",
+    ):
         assert required in names, required
     assert all(dict(labels).get("simulated") == "true" for _, labels in vals)
 
 
 async def test_put_changes_the_simulated_runtime(client):
-    r = await client.put(STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 5}, {"minBatch": 4, "steps": 1}]}, headers=AUTH)
+    r = await client.put(
+        STEPS_PATH, json={"table": [{"minBatch": 1, "steps": 5}, {"minBatch": 4, "steps": 1}]}, headers=AUTH
+    )
     assert r.status == 200, await r.text()
     assert client.engine.table.lookup(2) == 5 and client.engine.table.lookup(8) == 1
     vals = parse(await (await client.get("/metrics")).text())
@@ -74,8 +89,9 @@ async def test_put_changes_the_simulated_runtime(client):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "specdecode_runtime.simulate", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "specdecode_runtime.simulate", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_offline_prints_simulated_json():
@@ -89,7 +105,10 @@ def test_cli_offline_prints_simulated_json():
     "args, expect",
     [
         (["--scenario", "/nonexistent.yaml"], "cannot read file"),
-        (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--candidates", "0,1,3,4,7", "--steps", "6"], "allowed: [0, 1, 3, 4, 7]"),
+        (
+            ["--scenario", str(SCEN / "pcie8-seed.yaml"), "--candidates", "0,1,3,4,7", "--steps", "6"],
+            "allowed: [0, 1, 3, 4, 7]",
+        ),
         (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--steps", "9"], "allowed: [0, 1, 2, 3, 4, 5, 6, 7]"),
         (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--draft-tp", "3"], "allowed: [1, 2, 4, 8]"),
         (["--scenario", str(SCEN / "pcie8-seed.yaml"), "--speed", "0"], "--speed: must be > 0"),
@@ -130,5 +149,7 @@ def test_preflight_export_and_summary():
     res = [CollectiveTiming("all_reduce", 4096, 41.5e-6, 200), CollectiveTiming("broadcast", 48, 12e-6, 200)]
     export(res, SpecMetrics(reg))
     vals = parse(generate_latest(reg).decode())
-    assert vals[("specdecode_nccl_latency_seconds", (("bytes", "4096"), ("op", "all_reduce")))] == pytest.approx(41.5e-6)
+    assert vals[("specdecode_nccl_latency_seconds", (("bytes", "4096"), ("op", "all_reduce")))] == pytest.approx(
+        41.5e-6
+    )
     assert summary(res) == {"all_reduce": {"4096": 41.5}, "broadcast": {"48": 12.0}}

@@ -45,8 +45,18 @@ def test_record_cycle_updates_every_contract_series():
     m.record_cycle(3, 4, [4, 1, 0], {"draft": 0.004, "verify": 0.010, "draft_extend": 0.001, "other": 0.0005})
     b = "2-7"
     assert value(reg, "specdecode_verify_cycles_total", bucket=b) == 1
-    assert [value(reg, "specdecode_position_attempts_total", bucket=b, position=str(j)) for j in range(1, 5)] == [3, 2, 1, 1]
-    assert [value(reg, "specdecode_position_accepted_total", bucket=b, position=str(j)) for j in range(1, 5)] == [2, 1, 1, 1]
+    assert [value(reg, "specdecode_position_attempts_total", bucket=b, position=str(j)) for j in range(1, 5)] == [
+        3,
+        2,
+        1,
+        1,
+    ]
+    assert [value(reg, "specdecode_position_accepted_total", bucket=b, position=str(j)) for j in range(1, 5)] == [
+        2,
+        1,
+        1,
+        1,
+    ]
     assert value(reg, "specdecode_cycle_seconds_sum", bucket=b, phase="verify") == pytest.approx(0.010)
     assert value(reg, "specdecode_cycle_seconds_count", bucket=b, phase="draft_extend") == 1
     assert value(reg, "specdecode_tokens_generated_total") == 5 + 2 + 1
@@ -92,8 +102,16 @@ def test_bulk_add_equals_repeated_records():
     for c in (0, 1, 2, 2):
         a.record_cycle(1, 2, [c], phases)
     att, acc = position_counts(2, [0, 1, 2, 2])
-    b.add_cycles("1", cycles=4, requests=4, draft_steps=8, attempts=att, accepted=acc,
-                 phase_seconds={k: 4 * v for k, v in phases.items()}, tokens=1 + 2 + 3 + 3)
+    b.add_cycles(
+        "1",
+        cycles=4,
+        requests=4,
+        draft_steps=8,
+        attempts=att,
+        accepted=acc,
+        phase_seconds={k: 4 * v for k, v in phases.items()},
+        tokens=1 + 2 + 3 + 3,
+    )
     sa, sb = samples(one), samples(bulk)
     strip = lambda s: {k: v for k, v in s.items() if not k[0].endswith("_created")}
     assert strip(sa).keys() == strip(sb).keys()
@@ -117,8 +135,11 @@ def test_multiprocess_mode_aggregates_processes(tmp_path):
         print(render_latest().decode())
     """)
     out = subprocess.run([sys.executable, "-c", render], check=True, env=env, capture_output=True, text=True).stdout
-    vals = {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(out) for s in f.samples}
+    vals = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(out)
+        for s in f.samples
+    }
     assert vals[("specdecode_verify_cycles_total", (("bucket", "1"),))] == 2
     assert vals[("specdecode_position_accepted_total", (("bucket", "1"), ("position", "1")))] == 2
     assert vals[("specdecode_position_accepted_total", (("bucket", "1"), ("position", "3")))] == 1

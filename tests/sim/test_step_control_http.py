@@ -132,7 +132,9 @@ async def test_body_that_is_not_json_is_400(client):
 
 
 def test_lookup_uses_the_largest_min_batch_not_above():
-    t = parse_step_table({"table": [{"minBatch": 32, "steps": 1}, {"minBatch": 1, "steps": 5}, {"minBatch": 8, "steps": 3}]})
+    t = parse_step_table(
+        {"table": [{"minBatch": 32, "steps": 1}, {"minBatch": 1, "steps": 5}, {"minBatch": 8, "steps": 3}]}
+    )
     assert [t.lookup(b) for b in (1, 7, 8, 31, 32, 500)] == [5, 5, 3, 3, 1, 1]
     with pytest.raises(StepTableError) as exc:
         t.check_candidates([1, 3])
@@ -163,8 +165,10 @@ async def test_a_refusal_says_what_to_send(client):
     r = await client.get(STEPS_PATH)
     assert r.status == 401
     assert r.headers["WWW-Authenticate"] == 'Bearer realm="specdecode"'
-    assert await r.json() == {"error": "missing or invalid bearer token (Authorization: Bearer <token from the "
-                                       "mounted Secret, or the operator's ServiceAccount token>)"}
+    assert await r.json() == {
+        "error": "missing or invalid bearer token (Authorization: Bearer <token from the "
+        "mounted Secret, or the operator's ServiceAccount token>)"
+    }
 
 
 def test_channel_takes_at_most_the_table_bound_and_numbers_each_submit():
@@ -226,7 +230,8 @@ async def test_the_pod_environment_turns_on_serviceaccount_tokens(aiohttp_client
     assert (await c.get(STEPS_PATH, headers=AUTH)).status == 200  # the shared token still works beside it
     made = [v for v in verifiers if v.settings is not None]
     assert [(v.settings.issuer, v.settings.audience) for v in made] == [
-        ("https://kubernetes.default.svc", "specdecode-runtime")]
+        ("https://kubernetes.default.svc", "specdecode-runtime")
+    ]
     r = await c.get(STEPS_PATH, headers={"Authorization": "Bearer other-sa"})
     assert r.status == 403 and (await r.json()) == {"error": "refused other-sa"}
     r = await c.get(STEPS_PATH, headers={"Authorization": "Bearer forged"})
@@ -278,5 +283,6 @@ def test_the_token_file_is_read_again_only_when_it_changes(tmp_path, monkeypatch
     with caplog.at_level("WARNING", logger="specdecode_runtime.control"):
         assert tokens.token() == ""
     assert [r.getMessage() for r in caplog.records if r.name == "specdecode_runtime.control"][0].startswith(
-        "control token unusable, every request is refused: ")
+        "control token unusable, every request is refused: "
+    )
     assert str(control.MAX_TOKEN_BYTES) in caplog.text

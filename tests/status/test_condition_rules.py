@@ -15,8 +15,12 @@ from specdecode_operator.status.conditions import TYPES, Observation, compute, w
 
 
 def ready_deployment(n: int = 2) -> dict:
-    return {"kind": "Deployment", "metadata": {"generation": 1}, "spec": {"replicas": n},
-            "status": {"observedGeneration": 1, "replicas": n, "updatedReplicas": n, "readyReplicas": n}}
+    return {
+        "kind": "Deployment",
+        "metadata": {"generation": 1},
+        "spec": {"replicas": n},
+        "status": {"observedGeneration": 1, "replicas": n, "updatedReplicas": n, "readyReplicas": n},
+    }
 
 
 def by_type(status: dict) -> dict:
@@ -24,8 +28,9 @@ def by_type(status: dict) -> dict:
 
 
 def test_an_invalid_spec_names_its_first_problem_and_counts_the_rest():
-    one = by_type(compute(Observation(generation=4, problems=["spec.a: bad"], workload=ready_deployment(),
-                                      desired_replicas=2)))
+    one = by_type(
+        compute(Observation(generation=4, problems=["spec.a: bad"], workload=ready_deployment(), desired_replicas=2))
+    )
     assert one["SpecValid"] == ("False", "InvalidSpec", "spec.a: bad")
     three = by_type(compute(Observation(generation=4, problems=["spec.a: bad", "spec.b: worse", "spec.c: x"])))
     assert three["SpecValid"] == ("False", "InvalidSpec", "spec.a: bad (and 2 more)")
@@ -49,8 +54,11 @@ def test_a_valid_spec_is_said_so():
 
 def test_a_pause_holds_ready_and_progressing_even_when_all_replicas_are_ready():
     c = by_type(compute(Observation(generation=1, paused=True, workload=ready_deployment(), desired_replicas=2)))
-    assert c["Paused"] == ("True", "ReconcilePaused",
-                           "annotation specdecode.io/reconcile=paused: children are not written")
+    assert c["Paused"] == (
+        "True",
+        "ReconcilePaused",
+        "annotation specdecode.io/reconcile=paused: children are not written",
+    )
     assert c["Progressing"] == ("False", "ReconcilePaused", "reconciliation is paused")
     assert c["Ready"] == ("False", "ReconcilePaused", "reconciliation is paused")
     assert c["Degraded"] == ("False", "AsExpected", "")
@@ -62,17 +70,37 @@ def test_a_pause_over_an_invalid_spec_still_reports_the_spec():
     assert c["Progressing"][1] == c["Ready"][1] == "ReconcilePaused"
 
 
-@pytest.mark.parametrize("obs,reason,message", [
-    (Observation(generation=1, collisions=["Service/llama", "Deployment/llama"], workload=ready_deployment(),
-                 desired_replicas=2),
-     "NameCollision", "objects not owned by this SpecDecodeDeployment hold our names: Service/llama, Deployment/llama"),
-    (Observation(generation=1, error="API error 500 boom", workload=ready_deployment(), desired_replicas=2),
-     "ReconcileError", "API error 500 boom"),
-    (Observation(generation=1, problems=["spec.a: bad"], collisions=["Service/llama"], error="API error 500"),
-     "InvalidSpec", "the spec is invalid; children were left untouched"),
-    (Observation(generation=1, collisions=["Service/llama"], error="API error 500"),
-     "NameCollision", "objects not owned by this SpecDecodeDeployment hold our names: Service/llama"),
-], ids=["collision", "api-error", "invalid-over-collision-and-error", "collision-over-error"])
+@pytest.mark.parametrize(
+    "obs,reason,message",
+    [
+        (
+            Observation(
+                generation=1,
+                collisions=["Service/llama", "Deployment/llama"],
+                workload=ready_deployment(),
+                desired_replicas=2,
+            ),
+            "NameCollision",
+            "objects not owned by this SpecDecodeDeployment hold our names: Service/llama, Deployment/llama",
+        ),
+        (
+            Observation(generation=1, error="API error 500 boom", workload=ready_deployment(), desired_replicas=2),
+            "ReconcileError",
+            "API error 500 boom",
+        ),
+        (
+            Observation(generation=1, problems=["spec.a: bad"], collisions=["Service/llama"], error="API error 500"),
+            "InvalidSpec",
+            "the spec is invalid; children were left untouched",
+        ),
+        (
+            Observation(generation=1, collisions=["Service/llama"], error="API error 500"),
+            "NameCollision",
+            "objects not owned by this SpecDecodeDeployment hold our names: Service/llama",
+        ),
+    ],
+    ids=["collision", "api-error", "invalid-over-collision-and-error", "collision-over-error"],
+)
 def test_degraded_names_the_first_of_invalid_collision_error(obs, reason, message):
     c = by_type(compute(obs))
     assert c["Degraded"] == ("True", reason, message)
@@ -81,10 +109,16 @@ def test_degraded_names_the_first_of_invalid_collision_error(obs, reason, messag
 
 
 def test_a_rollout_names_what_it_replaces():
-    rolling = dict(ready_deployment(), status={"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1,
-                                                "readyReplicas": 1})
-    c = by_type(compute(Observation(generation=1, workload=rolling, desired_replicas=2,
-                                    replaced=["Deployment/llama", "Service/llama-old"])))
+    rolling = dict(
+        ready_deployment(), status={"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "readyReplicas": 1}
+    )
+    c = by_type(
+        compute(
+            Observation(
+                generation=1, workload=rolling, desired_replicas=2, replaced=["Deployment/llama", "Service/llama-old"]
+            )
+        )
+    )
     msg = "replacing Deployment/llama, Service/llama-old; 1/2 replicas ready"
     assert c["Progressing"] == ("True", "RollingOut", msg)
     assert c["Ready"] == ("False", "RollingOut", msg)
@@ -93,15 +127,30 @@ def test_a_rollout_names_what_it_replaces():
 
 
 def test_the_stanza_carries_generation_counts_selector_and_foreign_conditions_in_order():
-    extra = [{"type": "MetricsAvailable", "status": "True", "reason": "Scraped", "message": "2 pods"},
-             {"type": "Ready", "status": "True", "reason": "Forged", "message": ""}]  # ours: never taken from extra
-    status = compute(Observation(generation=9, workload=ready_deployment(3), desired_replicas=3,
-                                 selector="app=x", extra=extra, paused=True))
-    assert [c["type"] for c in status["conditions"]] == ["Ready", "SpecValid", "Paused", "Degraded", "Progressing",
-                                                         "MetricsAvailable"]
+    extra = [
+        {"type": "MetricsAvailable", "status": "True", "reason": "Scraped", "message": "2 pods"},
+        {"type": "Ready", "status": "True", "reason": "Forged", "message": ""},
+    ]  # ours: never taken from extra
+    status = compute(
+        Observation(
+            generation=9, workload=ready_deployment(3), desired_replicas=3, selector="app=x", extra=extra, paused=True
+        )
+    )
+    assert [c["type"] for c in status["conditions"]] == [
+        "Ready",
+        "SpecValid",
+        "Paused",
+        "Degraded",
+        "Progressing",
+        "MetricsAvailable",
+    ]
     assert all(c["observedGeneration"] == 9 for c in status["conditions"])
-    assert (status["observedGeneration"], status["replicas"], status["readyReplicas"], status["selector"]) == \
-        (9, 3, 3, "app=x")
+    assert (status["observedGeneration"], status["replicas"], status["readyReplicas"], status["selector"]) == (
+        9,
+        3,
+        3,
+        "app=x",
+    )
     assert "observedGeneration" not in extra[0]  # reported as a copy, the caller's entry untouched
     assert "selector" not in compute(Observation(generation=1))
     assert set(TYPES) == {"Ready", "Progressing", "Degraded", "SpecValid", "Paused"}

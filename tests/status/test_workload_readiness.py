@@ -15,8 +15,7 @@ def deployment(replicas=2, updated=2, ready=2, observed=GENERATION, spec=2) -> d
     status = {"replicas": replicas, "updatedReplicas": updated, "readyReplicas": ready}
     if observed is not None:
         status["observedGeneration"] = observed
-    return {"kind": "Deployment", "metadata": {"generation": GENERATION}, "spec": {"replicas": spec},
-            "status": status}
+    return {"kind": "Deployment", "metadata": {"generation": GENERATION}, "spec": {"replicas": spec}, "status": status}
 
 
 def lws(replicas=2, updated=2, ready=2, spec=2, observed=None, omit=()) -> dict:
@@ -27,8 +26,12 @@ def lws(replicas=2, updated=2, ready=2, spec=2, observed=None, omit=()) -> dict:
         status["observedGeneration"] = observed
     for key in omit:
         status.pop(key)
-    return {"kind": "LeaderWorkerSet", "metadata": {"generation": GENERATION}, "spec": {"replicas": spec},
-            "status": status}
+    return {
+        "kind": "LeaderWorkerSet",
+        "metadata": {"generation": GENERATION},
+        "spec": {"replicas": spec},
+        "status": status,
+    }
 
 
 # (id, workload, desired replicas, Ready expected)
@@ -41,8 +44,12 @@ ROWS = [
     ("deployment status of an older generation", deployment(observed=GENERATION - 1), 2, False),
     ("deployment status of a newer generation", deployment(observed=GENERATION + 1), 2, True),
     ("deployment status never observed", deployment(observed=None), 2, False),
-    ("deployment no status yet", {"kind": "Deployment", "metadata": {"generation": 1}, "spec": {"replicas": 2}},
-     2, False),
+    (
+        "deployment no status yet",
+        {"kind": "Deployment", "metadata": {"generation": 1}, "spec": {"replicas": 2}},
+        2,
+        False,
+    ),
     ("lws all groups ready", lws(), 2, True),
     ("lws 0 groups ready", lws(ready=0), 2, False),
     ("lws 0 groups ready, readyReplicas absent", lws(omit=("readyReplicas",)), 2, False),
@@ -51,8 +58,12 @@ ROWS = [
     ("lws updatedReplicas absent, all ready", lws(omit=("updatedReplicas",)), 2, True),
     ("lws updatedReplicas absent, one short", lws(ready=1, omit=("updatedReplicas",)), 2, False),
     ("lws status of an older generation", lws(observed=GENERATION - 1), 2, False),
-    ("lws no status yet", {"kind": "LeaderWorkerSet", "metadata": {"generation": 1}, "spec": {"replicas": 2}},
-     2, False),
+    (
+        "lws no status yet",
+        {"kind": "LeaderWorkerSet", "metadata": {"generation": 1}, "spec": {"replicas": 2}},
+        2,
+        False,
+    ),
     ("lws one group, ready", lws(replicas=1, updated=1, ready=1, spec=1), 1, True),
     ("lws one group, not ready", lws(replicas=1, updated=1, ready=0, spec=1), 1, False),
     ("no workload, none wanted", None, 0, True),
@@ -77,8 +88,9 @@ def test_ready_only_when_every_replica_is_ready_at_the_current_spec(workload, de
 
 @pytest.mark.parametrize("make", [deployment, lws], ids=["Deployment", "LeaderWorkerSet"])
 def test_replica_counts_are_the_workloads(make):
-    status = compute(Observation(generation=7, workload=make(replicas=3, updated=1, ready=1, spec=3),
-                                 desired_replicas=3))
+    status = compute(
+        Observation(generation=7, workload=make(replicas=3, updated=1, ready=1, spec=3), desired_replicas=3)
+    )
     assert (status["replicas"], status["readyReplicas"]) == (3, 1)
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["message"] == "1/3 replicas ready"

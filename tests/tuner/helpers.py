@@ -22,7 +22,12 @@ class FakePod:
         self.metrics.set_steps(lambda b: 0)  # the runtime publishes its table at start, before any traffic
 
     def run(self, cycles: int, batch: int, steps: int, alphas: list[float], phase_ms: dict | None = None) -> None:
-        phase_ms = phase_ms or {"verify": 10.0, "draft": 1.0 * steps, "draft_extend": 1.0 if steps else 0.0, "other": 0.5}
+        phase_ms = phase_ms or {
+            "verify": 10.0,
+            "draft": 1.0 * steps,
+            "draft_extend": 1.0 if steps else 0.0,
+            "other": 0.5,
+        }
         self.metrics.set_steps(lambda b: steps)
         for _ in range(cycles):
             accepted = []
@@ -45,8 +50,13 @@ class FakePod:
 def scenario(phases, cost=None, **extra):
     data = {
         "name": "test",
-        "cost": cost or {"verify": {"base": 10, "perToken": 0.05}, "draftStep": {"base": 1.0},
-                         "draftExtend": {"base": 1.0}, "overhead": 0.5},
+        "cost": cost
+        or {
+            "verify": {"base": 10, "perToken": 0.05},
+            "draftStep": {"base": 1.0},
+            "draftExtend": {"base": 1.0},
+            "overhead": 0.5,
+        },
         "phases": phases,
         **extra,
     }

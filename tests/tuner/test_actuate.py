@@ -18,8 +18,11 @@ async def test_push_sends_table_with_bearer_token_and_reports_failures():
 
     async def put(request):
         seen.append((request.headers.get("Authorization"), await request.json()))
-        return web.json_response({"ok": True}) if request.headers.get("Authorization") == "Bearer s3cret" else \
-            web.json_response({"error": "bad token"}, status=401)
+        return (
+            web.json_response({"ok": True})
+            if request.headers.get("Authorization") == "Bearer s3cret"
+            else web.json_response({"error": "bad token"}, status=401)
+        )
 
     app = web.Application()
     app.router.add_put(STEPS_PATH, put)
@@ -42,8 +45,17 @@ async def test_prometheus_path_builds_snapshots_per_pod():
         q = request.query["query"]
         result = []
         if q.startswith("specdecode_verify_cycles_total"):
-            result = [{"metric": {"__name__": "specdecode_verify_cycles_total", "pod": "p0", "namespace": "ns",
-                                  "bucket": "1"}, "value": [1, "42"]}]
+            result = [
+                {
+                    "metric": {
+                        "__name__": "specdecode_verify_cycles_total",
+                        "pod": "p0",
+                        "namespace": "ns",
+                        "bucket": "1",
+                    },
+                    "value": [1, "42"],
+                }
+            ]
         return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
 
     app = web.Application()

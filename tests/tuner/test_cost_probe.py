@@ -46,8 +46,9 @@ class TorchStages:
 def test_time_stage_takes_the_median_and_respects_budget():
     ticks = iter([0.0, 1.0, 1.0, 1.5, 1.5, 100.0, 100.0, 101.0])  # durations 1.0, 0.5, 98.5, 1.0
     calls = []
-    sec = cost_probe.time_stage(lambda: calls.append(1), clock=lambda: next(ticks), budget_s=0.0, min_samples=4,
-                                warmup=2)
+    sec = cost_probe.time_stage(
+        lambda: calls.append(1), clock=lambda: next(ticks), budget_s=0.0, min_samples=4, warmup=2
+    )
     assert sec == pytest.approx(1.0)  # one stray 98.5 s sample does not move it
     assert len(calls) == 2 + 4
 
@@ -57,9 +58,17 @@ def test_plan_covers_every_captured_tier_per_bucket():
     by_bucket = {b: [p for p in pts if p[2] == b] for b in ("1", "2-7", "8+")}
     assert set(by_bucket) == {"1", "2-7", "8+"}
     for ps in by_bucket.values():
-        assert {(s, k) for s, k, _, _ in ps} == {("overhead", 0), ("verify", 0), ("draft_step", 1), ("verify", 1),
-                                                  ("verify", 3), ("draft_extend", 1), ("draft_extend", 3),
-                                                  ("broadcast", 1), ("broadcast", 3)}
+        assert {(s, k) for s, k, _, _ in ps} == {
+            ("overhead", 0),
+            ("verify", 0),
+            ("draft_step", 1),
+            ("verify", 1),
+            ("verify", 3),
+            ("draft_extend", 1),
+            ("draft_extend", 3),
+            ("broadcast", 1),
+            ("broadcast", 3),
+        }
     assert {p[3] for p in by_bucket["2-7"]} == {4}  # geometric middle of 2..7
     assert {p[3] for p in by_bucket["8+"]} == {11}  # open top bucket: geometric middle of 8..16
     assert all(p[0] != "broadcast" for p in cost_probe.plan_points([1], buckets=(1,), split_draft=False))
@@ -107,8 +116,15 @@ def test_fit_recovers_a_known_linear_cost_exactly():
             pts.append(ProbePoint("draft_extend", k, "8-31", 16, (eb + ept * 16 * (k + 1)) / 1000))
             pts.append(ProbePoint("broadcast", k, "8-31", 16, bc / 1000))
     c = cost_probe.fit_bucket(pts)
-    for got, want in ((c.verify_base, vb), (c.verify_per_token, vpt), (c.draft_base, draft), (c.extend_base, eb),
-                      (c.extend_per_token, ept), (c.overhead, ov), (c.broadcast, bc)):
+    for got, want in (
+        (c.verify_base, vb),
+        (c.verify_per_token, vpt),
+        (c.draft_base, draft),
+        (c.extend_base, eb),
+        (c.extend_per_token, ept),
+        (c.overhead, ov),
+        (c.broadcast, bc),
+    ):
         assert got == pytest.approx(want, rel=1e-6)
 
 
@@ -132,11 +148,23 @@ def test_engine_probes_at_start_and_exports_on_rank_zero():
 
     reg = CollectorRegistry()
     stages = TorchStages(width=64)
-    settings = EngineSettings(num_steps=3, captured=(1, 3), live=True, buckets=(1, 8), draft_tp=1, control_port=None,
-                              token_file=None, preflight=False)
+    settings = EngineSettings(
+        num_steps=3,
+        captured=(1, 3),
+        live=True,
+        buckets=(1, 8),
+        draft_tp=1,
+        control_port=None,
+        token_file=None,
+        preflight=False,
+    )
     EngineRuntime(settings, cost_runner=stages).start(tp_rank=0, tp_size=1, registry=reg)
-    assert reg.get_sample_value("specdecode_cost_seconds", {"stage": "verify", "steps": "3", "bucket": "8+",
-                                                             "batch": "11"}) > 0
+    assert (
+        reg.get_sample_value(
+            "specdecode_cost_seconds", {"stage": "verify", "steps": "3", "bucket": "8+", "batch": "11"}
+        )
+        > 0
+    )
     assert ("broadcast", 1, 1) not in stages.calls  # draft on every rank: nothing to broadcast
     assert len(stages.calls) >= 3 * len(cost_probe.plan_points((1, 3), (1, 8)))
 

@@ -7,11 +7,27 @@ import pytest
 from specdecode_operator.tuner.cost_refine import CostRefiner, RefinedCost, parts
 from specdecode_runtime.contract.goodput import CycleCost
 
-TRUE = CycleCost(verify_base=8.0, verify_per_token=0.04, draft_base=0.6, draft_per_seq=0.002, extend_base=0.67,
-                 extend_per_token=0.0017, overhead=0.3, broadcast=0.05)
+TRUE = CycleCost(
+    verify_base=8.0,
+    verify_per_token=0.04,
+    draft_base=0.6,
+    draft_per_seq=0.002,
+    extend_base=0.67,
+    extend_per_token=0.0017,
+    overhead=0.3,
+    broadcast=0.05,
+)
 # the probe read verify 12 % low and the draft step 15 % high: the per-step slope is wrong
-BIASED = CycleCost(verify_base=8.0 * 0.88, verify_per_token=0.04 * 0.88, draft_base=0.6 * 1.15, draft_per_seq=0.0023,
-                   extend_base=0.67, extend_per_token=0.0017, overhead=0.3, broadcast=0.05)
+BIASED = CycleCost(
+    verify_base=8.0 * 0.88,
+    verify_per_token=0.04 * 0.88,
+    draft_base=0.6 * 1.15,
+    draft_per_seq=0.0023,
+    extend_base=0.67,
+    extend_per_token=0.0017,
+    overhead=0.3,
+    broadcast=0.05,
+)
 
 
 def test_parts_reproduce_the_cycle_time():

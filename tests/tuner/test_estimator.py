@@ -75,7 +75,7 @@ def test_cost_scales_profile_to_measured_phases():
 def test_wilson_and_decay_helpers():
     lo, hi = wilson(0, 10)
     assert lo == 0.0 and 0.2 < hi < 0.35
-    assert decay_extrapolate([0.9, 0.81], [100, 100], 4)[3] == pytest.approx(0.9 ** 4, rel=1e-6)
+    assert decay_extrapolate([0.9, 0.81], [100, 100], 4)[3] == pytest.approx(0.9**4, rel=1e-6)
     assert decay_extrapolate([0.5, 0.9], [100, 100], 3)[2] == pytest.approx(0.9)  # rising fits are capped at flat
 
 
@@ -85,8 +85,9 @@ def test_latest_alphas_are_the_last_interval_alone_with_the_window_where_it_atte
     est = Estimator(min_attempts=50)
     fallback = [0.9, 0.8, 0.7]
     assert est.latest_alphas("1", fallback) == fallback  # no interval yet
-    est.last_interval["1"] = BucketDelta(steps=2, cycles=100, requests=100, attempts={1: 100, 2: 60, 3: 10},
-                                         accepted={1: 50, 2: 30, 3: 10})
+    est.last_interval["1"] = BucketDelta(
+        steps=2, cycles=100, requests=100, attempts={1: 100, 2: 60, 3: 10}, accepted={1: 50, 2: 30, 3: 10}
+    )
     # positions 1 and 2 from the interval's own counts; position 3 (10 attempts < 50) from the window
     assert est.latest_alphas("1", fallback) == [0.5, 0.5, 0.7]
     assert fallback == [0.9, 0.8, 0.7]  # the caller's curve is not modified

@@ -56,8 +56,12 @@ def test_bench_json_shape_and_ratios(tmp_path, capsys):
     assert t["oracle"] >= max(t["static"].values()) * 0.99  # per-phase oracle is an upper bound (up to noise)
     assert s["ratios"]["ours_over_oracle"] == pytest.approx(t["ours"] / t["oracle"])
     assert s["changes"] >= 1 and s["restarts"] >= 0
-    assert set(out["geomean"]) == {"ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive",
-                                   "ours_over_sglang_0to7"}
+    assert set(out["geomean"]) == {
+        "ours_over_oracle",
+        "ours_over_best_static",
+        "ours_over_sglang_adaptive",
+        "ours_over_sglang_0to7",
+    }
     assert s["ratios"]["ours_over_sglang_0to7"] == pytest.approx(t["ours"] / t["sglang_adaptive_0to7"])
     # By default the tuner knows only what the pod serves: its start-up probe, refined online.
     assert out["settings"]["profile"] == "measured" and s["cost_sources"]

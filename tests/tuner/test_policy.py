@@ -1,4 +1,3 @@
-
 import math
 
 import pytest
@@ -12,8 +11,13 @@ COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
 
 def acc(alphas, observed=None):
     n = len(alphas)
-    return Acceptance(list(alphas), [a - 0.02 for a in alphas], [min(1, a + 0.02) for a in alphas], [1e4] * n,
-                      n if observed is None else observed)
+    return Acceptance(
+        list(alphas),
+        [a - 0.02 for a in alphas],
+        [min(1, a + 0.02) for a in alphas],
+        [1e4] * n,
+        n if observed is None else observed,
+    )
 
 
 HIGH = acc([0.95] * 8)
@@ -92,8 +96,15 @@ def test_latency_objective_switches_on_slo_violation_even_within_hysteresis():
     cur = next(k for k in range(8) if k != best and itl[k] / itl[best] - 1 < 0.05)  # a near-optimal neighbour
     slo = (itl[best] + itl[cur]) / 2
     tp = choose(PolicyConfig(hysteresis=0.05), BucketState(steps=cur), a, cost, 8, 1e4, 100.0)
-    lat = choose(PolicyConfig(hysteresis=0.05, objective="Latency", max_itl_ms=slo), BucketState(steps=cur), a, cost,
-                 8, 1e4, 100.0)
+    lat = choose(
+        PolicyConfig(hysteresis=0.05, objective="Latency", max_itl_ms=slo),
+        BucketState(steps=cur),
+        a,
+        cost,
+        8,
+        1e4,
+        100.0,
+    )
     assert tp.steps == cur and tp.kind == "hold"
     assert lat.steps == best and itl[lat.steps] <= slo
 
@@ -118,7 +129,8 @@ def test_coupled_gain_is_the_goodput_ratio_for_a_bucket_alone():
     # a tiny share: the Dinkelbach limit (delta tokens - rate x delta time) / (rate x time)
     r = 100.0
     assert coupled_gain(tok_a, sec_a, tok_b, sec_b, Aggregate(rate=r, share=1e-9)) == pytest.approx(
-        ((tok_a - tok_b) - r * (sec_a - sec_b)) / (r * sec_b))
+        ((tok_a - tok_b) - r * (sec_a - sec_b)) / (r * sec_b)
+    )
 
 
 def test_a_busy_bucket_in_a_slower_deployment_runs_deeper_than_its_own_optimum():
@@ -130,8 +142,16 @@ def test_a_busy_bucket_in_a_slower_deployment_runs_deeper_than_its_own_optimum()
     cfg = PolicyConfig(hysteresis=0.0, cooldown_s=0)
     alone = choose(cfg, BucketState(steps=own_best), a, CHEAP_DRAFT, 8, 1e4, 100.0)
     assert alone.steps == own_best and alone.kind == "hold"
-    coupled = choose(cfg, BucketState(steps=own_best), a, CHEAP_DRAFT, 8, 1e4, 100.0,
-                     aggregate=Aggregate(rate=own[own_best] / 3, share=0.2))
+    coupled = choose(
+        cfg,
+        BucketState(steps=own_best),
+        a,
+        CHEAP_DRAFT,
+        8,
+        1e4,
+        100.0,
+        aggregate=Aggregate(rate=own[own_best] / 3, share=0.2),
+    )
     assert coupled.kind == "switch" and coupled.steps > own_best
 
 
@@ -141,8 +161,9 @@ def test_coupled_rollback_judges_the_deployment_not_the_bucket():
     agg = Aggregate(rate=700.0, share=0.2)
     st = BucketState(steps=6, pending_rollback=(5, 2300.0, 0.8), rollback_cycle_s=0.0107, last_change=100.0)
     # own goodput -3.5 %, cycle 5 % longer, tokens +1.3 %: worse alone, better for the deployment
-    ch = choose(cfg, st, HIGH, COST, 8, 1e4, 110.0, measured_goodput=2220.0, aggregate=agg,
-                measured_cycle_s=0.0107 * 1.05)
+    ch = choose(
+        cfg, st, HIGH, COST, 8, 1e4, 110.0, measured_goodput=2220.0, aggregate=agg, measured_cycle_s=0.0107 * 1.05
+    )
     assert ch.kind != "rollback"
     st = BucketState(steps=6, pending_rollback=(5, 2300.0, 0.8), rollback_cycle_s=0.0107, last_change=100.0)
     assert choose(cfg, st, HIGH, COST, 8, 1e4, 110.0, measured_goodput=2220.0, aggregate=None).kind == "rollback"
@@ -196,14 +217,17 @@ def test_exploration_stops_once_the_censored_position_is_observed():
     assert known.kind == "hold"
 
 
-@pytest.mark.parametrize("min_steps,max_steps,ok", [
-    (-1, 3, False),  # minSteps below 0
-    (0, 3, True),    # 0 (no speculation) is a valid lower bound
-    (1, 3, True),
-    (3, 3, True),    # minSteps == maxSteps: one step count
-    (4, 3, False),   # just past maxSteps
-    (0, 0, True),
-])
+@pytest.mark.parametrize(
+    "min_steps,max_steps,ok",
+    [
+        (-1, 3, False),  # minSteps below 0
+        (0, 3, True),  # 0 (no speculation) is a valid lower bound
+        (1, 3, True),
+        (3, 3, True),  # minSteps == maxSteps: one step count
+        (4, 3, False),  # just past maxSteps
+        (0, 0, True),
+    ],
+)
 def test_step_bounds_at_and_around_their_limits(min_steps, max_steps, ok):
     if ok:
         cfg = PolicyConfig(min_steps=min_steps, max_steps=max_steps)
@@ -212,8 +236,9 @@ def test_step_bounds_at_and_around_their_limits(min_steps, max_steps, ok):
     else:
         with pytest.raises(ValueError) as err:
             PolicyConfig(min_steps=min_steps, max_steps=max_steps)
-        assert str(err.value) == (f"minSteps/maxSteps must satisfy 0 <= minSteps <= maxSteps, "
-                                  f"got {min_steps}..{max_steps}")
+        assert str(err.value) == (
+            f"minSteps/maxSteps must satisfy 0 <= minSteps <= maxSteps, got {min_steps}..{max_steps}"
+        )
 
 
 def test_latency_objective_error_names_the_missing_field():
@@ -238,7 +263,8 @@ def test_coupled_gain_is_the_deployments_relative_change_per_share(share_time, r
     assert coupled_gain(tok_new, sec_new, tok_cur, sec_cur, agg) == pytest.approx(expected, rel=1e-9)
     # the tiny-share limit: (delta tokens - rate x delta time) / (rate x time)
     assert coupled_gain(tok_new, sec_new, tok_cur, sec_cur, Aggregate(rate=before, share=1e-9)) == pytest.approx(
-        ((tok_new - tok_cur) - before * (sec_new - sec_cur)) / (before * sec_cur), rel=1e-6)
+        ((tok_new - tok_cur) - before * (sec_new - sec_cur)) / (before * sec_cur), rel=1e-6
+    )
 
 
 def test_coupled_gain_at_its_edges():
@@ -257,4 +283,5 @@ def test_coupled_gain_at_its_edges():
     # a share outside 0..1 is clamped
     rate = 2.5 / 0.010
     assert coupled_gain(3.0, 0.011, 2.5, 0.010, Aggregate(rate=rate, share=1.5)) == pytest.approx(
-        coupled_gain(3.0, 0.011, 2.5, 0.010, Aggregate(rate=rate, share=1.0)))
+        coupled_gain(3.0, 0.011, 2.5, 0.010, Aggregate(rate=rate, share=1.0))
+    )

@@ -23,8 +23,13 @@ COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
 
 def acc(alphas, observed=None, spread=0.02):
     n = len(alphas)
-    return Acceptance(list(alphas), [a - spread for a in alphas], [min(1, a + spread) for a in alphas], [1e4] * n,
-                      n if observed is None else observed)
+    return Acceptance(
+        list(alphas),
+        [a - spread for a in alphas],
+        [min(1, a + spread) for a in alphas],
+        [1e4] * n,
+        n if observed is None else observed,
+    )
 
 
 HIGH = acc([0.95] * 8)

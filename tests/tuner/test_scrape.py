@@ -1,4 +1,3 @@
-
 import pytest
 from aiohttp import web
 from helpers import FakePod
@@ -56,8 +55,11 @@ async def test_fetch_reports_down_and_http_errors_without_raising(aiohttp_unused
 
     try:
         async with aiohttp.ClientSession() as s:
-            urls = {"good": f"http://127.0.0.1:{port}/metrics", "bad": f"http://127.0.0.1:{port}/broken",
-                    "down": "http://127.0.0.1:1/metrics"}
+            urls = {
+                "good": f"http://127.0.0.1:{port}/metrics",
+                "bad": f"http://127.0.0.1:{port}/broken",
+                "down": "http://127.0.0.1:1/metrics",
+            }
             snaps = [(await scrape(s, url, pod, 1.0, timeout_s=2.0))[0] for pod, url in urls.items()]
     finally:
         await runner.cleanup()

@@ -58,8 +58,9 @@ def test_rollout_never_chooses_a_step_count_the_rendering_would_change():
         rendered, _ = autotune_steps("Rollout", at.minSteps, at.maxSteps, d.rollout_steps)
         assert d.rollout_steps >= 1 and rendered == d.rollout_steps == d.status.numSteps
     # the same tuner offered steps 0 (as before rendering and choice were tied) goes to 0, which renders as 1
-    old = TunerConfig(mode="Rollout", policy=PolicyConfig(candidates=ALL), initial_steps=3, restart_s=30,
-                      rollout_cooldown_s=600)
+    old = TunerConfig(
+        mode="Rollout", policy=PolicyConfig(candidates=ALL), initial_steps=3, restart_s=30, rollout_cooldown_s=600
+    )
     _, ds = drive(old, served=None)
     assert ds[-1].rollout_steps == 0 and autotune_steps("Rollout", 1, 7, 0)[0] == 1
 

@@ -1,4 +1,3 @@
-
 import pytest
 from helpers import FakePod, scenario
 
@@ -68,8 +67,9 @@ def test_off_mode_only_reports():
 
 def test_rollout_restarts_only_when_gain_repays_restart():
     sc = scenario([{"seconds": 900, "batchSize": 1, "acceptance": [0.9]}], restartSeconds=30)
-    cfg = TunerConfig(mode="Rollout", policy=PolicyConfig(candidates=ALL), initial_steps=1, restart_s=30,
-                      rollout_cooldown_s=300)
+    cfg = TunerConfig(
+        mode="Rollout", policy=PolicyConfig(candidates=ALL), initial_steps=1, restart_s=30, rollout_cooldown_s=300
+    )
     eng, tuner, ds = drive(sc, cfg, 900)
     assert tuner.restarts >= 1 and eng.restarts == tuner.restarts
     assert all(len(d.table) == 1 for d in ds)  # stock SGLang: one step count
@@ -88,9 +88,16 @@ def test_bad_metrics_give_a_condition_and_no_decision(kind):
     if kind == "down":
         snaps = [down("pod-0", 20.0, "GET http://10.0.0.1:30000/metrics failed: connection refused")]
     elif kind == "nan":
-        snaps = [parse_metrics(pod.text().replace('specdecode_verify_cycles_total{bucket="1",simulated="true"} 300.0',
-                                                  'specdecode_verify_cycles_total{bucket="1",simulated="true"} NaN'),
-                               "pod-0", 20.0)]
+        snaps = [
+            parse_metrics(
+                pod.text().replace(
+                    'specdecode_verify_cycles_total{bucket="1",simulated="true"} 300.0',
+                    'specdecode_verify_cycles_total{bucket="1",simulated="true"} NaN',
+                ),
+                "pod-0",
+                20.0,
+            )
+        ]
         assert snaps[0].problems
     elif kind == "reset":
         fresh = FakePod(seed=10)
@@ -101,8 +108,10 @@ def test_bad_metrics_give_a_condition_and_no_decision(kind):
     before = tuner.table()
     d = tuner.step(20.0, snaps)
     assert d.condition.status == "False"
-    assert d.condition.reason == {"down": "MetricsDown", "nan": "MetricsInvalid", "reset": "CounterReset",
-                                  "none": "NoPods"}[kind]
+    assert (
+        d.condition.reason
+        == {"down": "MetricsDown", "nan": "MetricsInvalid", "reset": "CounterReset", "none": "NoPods"}[kind]
+    )
     assert not d.changed and d.table == before and not d.history
     assert any(e.type == "Warning" for e in d.events)
 
@@ -135,13 +144,20 @@ def test_buckets_are_tuned_for_the_deployments_throughput_not_each_their_own():
     from specdecode_operator.bench.tuner_benchmark import oracle_table
     from specdecode_runtime.contract.goodput import best_steps
 
-    cost = {"verify": {"base": 8.0, "perToken": 0.04}, "draftStep": {"base": 0.19}, "draftExtend": {"base": 0.2},
-            "overhead": 0.3}
-    sc = scenario([{"seconds": 400, "batchSize": {1: 0.6, 8: 0.4},
-                    "acceptance": [0.8, 0.74, 0.7, 0.66, 0.62, 0.58, 0.55]}], cost=cost)
+    cost = {
+        "verify": {"base": 8.0, "perToken": 0.04},
+        "draftStep": {"base": 0.19},
+        "draftExtend": {"base": 0.2},
+        "overhead": 0.3,
+    }
+    sc = scenario(
+        [{"seconds": 400, "batchSize": {1: 0.6, 8: 0.4}, "acceptance": [0.8, 0.74, 0.7, 0.66, 0.62, 0.58, 0.55]}],
+        cost=cost,
+    )
     ph = sc.phases[0]
-    per_bucket = [(lo, best_steps(ph.acceptance, sc.cycle_cost(), lo, ALL)[0] if lo in (1, 8) else 3)
-                  for lo in sc.buckets]
+    per_bucket = [
+        (lo, best_steps(ph.acceptance, sc.cycle_cost(), lo, ALL)[0] if lo in (1, 8) else 3) for lo in sc.buckets
+    ]
     oracle = oracle_table(sc, ph, ALL)
     assert _throughput(sc, ph, oracle) > _throughput(sc, ph, per_bucket) * 1.003  # the coupling matters here
     cfg = TunerConfig(policy=PolicyConfig(candidates=ALL, cooldown_s=20), buckets=tuple(sc.buckets), initial_steps=3)
@@ -152,9 +168,10 @@ def test_buckets_are_tuned_for_the_deployments_throughput_not_each_their_own():
 def test_a_clearly_better_deeper_k_is_reached_one_position_per_interval():
     """Censoring allows one unobserved position at a time; once a step up has passed its one-interval rollback
     test the next step up need not wait out the rest of the cooldown."""
-    sc = scenario([{"seconds": 200, "batchSize": 1, "acceptance": [0.95] * 7}],
-                  cost={"verify": {"base": 10}, "draftStep": {"base": 0.2}, "draftExtend": {"base": 0.2},
-                        "overhead": 0.5})
+    sc = scenario(
+        [{"seconds": 200, "batchSize": 1, "acceptance": [0.95] * 7}],
+        cost={"verify": {"base": 10}, "draftStep": {"base": 0.2}, "draftExtend": {"base": 0.2}, "overhead": 0.5},
+    )
     cfg = TunerConfig(policy=PolicyConfig(candidates=ALL, cooldown_s=20), initial_steps=1)
     eng, tuner, ds = drive(sc, cfg, 80)
     steps = [d.table[0][1] for d in ds]  # after t = 0, 10, 20, ...

@@ -120,9 +120,14 @@ def test_a_detected_workload_change_may_climb_two_positions():
     assert (calm.steps, new_world.steps) == (4, 5)
 
 
-@pytest.mark.parametrize("args, needle", [(["--probe-bias", "1.5"], "--probe-bias"),
-                                          (["--probe-noise", "-0.1"], "--probe-noise"),
-                                          (["--interval", "2"], "--interval")])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--probe-bias", "1.5"], "--probe-bias"),
+        (["--probe-noise", "-0.1"], "--probe-noise"),
+        (["--interval", "2"], "--interval"),
+    ],
+)
 def test_bench_refuses_bad_settings_with_exit_2(args, needle, capsys):
     assert cli.main(["bench", "tuner", "--scenarios", str(SCEN / "pcie8-seed.yaml"), *args]) == 2
     assert needle in capsys.readouterr().err

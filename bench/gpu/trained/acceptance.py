@@ -15,6 +15,7 @@ tokens. Reported:
 
 Usage:  python3 bench/gpu/trained/acceptance.py --target DIR --draft DIR --data CORPUS_DIR --prompts 64 --out FILE
 """
+
 from __future__ import annotations
 
 import argparse
@@ -139,20 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(target, head, seqs, args.prompt_len, args.k, amp)
     t3 = time.monotonic()
     eot = tok.convert_tokens_to_ids(EOT)
-    result.update({
-        "k": args.k,
-        "prompts": int(prompts.shape[0]),
-        "prompt_len": args.prompt_len,
-        "gen": args.gen,
-        "eot_share_of_generated": round((seqs[:, args.prompt_len:] == eot).float().mean().item(), 4),
-        "distinct_generated_share": round(seqs[:, args.prompt_len:].unique().numel() / seqs[:, args.prompt_len:].numel(),
-                                          4),
-        "draft_vocab_size": head.draft_vocab,
-        "aux_layer_ids": head.aux_layer_ids,
-        "device": str(device),
-        "wall_s": {"load": round(t1 - t0, 2), "greedy": round(t2 - t1, 2), "measure": round(t3 - t2, 2)},
-        "sample": tok.decode(seqs[0, args.prompt_len:].tolist())[:400],
-    })
+    result.update(
+        {
+            "k": args.k,
+            "prompts": int(prompts.shape[0]),
+            "prompt_len": args.prompt_len,
+            "gen": args.gen,
+            "eot_share_of_generated": round((seqs[:, args.prompt_len :] == eot).float().mean().item(), 4),
+            "distinct_generated_share": round(
+                seqs[:, args.prompt_len :].unique().numel() / seqs[:, args.prompt_len :].numel(), 4
+            ),
+            "draft_vocab_size": head.draft_vocab,
+            "aux_layer_ids": head.aux_layer_ids,
+            "device": str(device),
+            "wall_s": {"load": round(t1 - t0, 2), "greedy": round(t2 - t1, 2), "measure": round(t3 - t2, 2)},
+            "sample": tok.decode(seqs[0, args.prompt_len :].tolist())[:400],
+        }
+    )
     out = args.out or (args.draft / "acceptance.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

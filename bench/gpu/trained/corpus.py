@@ -10,6 +10,7 @@ Writes ``train.txt`` and ``heldout.txt`` (documents joined by ``<|endoftext|>``)
 
 Usage:  python3 bench/gpu/trained/corpus.py --out DIR [--max-bytes 200000000] [--root DIR ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,10 @@ def build(out: Path, roots: list[str], max_bytes: int, max_file_bytes: int, held
     counts = {"train": [0, 0], "heldout": [0, 0]}  # [files, bytes]
     skipped = 0
     total = 0
-    with open(out / "train.txt", "w", encoding="utf-8") as ftrain, \
-            open(out / "heldout.txt", "w", encoding="utf-8") as fheld:
+    with (
+        open(out / "train.txt", "w", encoding="utf-8") as ftrain,
+        open(out / "heldout.txt", "w", encoding="utf-8") as fheld,
+    ):
         for p in files:
             if total >= max_bytes:
                 break
@@ -131,18 +134,24 @@ def _positive(name: str):
         if v <= 0:
             raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {s!r}")
         return v
+
     return parse
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="directory for train.txt / heldout.txt / corpus.json")
-    ap.add_argument("--root", action="append", default=None,
-                    help="directory to collect *.py files from (repeatable; default: site-packages)")
+    ap.add_argument(
+        "--root",
+        action="append",
+        default=None,
+        help="directory to collect *.py files from (repeatable; default: site-packages)",
+    )
     ap.add_argument("--max-bytes", type=_positive("--max-bytes"), default=DEFAULT_MAX_BYTES)
     ap.add_argument("--max-file-bytes", type=_positive("--max-file-bytes"), default=DEFAULT_MAX_FILE_BYTES)
-    ap.add_argument("--heldout-percent", type=int, default=DEFAULT_HELDOUT_PERCENT, choices=range(1, 51),
-                    metavar="1..50")
+    ap.add_argument(
+        "--heldout-percent", type=int, default=DEFAULT_HELDOUT_PERCENT, choices=range(1, 51), metavar="1..50"
+    )
     args = ap.parse_args(argv)
     roots = args.root or default_roots()
     for r in roots:

@@ -17,6 +17,7 @@ Drafting ``k`` tokens is unrolled the way the runtime does it: step 0 runs over 
 features; step j >= 1 at position t (rotary position t + j) attends to step-0 keys at positions <= t plus the keys of
 its own chain's earlier steps. Training uses the same unroll ("training-time test").
 """
+
 from __future__ import annotations
 
 import json
@@ -87,9 +88,20 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class Eagle3Draft(nn.Module):
     """The head; ``state_dict()`` keys are the checkpoint's tensor names (plus the ``d2t``/``t2d`` buffers)."""
 
-    def __init__(self, *, hidden: int, heads: int, kv_heads: int, inter: int, vocab: int, draft_vocab: int,
-                 aux_layer_ids: list[int], eps: float = 1e-5, rope_theta: float = 10000.0,
-                 max_positions: int = 2048):
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        inter: int,
+        vocab: int,
+        draft_vocab: int,
+        aux_layer_ids: list[int],
+        eps: float = 1e-5,
+        rope_theta: float = 10000.0,
+        max_positions: int = 2048,
+    ):
         super().__init__()
         self.hidden, self.vocab, self.draft_vocab = hidden, vocab, draft_vocab
         self.aux_layer_ids = list(aux_layer_ids)
@@ -117,11 +129,18 @@ class Eagle3Draft(nn.Module):
         draft vocabulary, None keeps the target's."""
         vocab = target_config.vocab_size
         draft_vocab = vocab if draft_vocab_ids is None else int(draft_vocab_ids.numel())
-        head = cls(hidden=target_config.hidden_size, heads=target_config.num_attention_heads,
-                   kv_heads=target_config.num_key_value_heads, inter=target_config.intermediate_size,
-                   vocab=vocab, draft_vocab=draft_vocab, aux_layer_ids=aux_layer_ids,
-                   eps=target_config.rms_norm_eps, rope_theta=rope_theta_of(target_config),
-                   max_positions=target_config.max_position_embeddings)
+        head = cls(
+            hidden=target_config.hidden_size,
+            heads=target_config.num_attention_heads,
+            kv_heads=target_config.num_key_value_heads,
+            inter=target_config.intermediate_size,
+            vocab=vocab,
+            draft_vocab=draft_vocab,
+            aux_layer_ids=aux_layer_ids,
+            eps=target_config.rms_norm_eps,
+            rope_theta=rope_theta_of(target_config),
+            max_positions=target_config.max_position_embeddings,
+        )
         if draft_vocab_ids is not None:
             ids = draft_vocab_ids.long().sort().values
             head.d2t.copy_(ids - torch.arange(draft_vocab))
@@ -147,8 +166,9 @@ class Eagle3Draft(nn.Module):
         layer = self.midlayer
         attn = layer.self_attn
         residual = hidden
-        x = torch.cat([layer.input_layernorm(self.embed_tokens(tokens).to(hidden.dtype)),
-                       layer.hidden_norm(hidden)], dim=-1)
+        x = torch.cat(
+            [layer.input_layernorm(self.embed_tokens(tokens).to(hidden.dtype)), layer.hidden_norm(hidden)], dim=-1
+        )
         b, t, _ = x.shape
         q = attn.q_proj(x).view(b, t, attn.heads, attn.head_dim).transpose(1, 2)
         k = attn.k_proj(x).view(b, t, attn.kv_heads, attn.head_dim).transpose(1, 2)
@@ -239,11 +259,18 @@ class Eagle3Draft(nn.Module):
         from safetensors.torch import load_file
 
         cfg = json.loads((path / "config.json").read_text())
-        head = cls(hidden=cfg["hidden_size"], heads=cfg["num_attention_heads"], kv_heads=cfg["num_key_value_heads"],
-                   inter=cfg["intermediate_size"], vocab=cfg["vocab_size"], draft_vocab=cfg["draft_vocab_size"],
-                   aux_layer_ids=cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
-                   eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
-                   max_positions=cfg["max_position_embeddings"])
+        head = cls(
+            hidden=cfg["hidden_size"],
+            heads=cfg["num_attention_heads"],
+            kv_heads=cfg["num_key_value_heads"],
+            inter=cfg["intermediate_size"],
+            vocab=cfg["vocab_size"],
+            draft_vocab=cfg["draft_vocab_size"],
+            aux_layer_ids=cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+            eps=cfg["rms_norm_eps"],
+            rope_theta=cfg["rope_theta"],
+            max_positions=cfg["max_position_embeddings"],
+        )
         tensors = load_file(str(path / "model.safetensors"))
         head.load_state_dict({k: (v if k in ("d2t", "t2d") else v.float()) for k, v in tensors.items()})
         return head.to(device)

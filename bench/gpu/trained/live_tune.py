@@ -21,6 +21,7 @@ lifetime inside the window (prefill of new requests included: this is served thr
 Usage (GPU machine, kit installed; see h200_live.sh):
   python3 bench/gpu/trained/live_tune.py --server live --target T --draft D --heldout H --out live.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,28 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--max-running-requests", "32",
-               "--max-total-tokens", "131072", "--disable-prefill-cuda-graph", "--cuda-graph-max-bs-decode", "32",
-               "--cuda-graph-bs-decode", "1", "4", "8", "16", "32", "--enable-metrics", "--log-level", "warning"]
+SGLANG_ARGS = [
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--max-running-requests",
+    "32",
+    "--max-total-tokens",
+    "131072",
+    "--disable-prefill-cuda-graph",
+    "--cuda-graph-max-bs-decode",
+    "32",
+    "--cuda-graph-bs-decode",
+    "1",
+    "4",
+    "8",
+    "16",
+    "32",
+    "--enable-metrics",
+    "--log-level",
+    "warning",
+]
 LIVE_TIERS = [1, 2, 3, 4, 5, 6, 7]
 
 
@@ -71,7 +91,7 @@ def prompts_from(heldout: Path, n: int, chars: int) -> list[str]:
         start = text.find("\n", pos)
         if start < 0:
             break
-        chunk = text[start + 1:start + 1 + chars]
+        chunk = text[start + 1 : start + 1 + chars]
         if len(chunk.strip()) > chars // 2:
             out.append(chunk)
         pos = start + 1 + 4 * chars
@@ -94,8 +114,10 @@ class Load:
     def _run(self, i: int) -> None:
         j = i
         while not self.stop.is_set():
-            body = {"text": self.prompts[j % len(self.prompts)],
-                    "sampling_params": {"max_new_tokens": self.n, "temperature": 0.0, "ignore_eos": True}}
+            body = {
+                "text": self.prompts[j % len(self.prompts)],
+                "sampling_params": {"max_new_tokens": self.n, "temperature": 0.0, "ignore_eos": True},
+            }
             j += self.batch
             t0 = time.perf_counter()
             try:
@@ -142,7 +164,11 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
         try:
             st, _ = http("GET", url + "/get_model_info", timeout=5)
             if st == 200:
-                http("POST", url + "/generate", {"text": "def f(x):", "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}})
+                http(
+                    "POST",
+                    url + "/generate",
+                    {"text": "def f(x):", "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}},
+                )
                 return time.time() - t0
         except Exception:
             pass
@@ -159,10 +185,23 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target] + common
     elif a.server.startswith("stock:"):
         k = int(a.server.split(":", 1)[1])
-        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target,
-               "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", a.draft,
-               "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
-               "--speculative-num-draft-tokens", str(k + 1)] + common
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            a.target,
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            a.draft,
+            "--speculative-num-steps",
+            str(k),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(k + 1),
+        ] + common
     elif a.server == "live":
         import yaml
 
@@ -170,14 +209,21 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
         token_file = work / "control-token"
         token_file.write_text(token)
         control = {"port": free_port(), "token": token}
-        doc = {"apiVersion": "specdecode.io/runtime/v1", "name": "trained-live",
-               "target": {"model": a.target, "tensorParallelSize": 1},
-               "draft": {"model": a.draft, "algorithm": "EAGLE3", "tensorParallelSize": 1},
-               "speculative": {"numSteps": a.initial_steps, "eagleTopK": 1, "candidateSteps": LIVE_TIERS,
-                               "autotune": {"mode": "Live", "minSteps": 1, "maxSteps": 7}},
-               "nccl": {"profile": "None", "preflight": False},
-               "server": {"port": port, "controlPort": control["port"], "tokenFile": str(token_file)},
-               "topology": {"nodes": 1, "gpusPerNode": 1}}
+        doc = {
+            "apiVersion": "specdecode.io/runtime/v1",
+            "name": "trained-live",
+            "target": {"model": a.target, "tensorParallelSize": 1},
+            "draft": {"model": a.draft, "algorithm": "EAGLE3", "tensorParallelSize": 1},
+            "speculative": {
+                "numSteps": a.initial_steps,
+                "eagleTopK": 1,
+                "candidateSteps": LIVE_TIERS,
+                "autotune": {"mode": "Live", "minSteps": 1, "maxSteps": 7},
+            },
+            "nccl": {"profile": "None", "preflight": False},
+            "server": {"port": port, "controlPort": control["port"], "tokenFile": str(token_file)},
+            "topology": {"nodes": 1, "gpusPerNode": 1},
+        }
         cfg = work / "runtime.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=True))
         extra = [x for x in SGLANG_ARGS if x != "--enable-metrics"]  # launch sets it (our series share /metrics)
@@ -212,8 +258,10 @@ def replay(url: str, prompts: list[str], batch: int, per_thread: int, max_new_to
     def worker(i: int) -> None:
         try:
             for j in range(per_thread):
-                body = {"text": prompts[(i + j * batch) % len(prompts)],
-                        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True}}
+                body = {
+                    "text": prompts[(i + j * batch) % len(prompts)],
+                    "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True},
+                }
                 t0 = time.perf_counter()
                 _, raw = http("POST", url + "/generate", body, timeout=300)
                 out = json.loads(raw)
@@ -246,8 +294,11 @@ def greedy_outputs(url: str, prompts: list[str], n: int) -> list[list[int]]:
     """Output ids of greedy requests sent one at a time (no batching effects), to compare servers token by token."""
     outs = []
     for text in prompts:
-        _, raw = http("POST", url + "/generate", {"text": text, "sampling_params": {
-            "max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}})
+        _, raw = http(
+            "POST",
+            url + "/generate",
+            {"text": text, "sampling_params": {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}},
+        )
         outs.append(list(json.loads(raw).get("output_ids") or []))
     return outs
 
@@ -264,8 +315,14 @@ def run_live(a, url: str, control: dict, load: Load, batch: int) -> dict:
     from specdecode_runtime.contract.goodput import goodput
     from specdecode_runtime.contract.metric_names import bucket_label
 
-    autotune = SimpleNamespace(mode="Live", minSteps=1, maxSteps=7, intervalSeconds=a.interval,
-                               objective="Throughput", maxInterTokenLatencyMs=None)
+    autotune = SimpleNamespace(
+        mode="Live",
+        minSteps=1,
+        maxSteps=7,
+        intervalSeconds=a.interval,
+        objective="Throughput",
+        maxInterTokenLatencyMs=None,
+    )
     tuner = Tuner(TunerConfig.from_autotune(autotune, a.initial_steps))
     put_table(control, single(a.initial_steps))
     trace, t_start = [], time.perf_counter()
@@ -276,9 +333,15 @@ def run_live(a, url: str, control: dict, load: Load, batch: int) -> dict:
         snap = parse_metrics(scrape(url), "pod-0", now)
         d = tuner.step(now, [snap])
         pushed = put_table(control, d.step_table_body()) if d.changed else None
-        trace.append({"t": round(now - t_start, 2), "tokens_per_s": round(load.tokens_per_s(prev, now), 1),
-                      "table": d.table, "pushed": pushed,
-                      "reasons": {k: f"{r.choice.kind}: {r.choice.reason}" for k, r in d.buckets.items()}})
+        trace.append(
+            {
+                "t": round(now - t_start, 2),
+                "tokens_per_s": round(load.tokens_per_s(prev, now), 1),
+                "table": d.table,
+                "pushed": pushed,
+                "reasons": {k: f"{r.choice.kind}: {r.choice.reason}" for k, r in d.buckets.items()},
+            }
+        )
         prev = now
     t_end = time.perf_counter()
     label = bucket_label(batch)
@@ -287,12 +350,16 @@ def run_live(a, url: str, control: dict, load: Load, batch: int) -> dict:
     predicted = {}
     if cost is not None and alphas:
         predicted = {str(k): round(goodput(alphas, cost, k, batch), 1) for k in [0] + LIVE_TIERS}
-    return {"trace": trace, "final_table": tuner.table(),
-            "tokens_per_s_last": round(load.tokens_per_s(t_end - a.window, t_end), 1),
-            "tokens_per_s_whole": round(load.tokens_per_s(t_start, t_end), 1),
-            "cost_source": source, "alphas": [round(x, 4) for x in (alphas or [])],
-            "refined_cost_ms": {str(k): round(cost.cycle_ms(k, batch), 4) for k in [0] + LIVE_TIERS} if cost else None,
-            "predicted_tokens_per_s": predicted}
+    return {
+        "trace": trace,
+        "final_table": tuner.table(),
+        "tokens_per_s_last": round(load.tokens_per_s(t_end - a.window, t_end), 1),
+        "tokens_per_s_whole": round(load.tokens_per_s(t_start, t_end), 1),
+        "cost_source": source,
+        "alphas": [round(x, 4) for x in (alphas or [])],
+        "refined_cost_ms": {str(k): round(cost.cycle_ms(k, batch), 4) for k in [0] + LIVE_TIERS} if cost else None,
+        "predicted_tokens_per_s": predicted,
+    }
 
 
 def main() -> int:
@@ -311,9 +378,13 @@ def main() -> int:
     p.add_argument("--interval", type=float, default=5.0, help="tuner interval (the CRD's minimum is 5 s)")
     p.add_argument("--live-seconds", type=float, default=50.0)
     p.add_argument("--initial-steps", type=int, default=3)
-    p.add_argument("--replay", type=int, default=0,
-                   help="N > 0: measure every static point (and the tuner's final table) on one fixed set of N "
-                        "requests per client thread instead of a window of the steady load")
+    p.add_argument(
+        "--replay",
+        type=int,
+        default=0,
+        help="N > 0: measure every static point (and the tuner's final table) on one fixed set of N "
+        "requests per client thread instead of a window of the steady load",
+    )
     p.add_argument("--check-prompts", type=int, default=8, help="greedy outputs kept to compare servers")
     p.add_argument("--check-tokens", type=int, default=64)
     a = p.parse_args()
@@ -327,14 +398,17 @@ def main() -> int:
         result["ready_s"] = round(wait_ready(url, proc, 600), 1)
         if a.server == "live":
             put_table(control, single(a.initial_steps))
-        result["greedy"] = greedy_outputs(url, prompts[:a.check_prompts], a.check_tokens)
+        result["greedy"] = greedy_outputs(url, prompts[: a.check_prompts], a.check_tokens)
         for b in [int(x) for x in a.batches.split(",")]:
             load = Load(url, prompts, b, a.max_new_tokens)
             if not a.replay or a.server == "live":
                 load.start()
             row: dict = {}
-            measure = (lambda: replay(url, prompts, b, a.replay, a.max_new_tokens)) if a.replay else (
-                lambda: measure_static(load, a.settle, a.window))
+            measure = (
+                (lambda: replay(url, prompts, b, a.replay, a.max_new_tokens))
+                if a.replay
+                else (lambda: measure_static(load, a.settle, a.window))
+            )
             try:
                 if a.server == "live":
                     row["static"] = {}
@@ -344,7 +418,9 @@ def main() -> int:
                         try:
                             put_table(control, single(k))
                         except urllib.error.HTTPError as exc:  # a tier the pod does not serve: say so, go on
-                            row.setdefault("refused", {})[str(k)] = f"{exc.code}: {exc.read(2000).decode(errors='replace')}"
+                            row.setdefault("refused", {})[str(k)] = (
+                                f"{exc.code}: {exc.read(2000).decode(errors='replace')}"
+                            )
                             print(f"b{b} static k={k}: refused {row['refused'][str(k)]}", flush=True)
                             continue
                         row["static"][str(k)] = round(measure(), 1)
@@ -354,17 +430,23 @@ def main() -> int:
                     row["live"] = run_live(a, url, control, load, b)
                     if a.replay:  # the tuner's final table on the same fixed set as the statics
                         load.close()
-                        put_table(control, {"table": [{"minBatch": lo, "steps": k} for lo, k in
-                                                      row["live"]["final_table"]]})
+                        put_table(
+                            control, {"table": [{"minBatch": lo, "steps": k} for lo, k in row["live"]["final_table"]]}
+                        )
                         row["live"]["tokens_per_s_replay"] = round(measure(), 1)
                     best_k = max(row["static"], key=lambda k: row["static"][k])
                     row["best_static"] = {"steps": int(best_k), "tokens_per_s": row["static"][best_k]}
                     live_tps = row["live"].get("tokens_per_s_replay") or row["live"]["tokens_per_s_last"]
                     row["live_over_best_static"] = round(live_tps / row["static"][best_k], 4)
-                    print(f"b{b} live: {row['live']['tokens_per_s_last']} tok/s (table {row['live']['final_table']}),"
-                          f" best static k={best_k} {row['static'][best_k]}", flush=True)
+                    print(
+                        f"b{b} live: {row['live']['tokens_per_s_last']} tok/s (table {row['live']['final_table']}),"
+                        f" best static k={best_k} {row['static'][best_k]}",
+                        flush=True,
+                    )
                 else:
-                    row["tokens_per_s"] = round(measure() if a.replay else measure_static(load, a.settle, 2 * a.window), 1)
+                    row["tokens_per_s"] = round(
+                        measure() if a.replay else measure_static(load, a.settle, 2 * a.window), 1
+                    )
                     print(f"b{b} {a.server}: {row['tokens_per_s']} tok/s", flush=True)
             finally:
                 load.close()

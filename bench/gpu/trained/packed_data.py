@@ -1,6 +1,7 @@
 """Token streams of the corpus splits, packed: documents encoded by the target's tokenizer and joined by the
 end-of-text token into one 1-D tensor, from which fixed-length windows are drawn. Encoded once (by the target's
 training) and cached next to the text as ``<split>_ids.pt``, so the head's training reads the same stream."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,7 @@ def encode_split(tokenizer, data_dir: Path, split: str) -> torch.Tensor:
     eot = tokenizer.token_to_id(EOT)
     parts: list[torch.Tensor] = []
     for i in range(0, len(docs), ENCODE_CHUNK):
-        for enc in tokenizer.encode_batch(docs[i:i + ENCODE_CHUNK], add_special_tokens=False):
+        for enc in tokenizer.encode_batch(docs[i : i + ENCODE_CHUNK], add_special_tokens=False):
             parts.append(torch.tensor(enc.ids + [eot], dtype=torch.int32))
     ids = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int32)
     torch.save(ids, cache)
@@ -43,7 +44,7 @@ def windows(ids: torch.Tensor, batch: int, length: int, gen: torch.Generator) ->
     if ids.numel() <= length:
         raise SystemExit(f"the token stream has {ids.numel()} tokens, fewer than one window of {length}")
     starts = torch.randint(0, ids.numel() - length, (batch,), generator=gen)
-    return torch.stack([ids[s:s + length] for s in starts.tolist()]).long()
+    return torch.stack([ids[s : s + length] for s in starts.tolist()]).long()
 
 
 def eval_windows(ids: torch.Tensor, count: int, length: int) -> torch.Tensor:

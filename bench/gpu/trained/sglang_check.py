@@ -7,6 +7,7 @@ every parameter of the model is written, and the loaded values equal the checkpo
 
 Usage:  python3 bench/gpu/trained/sglang_check.py DRAFT_DIR        (exit 0: loads exactly; 1: mismatch listed)
 """
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,16 @@ def build_sglang_head(draft_dir: Path):
     try:
         _ = ctx.server_args
     except Exception:
-        ctx.set_server_args(ServerArgs(model_path=str(draft_dir), device="cpu", speculative_algorithm="EAGLE3",
-                                       speculative_draft_model_path=str(draft_dir)))
+        ctx.set_server_args(
+            ServerArgs(
+                model_path=str(draft_dir),
+                device="cpu",
+                speculative_algorithm="EAGLE3",
+                speculative_draft_model_path=str(draft_dir),
+            )
+        )
     config = AutoConfig.from_pretrained(str(draft_dir))
-    with get_parallel().override(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, tp_group=None,
-                                 pp_group=None):
+    with get_parallel().override(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, tp_group=None, pp_group=None):
         return LlamaForCausalLMEagle3(config)
 
 
@@ -54,6 +60,7 @@ def check(draft_dir: Path) -> list[str]:
             current.append(pname)
             written[pname] += 1
             return orig(param, *a, **kw)
+
         return load
 
     for pname, prm in params.items():
@@ -100,9 +107,11 @@ def _compare_values(model, tensors) -> list[str]:
     }
     try:
         pairs["model.layers.0.self_attn.qkv_proj.weight"] = torch.cat(
-            [tensors[ln + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+            [tensors[ln + f"self_attn.{x}_proj.weight"] for x in "qkv"]
+        )
         pairs["model.layers.0.mlp.gate_up_proj.weight"] = torch.cat(
-            [tensors[ln + f"mlp.{x}_proj.weight"] for x in ("gate", "up")])
+            [tensors[ln + f"mlp.{x}_proj.weight"] for x in ("gate", "up")]
+        )
     except KeyError as e:
         return [f"tensor {e} is missing from the checkpoint"]
     problems = []
@@ -121,8 +130,9 @@ def _compare_values(model, tensors) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not (Path(argv[0]) / "model.safetensors").is_file():
-        print("usage: sglang_check.py DRAFT_DIR (a directory holding config.json and model.safetensors)",
-              file=sys.stderr)
+        print(
+            "usage: sglang_check.py DRAFT_DIR (a directory holding config.json and model.safetensors)", file=sys.stderr
+        )
         return 2
     problems = check(Path(argv[0]))
     print(json.dumps({"draft": argv[0], "loads_exactly": not problems, "problems": problems}, indent=2))

@@ -15,6 +15,7 @@ Output (``--out``): ``config.json`` (``LlamaForCausalLMEagle3``, one layer, ``dr
 Usage:  python3 bench/gpu/trained/train_eagle3.py --target DIR --data CORPUS_DIR --out DIR [--minutes 2]
         ... --smoke       (CPU, seconds)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,9 +76,9 @@ def ttt_loss(head: Eagle3Draft, feats, x, teacher_logp, steps: int, amp):
         if valid <= 0:
             break
         lp = logits[:, :valid].float().log_softmax(-1)
-        teach = teacher_logp[:, 1 + j: 1 + j + valid]
+        teach = teacher_logp[:, 1 + j : 1 + j + valid]
         loss = -(teach.exp() * lp).sum(-1).mean()
-        total = total + (STEP_WEIGHT ** j) * loss
+        total = total + (STEP_WEIGHT**j) * loss
         agree.append((lp.argmax(-1) == teach.argmax(-1)).float().mean().item())
     return total, agree
 
@@ -88,12 +89,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", required=True, type=Path, help="corpus directory holding train_ids.pt")
     ap.add_argument("--out", required=True, type=Path, help="head directory to write")
     ap.add_argument("--minutes", type=float, default=None, help="training wall-clock budget (default 2; smoke 0.1)")
-    ap.add_argument("--draft-vocab", type=int, default=0,
-                    help="draft vocabulary size: the most frequent training tokens, mapped by d2t/t2d "
-                         "(0: the target's whole vocabulary, no maps)")
-    ap.add_argument("--aux-layers", default=None,
-                    help="comma-separated target layer ids whose outputs feed the head (default: SGLang's "
-                         "1, L/2-1, L-4)")
+    ap.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="draft vocabulary size: the most frequent training tokens, mapped by d2t/t2d "
+        "(0: the target's whole vocabulary, no maps)",
+    )
+    ap.add_argument(
+        "--aux-layers",
+        default=None,
+        help="comma-separated target layer ids whose outputs feed the head (default: SGLang's 1, L/2-1, L-4)",
+    )
     ap.add_argument("--ttt", type=int, default=None, help="unrolled draft steps per training position")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--device", default=None)
@@ -136,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     draft_ids = None
     if args.draft_vocab:
         if not 0 < args.draft_vocab < cfg.vocab_size:
-            ap.error(f"--draft-vocab must be in 1..{cfg.vocab_size - 1} (or 0 for the whole vocabulary), "
-                     f"got {args.draft_vocab}")
+            ap.error(
+                f"--draft-vocab must be in 1..{cfg.vocab_size - 1} (or 0 for the whole vocabulary), "
+                f"got {args.draft_vocab}"
+            )
         draft_ids = frequent_tokens(train_ids, cfg.vocab_size, args.draft_vocab)
     head = Eagle3Draft.for_target(cfg, draft_ids, aux_ids)
     with torch.no_grad():
@@ -147,19 +156,20 @@ def main(argv: list[str] | None = None) -> int:
         head.norm.weight.copy_(target.model.norm.weight.float())
         for name, prm in head.midlayer.named_parameters():
             if prm.dim() == 2:
-                prm.normal_(0.0, 0.02 / (math.sqrt(2) if name.endswith(("o_proj.weight", "down_proj.weight"))
-                                         else 1.0))
+                prm.normal_(0.0, 0.02 / (math.sqrt(2) if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0))
         head.fc.weight.normal_(0.0, 0.02)
     head = head.to(device)
     t2d = head.t2d
     trainable = [q for q in head.parameters() if q.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=p["lr"], betas=(0.9, 0.95), weight_decay=0.0,
-                            fused=device.type == "cuda")
+    opt = torch.optim.AdamW(trainable, lr=p["lr"], betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda")
     gen = torch.Generator().manual_seed(args.seed + 1)
     budget = minutes * 60.0
     t_load = time.monotonic()
-    print(f"head: {sum(q.numel() for q in trainable) / 1e6:.1f}M trainable parameters, aux layers {aux_ids}, "
-          f"draft vocab {head.draft_vocab}; target loaded in {t_load - t_start:.1f}s", flush=True)
+    print(
+        f"head: {sum(q.numel() for q in trainable) / 1e6:.1f}M trainable parameters, aux layers {aux_ids}, "
+        f"draft vocab {head.draft_vocab}; target loaded in {t_load - t_start:.1f}s",
+        flush=True,
+    )
     log: list[dict] = []
     step = 0
     t0 = time.monotonic()
@@ -178,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         opt.zero_grad(set_to_none=True)
         step += 1
         if step % 25 == 0 or step == 1:
-            entry = {"step": step, "loss": round(loss.item(), 4), "top1_per_step": [round(a, 4) for a in agree],
-                     "elapsed_s": round(time.monotonic() - t0, 1)}
+            entry = {
+                "step": step,
+                "loss": round(loss.item(), 4),
+                "top1_per_step": [round(a, 4) for a in agree],
+                "elapsed_s": round(time.monotonic() - t0, 1),
+            }
             log.append(entry)
             print(json.dumps(entry), flush=True)
     train_s = time.monotonic() - t0
@@ -193,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_s": round(step * p["batch"] * p["seq"] / train_s, 1),
         "final_top1_per_step": [round(a, 4) for a in agree],
         "log": log,
-        "wall_s": {"load": round(t_load - t_start, 2), "train": round(train_s, 2),
-                   "total": round(time.monotonic() - t_start, 2)},
+        "wall_s": {
+            "load": round(t_load - t_start, 2),
+            "train": round(train_s, 2),
+            "total": round(time.monotonic() - t_start, 2),
+        },
         "budget_minutes": minutes,
     }
     (args.out / "train_report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -14,6 +14,7 @@ before and after training, wall times). The corpus's packed token streams are ca
 Usage:  python3 bench/gpu/trained/train_target.py --data CORPUS_DIR --out DIR [--minutes 4]
         python3 bench/gpu/trained/train_target.py --data CORPUS_DIR --out DIR --smoke      (tiny, CPU, seconds)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,34 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from packed_data import EOT, PAD, documents, encode_split, eval_windows, windows  # noqa: E402
 
-FULL = dict(layers=24, hidden=1024, heads=16, kv_heads=4, inter=2816, vocab=16384, seq=1024, batch=32,
-            lr=8e-4, warmup=50, eval_windows=64, tok_bytes=40_000_000)
-SMOKE = dict(layers=8, hidden=64, heads=4, kv_heads=2, inter=128, vocab=512, seq=128, batch=8,
-             lr=3e-3, warmup=5, eval_windows=8, tok_bytes=2_000_000)
+FULL = dict(
+    layers=24,
+    hidden=1024,
+    heads=16,
+    kv_heads=4,
+    inter=2816,
+    vocab=16384,
+    seq=1024,
+    batch=32,
+    lr=8e-4,
+    warmup=50,
+    eval_windows=64,
+    tok_bytes=40_000_000,
+)
+SMOKE = dict(
+    layers=8,
+    hidden=64,
+    heads=4,
+    kv_heads=2,
+    inter=128,
+    vocab=512,
+    seq=128,
+    batch=8,
+    lr=3e-3,
+    warmup=5,
+    eval_windows=8,
+    tok_bytes=2_000_000,
+)
 
 
 def train_tokenizer(data: Path, vocab: int, sample_bytes: int):
@@ -41,8 +66,12 @@ def train_tokenizer(data: Path, vocab: int, sample_bytes: int):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=[EOT, PAD], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=[EOT, PAD],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
 
     def sample():
         taken = 0
@@ -60,8 +89,9 @@ def save_tokenizer(tok, out: Path) -> None:
     """As a transformers fast tokenizer (what SGLang's AutoTokenizer loads): no BOS is added, EOT ends text."""
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, pad_token=PAD,
-                                   model_max_length=2048)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=EOT, eos_token=EOT, pad_token=PAD, model_max_length=2048
+    )
     fast.save_pretrained(str(out))
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
@@ -73,10 +103,23 @@ def build_model(p: dict, vocab: int, eot: int, pad: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=p["hidden"], intermediate_size=p["inter"], num_hidden_layers=p["layers"],
-        num_attention_heads=p["heads"], num_key_value_heads=p["kv_heads"], max_position_embeddings=2048,
-        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=eot, eos_token_id=eot,
-        pad_token_id=pad, hidden_act="silu", initializer_range=0.02, attention_bias=False, mlp_bias=False,
+        vocab_size=vocab,
+        hidden_size=p["hidden"],
+        intermediate_size=p["inter"],
+        num_hidden_layers=p["layers"],
+        num_attention_heads=p["heads"],
+        num_key_value_heads=p["kv_heads"],
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        pad_token_id=pad,
+        hidden_act="silu",
+        initializer_range=0.02,
+        attention_bias=False,
+        mlp_bias=False,
     )
     config.architectures = ["LlamaForCausalLM"]
     model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
@@ -88,7 +131,7 @@ def heldout_loss(model, ids: torch.Tensor, device, batch: int, amp) -> float:
     model.eval()
     total, n = 0.0, 0
     for i in range(0, ids.shape[0], batch):
-        x = ids[i:i + batch].to(device)
+        x = ids[i : i + batch].to(device)
         with amp():
             loss = model(input_ids=x, labels=x).loss
         total += loss.float().item() * x.shape[0]
@@ -110,8 +153,9 @@ def save_model(model, out: Path) -> None:
     cfg.setdefault("rope_theta", 10000.0)
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     c = model.config
-    GenerationConfig(bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id, pad_token_id=c.pad_token_id,
-                     do_sample=False).save_pretrained(str(out))
+    GenerationConfig(
+        bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id, pad_token_id=c.pad_token_id, do_sample=False
+    ).save_pretrained(str(out))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error(f"--{k.replace('_', '-')} must be positive, got {v}")
             p[k] = v
     if p["hidden"] % p["heads"] or p["heads"] % p["kv_heads"]:
-        ap.error(f"--hidden ({p['hidden']}) must divide by --heads ({p['heads']}), and --heads by --kv-heads "
-                 f"({p['kv_heads']})")
+        ap.error(
+            f"--hidden ({p['hidden']}) must divide by --heads ({p['heads']}), and --heads by --kv-heads "
+            f"({p['kv_heads']})"
+        )
     minutes = args.minutes if args.minutes is not None else (0.1 if args.smoke else 4.0)
     if not minutes > 0:
         ap.error(f"--minutes must be positive, got {minutes}")
@@ -164,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     train_ids = encode_split(tok, args.data, "train")
     held_ids = encode_split(tok, args.data, "heldout")
     t_enc = time.monotonic()
-    print(f"encoded: train {train_ids.numel()} tokens, held-out {held_ids.numel()} tokens in {t_enc - t_tok:.1f}s",
-          flush=True)
+    print(
+        f"encoded: train {train_ids.numel()} tokens, held-out {held_ids.numel()} tokens in {t_enc - t_tok:.1f}s",
+        flush=True,
+    )
 
     model = build_model(p, tok.get_vocab_size(), tok.token_to_id(EOT), tok.token_to_id(PAD)).to(device)
     params = sum(t.numel() for t in model.parameters())
@@ -174,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     init_loss = heldout_loss(model, evals, device, p["batch"], amp)
     print(f"held-out loss at init {init_loss:.3f}", flush=True)
 
-    opt = torch.optim.AdamW(model.parameters(), lr=p["lr"], betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=device.type == "cuda")
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=p["lr"], betas=(0.9, 0.95), weight_decay=0.1, fused=device.type == "cuda"
+    )
     step_fn = torch.compile(model) if args.compile else model
     gen = torch.Generator().manual_seed(args.seed)
     budget = minutes * 60.0
@@ -213,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
     train_s = time.monotonic() - t0
     final_loss = heldout_loss(model, evals, device, p["batch"], amp)
-    print(f"held-out loss after training {final_loss:.3f} (ppl {math.exp(final_loss):.2f}), "
-          f"init {init_loss:.3f}", flush=True)
+    print(
+        f"held-out loss after training {final_loss:.3f} (ppl {math.exp(final_loss):.2f}), init {init_loss:.3f}",
+        flush=True,
+    )
     save_model(model, args.out)
     report = {
         "params": params,
@@ -230,8 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_loss": round(final_loss, 4),
         "heldout_ppl": round(math.exp(final_loss), 3),
         "train_loss_log": losses,
-        "wall_s": {"tokenizer": round(t_tok - t_start, 2), "encode": round(t_enc - t_tok, 2),
-                   "train": round(train_s, 2), "total": round(time.monotonic() - t_start, 2)},
+        "wall_s": {
+            "tokenizer": round(t_tok - t_start, 2),
+            "encode": round(t_enc - t_tok, 2),
+            "train": round(train_s, 2),
+            "total": round(time.monotonic() - t_start, 2),
+        },
         "budget_minutes": minutes,
     }
     (args.out / "train_report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -31,8 +31,12 @@ PRINTER_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Target TP", "type": "integer", "jsonPath": ".spec.target.tensorParallelSize"},
     {"name": "Draft TP", "type": "integer", "jsonPath": ".spec.draft.tensorParallelSize"},
-    {"name": "Mode", "type": "string", "jsonPath": ".spec.speculative.autotune.mode",
-     "description": "Step autotuning: Off, Live (step table pushed to the pods) or Rollout (restarts)"},
+    {
+        "name": "Mode",
+        "type": "string",
+        "jsonPath": ".spec.speculative.autotune.mode",
+        "description": "Step autotuning: Off, Live (step table pushed to the pods) or Rollout (restarts)",
+    },
     {"name": "Steps", "type": "integer", "jsonPath": ".status.speculative.numSteps"},
     {"name": "Accept", "type": "number", "jsonPath": ".status.speculative.acceptLength"},
     {"name": "Tok/s", "type": "number", "jsonPath": ".status.speculative.tokensPerSecond"},
@@ -63,7 +67,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     for key, value in node.items():
         if key in _DROP:
             continue
-        if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):  # JSON Schema number -> OpenAPI 3.0 boolean form
+        if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(
+            value, bool
+        ):  # JSON Schema number -> OpenAPI 3.0 boolean form
             out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
             out[key] = True
             continue

@@ -18,8 +18,9 @@ def _describe(index: int, doc: Any) -> str:
     return f"document {index + 1}"
 
 
-def load_sdds(path: str, serving_problems: Callable[[SpecDecodeDeployment], list[Problem]] | None = None
-              ) -> list[SpecDecodeDeployment]:
+def load_sdds(
+    path: str, serving_problems: Callable[[SpecDecodeDeployment], list[Problem]] | None = None
+) -> list[SpecDecodeDeployment]:
     """Every SpecDecodeDeployment in the file (``-``: stdin), validated with the CRD's schema and CEL rules, then
     with ``serving_problems`` (what the runtime would refuse; the renderer's, which sits above this package); every
     problem of every document in one :class:`InputError`."""

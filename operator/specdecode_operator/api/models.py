@@ -31,21 +31,50 @@ QUANTITY: JsonDict = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "in
 RESOURCES: JsonDict = {
     "type": "object",
     "properties": {
-        "limits": {"type": "object", "additionalProperties": QUANTITY,
-                   "description": "Resource name -> quantity (e.g. cpu: 16, memory: 200Gi)."},
-        "requests": {"type": "object", "additionalProperties": QUANTITY,
-                     "description": "Resource name -> quantity (e.g. cpu: 16, memory: 200Gi)."},
+        "limits": {
+            "type": "object",
+            "additionalProperties": QUANTITY,
+            "description": "Resource name -> quantity (e.g. cpu: 16, memory: 200Gi).",
+        },
+        "requests": {
+            "type": "object",
+            "additionalProperties": QUANTITY,
+            "description": "Resource name -> quantity (e.g. cpu: 16, memory: 200Gi).",
+        },
         "claims": {"type": "array", "items": PRESERVE, "description": "core/v1 ResourceClaim list."},
     },
 }
 # core/v1 Affinity: typed along the path the renderer extends with the gpuProduct term; the rest is kept as given.
-_TERMS: JsonDict = {"type": "array", "description": "core/v1 NodeSelectorTerm list (ORed).", "items": {
-    **PRESERVE, "properties": {"matchExpressions": {"type": "array", "items": PRESERVE,
-                                                    "description": "core/v1 NodeSelectorRequirement list."}}}}
-AFFINITY: JsonDict = {**PRESERVE, "properties": {"nodeAffinity": {
-    **PRESERVE, "description": "core/v1 NodeAffinity.", "properties": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {
-            **PRESERVE, "description": "core/v1 NodeSelector.", "properties": {"nodeSelectorTerms": _TERMS}}}}}}
+_TERMS: JsonDict = {
+    "type": "array",
+    "description": "core/v1 NodeSelectorTerm list (ORed).",
+    "items": {
+        **PRESERVE,
+        "properties": {
+            "matchExpressions": {
+                "type": "array",
+                "items": PRESERVE,
+                "description": "core/v1 NodeSelectorRequirement list.",
+            }
+        },
+    },
+}
+AFFINITY: JsonDict = {
+    **PRESERVE,
+    "properties": {
+        "nodeAffinity": {
+            **PRESERVE,
+            "description": "core/v1 NodeAffinity.",
+            "properties": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    **PRESERVE,
+                    "description": "core/v1 NodeSelector.",
+                    "properties": {"nodeSelectorTerms": _TERMS},
+                }
+            },
+        }
+    },
+}
 
 
 MODEL_DESCRIPTION = (
@@ -114,7 +143,9 @@ class Autotune(_Model):
     )
     minSteps: int = Field(default=1, ge=1, le=16, description="Lowest step count the tuner may choose.")
     maxSteps: int = Field(default=7, ge=1, le=16, description="Highest step count the tuner may choose.")
-    intervalSeconds: int = Field(default=10, ge=5, le=3600, description="How often metrics are read and a decision is made.")
+    intervalSeconds: int = Field(
+        default=10, ge=5, le=3600, description="How often metrics are read and a decision is made."
+    )
     objective: Literal["Throughput", "Latency"] = Field(
         default="Throughput",
         description="Throughput maximises tokens/s; Latency picks the best tokens/s that meets maxInterTokenLatencyMs.",
@@ -129,7 +160,9 @@ class Speculative(_Model):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.SPECULATIVE_RULES))
 
-    numSteps: int = Field(default=3, ge=1, le=16, description="Draft steps per cycle (the starting value when autotuned).")
+    numSteps: int = Field(
+        default=3, ge=1, le=16, description="Draft steps per cycle (the starting value when autotuned)."
+    )
     eagleTopK: int = Field(default=1, ge=1, le=10, description="Candidates per draft step; 1 is a chain.")
     numDraftTokens: int | None = Field(
         default=None, ge=2, le=256, description="Tokens verified per cycle; must be numSteps+1 when eagleTopK is 1."
@@ -143,7 +176,8 @@ class Nccl(_Model):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.NCCL_RULES))
 
     profile: Literal["Auto", "PCIe", "NVLink", "None"] = Field(
-        default="Auto", description="Profile of NCCL settings; Auto follows placement.interconnect. None: NCCL defaults."
+        default="Auto",
+        description="Profile of NCCL settings; Auto follows placement.interconnect. None: NCCL defaults.",
     )
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -231,15 +265,25 @@ class ModelCache(_Model):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.MODEL_CACHE_RULES))
 
     claimName: str | None = Field(
-        default=None, min_length=1, max_length=253, pattern=f"^{rules.ms.CLAIM}$",
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=f"^{rules.ms.CLAIM}$",
         description="PersistentVolumeClaim holding the cache (an HF_HOME: the snapshots live under hub/). "
-        "ReadWriteMany when replicas or nodes share it.")
+        "ReadWriteMany when replicas or nodes share it.",
+    )
     sizeLimit: str | None = Field(
-        default=None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
-        description="Size limit of the emptyDir cache when no claimName is set; unset: the node's ephemeral storage.")
+        default=None,
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="Size limit of the emptyDir cache when no claimName is set; unset: the node's ephemeral storage.",
+    )
     tokenSecretRef: SecretKeyRef | None = Field(
-        default=None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private "
-        "repositories; only the fetching init container sees it.")
+        default=None,
+        description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private "
+        "repositories; only the fetching init container sees it.",
+    )
+
+
 INT_OR_PERCENT: JsonDict = {"x-kubernetes-int-or-string": True}
 
 
@@ -255,13 +299,16 @@ class Rollout(_Model):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.ROLLOUT_RULES))
 
     maxSurge: int | str = Field(
-        default=1, json_schema_extra=INT_OR_PERCENT,
+        default=1,
+        json_schema_extra=INT_OR_PERCENT,
         description="Replicas created above spec.replicas during a rollout: an integer or a percentage (25%). "
-        "Each needs a full TP group of free GPUs.")
+        "Each needs a full TP group of free GPUs.",
+    )
     maxUnavailable: int | str = Field(
-        default=0, json_schema_extra=INT_OR_PERCENT,
-        description="Replicas that may be unavailable during a rollout: an integer or a percentage (25%). "
-        "Not both 0.")
+        default=0,
+        json_schema_extra=INT_OR_PERCENT,
+        description="Replicas that may be unavailable during a rollout: an integer or a percentage (25%). Not both 0.",
+    )
 
 
 class Monitoring(_Model):
@@ -284,7 +331,8 @@ class SpecDecodeDeploymentSpec(_Model):
     runtime: Runtime = Field(default_factory=Runtime, description="Serving container.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Prometheus integration.")
     modelCache: ModelCache | None = Field(
-        default=None, description="Cache volume for hf:// models; unset: an emptyDir per pod.")
+        default=None, description="Cache volume for hf:// models; unset: an emptyDir per pod."
+    )
     rollout: Rollout = Field(default_factory=Rollout, description="How template changes replace the serving pods.")
 
 
@@ -297,7 +345,8 @@ class Condition(_Model):
     message: str = Field(default="", description="What a human should know, e.g. which field is invalid.")
     lastTransitionTime: str | None = Field(default=None, description="When status last changed (RFC 3339).")
     observedGeneration: int | None = Field(
-        default=None, description="metadata.generation the condition was computed for.")
+        default=None, description="metadata.generation the condition was computed for."
+    )
 
 
 class Recommendation(_Model):
@@ -306,9 +355,11 @@ class Recommendation(_Model):
     draftTensorParallelSize: int | None = Field(default=None, description="Recommended draft TP size.")
     numSteps: int | None = Field(default=None, description="Recommended speculative steps at that draft TP.")
     predictedTokensPerSecond: float | None = Field(
-        default=None, description="Predicted tokens/s per replica with the recommendation.")
+        default=None, description="Predicted tokens/s per replica with the recommendation."
+    )
     currentPredictedTokensPerSecond: float | None = Field(
-        default=None, description="Predicted tokens/s per replica with the current spec, for comparison.")
+        default=None, description="Predicted tokens/s per replica with the current spec, for comparison."
+    )
     reason: str = Field(default="", description="Why, in words (the figures it rests on).")
 
 
@@ -319,12 +370,15 @@ class CostProfileEntry(_Model):
     source: Literal["MeasuredAtStart", "RefinedOnline", "Override", "PhaseAverages"] = Field(
         description="MeasuredAtStart: the pods' start-up cost probe; RefinedOnline: that probe corrected by live cycle "
         "timings; Override: the profile ConfigMap (also checked against live timings); PhaseAverages: no profile, "
-        "per-cycle averages of the step count that ran.")
+        "per-cycle averages of the step count that ran."
+    )
     batch: float | None = Field(default=None, description="Mean batch size the figures are evaluated at.")
-    plainCycleMs: float | None = Field(default=None, description="Predicted milliseconds of a decode step without "
-                                       "speculation.")
-    cycleMs: float | None = Field(default=None, description="Predicted milliseconds of a cycle at the bucket's "
-                                  "current step count.")
+    plainCycleMs: float | None = Field(
+        default=None, description="Predicted milliseconds of a decode step without speculation."
+    )
+    cycleMs: float | None = Field(
+        default=None, description="Predicted milliseconds of a cycle at the bucket's current step count."
+    )
     stepMs: float | None = Field(default=None, description="Predicted milliseconds one more draft step adds.")
     observedSteps: list[int] | None = Field(default=None, description="Step counts whose live timings refined it.")
 
@@ -333,27 +387,36 @@ class SpeculativeStatus(_Model):
     """What the tuner measured and decided; spec is never written."""
 
     numSteps: int | None = Field(
-        default=None, description="Speculative steps in use: the busiest batch bucket's (Live) or the restarted "
-        "pods' (Rollout).")
+        default=None,
+        description="Speculative steps in use: the busiest batch bucket's (Live) or the restarted pods' (Rollout).",
+    )
     stepTable: list[dict[str, int]] | None = Field(
-        default=None, json_schema_extra={"items": {"type": "object", "additionalProperties": {"type": "integer"}}},
+        default=None,
+        json_schema_extra={"items": {"type": "object", "additionalProperties": {"type": "integer"}}},
         description="Steps per batch size pushed to the pods (Live): entries {minBatch, steps}, ascending minBatch.",
     )
     acceptLength: float | None = Field(
-        default=None, description="Tokens emitted per verify pass over the last interval (accepted draft tokens + 1).")
+        default=None, description="Tokens emitted per verify pass over the last interval (accepted draft tokens + 1)."
+    )
     acceptRate: float | None = Field(
-        default=None, description="Accepted draft tokens / drafted tokens over the last interval (0..1).")
+        default=None, description="Accepted draft tokens / drafted tokens over the last interval (0..1)."
+    )
     tokensPerSecond: float | None = Field(
-        default=None, description="Measured output tokens/s per replica over the last interval.")
+        default=None, description="Measured output tokens/s per replica over the last interval."
+    )
     lastTuneTime: str | None = Field(default=None, description="When the tuner last had usable metrics (RFC 3339).")
     recommendation: Recommendation | None = Field(
-        default=None, description="The planner's draft-placement advice; never applied automatically.")
+        default=None, description="The planner's draft-placement advice; never applied automatically."
+    )
     ncclLatencyMicroseconds: dict[str, float] | None = Field(
-        default=None, description="The pods' start-up NCCL preflight: microseconds per collective, by operation.")
+        default=None, description="The pods' start-up NCCL preflight: microseconds per collective, by operation."
+    )
     costSource: Literal["MeasuredAtStart", "RefinedOnline", "Override", "PhaseAverages"] | None = Field(
-        default=None, description="Where the cost model of the busiest bucket comes from (see costProfile).")
+        default=None, description="Where the cost model of the busiest bucket comes from (see costProfile)."
+    )
     costProfile: list[CostProfileEntry] | None = Field(
-        default=None, max_length=16, description="The cost model in use, per batch-size bucket.")
+        default=None, max_length=16, description="The cost model in use, per batch-size bucket."
+    )
 
 
 class HistoryEntry(_Model):
@@ -365,7 +428,8 @@ class HistoryEntry(_Model):
     toSteps: int | None = Field(default=None, description="Steps after.")
     reason: str = Field(default="", description="Why, in words (measured acceptance and predicted tokens/s).")
     predictedGain: float | None = Field(
-        default=None, description="Predicted relative tokens/s gain of the change (0.05 = 5 %).")
+        default=None, description="Predicted relative tokens/s gain of the change (0.05 = 5 %)."
+    )
 
 
 class SpecDecodeDeploymentStatus(_Model):
@@ -374,7 +438,8 @@ class SpecDecodeDeploymentStatus(_Model):
     model_config = ConfigDict(extra="allow")
 
     observedGeneration: int | None = Field(
-        default=None, description="metadata.generation the operator last reconciled; behind it, status is stale.")
+        default=None, description="metadata.generation the operator last reconciled; behind it, status is stale."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
@@ -384,10 +449,10 @@ class SpecDecodeDeploymentStatus(_Model):
     replicas: int | None = Field(default=None, description="Serving replicas that exist (scale subresource).")
     readyReplicas: int | None = Field(default=None, description="Serving replicas that are ready.")
     selector: str | None = Field(default=None, description="Label selector of the runtime pods (scale subresource).")
-    speculative: SpeculativeStatus | None = Field(
-        default=None, description="What the tuner measured and decided.")
+    speculative: SpeculativeStatus | None = Field(default=None, description="What the tuner measured and decided.")
     history: list[HistoryEntry] = Field(
-        default_factory=list, max_length=50, description="The latest tuning decisions, oldest first (at most 50).")
+        default_factory=list, max_length=50, description="The latest tuning decisions, oldest first (at most 50)."
+    )
 
 
 class ObjectMeta(_Model):

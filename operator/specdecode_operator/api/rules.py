@@ -112,6 +112,7 @@ SPEC_RULES = (
     ),
 )
 
+
 def _int_or_percent(field: str) -> Rule:
     return Rule(
         f"type(self.{field}) == int ? self.{field} >= 0 : self.{field}.matches('^(100|[1-9]?[0-9])%$')",

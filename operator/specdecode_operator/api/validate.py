@@ -225,8 +225,13 @@ def validate_object(obj: dict, crd: dict | None = None, old: dict | None = None)
     problems = [Problem(*_schema_message(e)) for e in unknown or errors]
     name = defaulted["metadata"].get("name") if isinstance(defaulted["metadata"], dict) else None
     if not unknown and isinstance(name, str) and not (len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)):
-        problems.append(Problem("metadata.name", f"Invalid value: {name!r}: the API server takes only a lowercase "
-                                "RFC 1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)"))
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"Invalid value: {name!r}: the API server takes only a lowercase "
+                "RFC 1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
+            )
+        )
     if not any(e.validator in _BLOCKING for e in errors):
         old_defaulted = apply_defaults(old, crd) if old else None
         problems.extend(_cel_problems(schema, defaulted, old_defaulted, []))

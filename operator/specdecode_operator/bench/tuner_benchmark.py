@@ -83,8 +83,9 @@ def oracle_table(sc: Scenario, phase, candidates: Sequence[int]) -> list[tuple[i
         ratio = new_ratio
         for lo, mix in groups:
             if mix:
-                choice[lo] = max(candidates,
-                                 key=lambda steps: (lambda t, d: (t - ratio * d, -steps))(*tok_time(steps, mix)))
+                choice[lo] = max(
+                    candidates, key=lambda steps: (lambda t, d: (t - ratio * d, -steps))(*tok_time(steps, mix))
+                )
     return [(lo, choice[lo]) for lo, _ in groups]
 
 
@@ -103,7 +104,9 @@ def open_candidates_config(max_steps: int) -> dict:
     offers odd step counts only at batch 1 and no speculation at batch >= 64); thresholds unchanged."""
     from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
 
-    return {bs: {**entry, "candidate_steps": list(range(0, max_steps + 1))} for bs, entry in DEFAULT_ADAPTIVE_CONFIG.items()}
+    return {
+        bs: {**entry, "candidate_steps": list(range(0, max_steps + 1))} for bs, entry in DEFAULT_ADAPTIVE_CONFIG.items()
+    }
 
 
 def run_sglang(sc: Scenario, seed: int | None, initial_steps: int, cfg: dict | None = None) -> tuple[float, int]:
@@ -130,24 +133,46 @@ def rendered_candidates(min_steps: int, max_steps: int, initial: int, mode: str 
     return tuner_steps(mode, min_steps, max_steps, initial)
 
 
-def our_config(sc: Scenario, mode: str, interval: float, min_steps: int, max_steps: int, initial: int,
-               caps: list[int] | None = None) -> TunerConfig:
+def our_config(
+    sc: Scenario,
+    mode: str,
+    interval: float,
+    min_steps: int,
+    max_steps: int,
+    initial: int,
+    caps: list[int] | None = None,
+) -> TunerConfig:
     caps = caps if caps is not None else rendered_candidates(min_steps, max_steps, initial, mode)
     if mode == "Rollout":  # a restart cannot render steps 0 (SGLang needs --speculative-num-steps >= 1)
         caps = [steps for steps in caps if steps > 0]
     return TunerConfig(
         mode=mode,
-        policy=PolicyConfig(min_steps=min_steps, max_steps=max_steps, candidates=tuple(caps),
-                            cooldown_s=2 * interval, explore_every_s=max(12 * interval, 120.0)),
+        policy=PolicyConfig(
+            min_steps=min_steps,
+            max_steps=max_steps,
+            candidates=tuple(caps),
+            cooldown_s=2 * interval,
+            explore_every_s=max(12 * interval, 120.0),
+        ),
         buckets=tuple(sc.buckets),
         initial_steps=initial,
         restart_s=sc.restart_seconds,
     )
 
 
-def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_steps: int, max_steps: int,
-             initial: int, caps: list[int] | None = None, profile: str = "measured", probe_bias: float = DEFAULT_BIAS,
-             probe_noise: float = DEFAULT_NOISE) -> tuple[float, Tuner]:
+def run_ours(
+    sc: Scenario,
+    seed: int | None,
+    mode: str,
+    interval: float,
+    min_steps: int,
+    max_steps: int,
+    initial: int,
+    caps: list[int] | None = None,
+    profile: str = "measured",
+    probe_bias: float = DEFAULT_BIAS,
+    probe_noise: float = DEFAULT_NOISE,
+) -> tuple[float, Tuner]:
     """The operator loop on simulated time: scrape every interval, decide, push (Live) or re-render and restart
     (Rollout). The tuner learns costs and acceptance from the pod's metrics only (``profile`` measured / none);
     ``exact`` gives it the scenario's cost block as an override (the labelled upper bound)."""
@@ -158,6 +183,7 @@ def run_ours(sc: Scenario, seed: int | None, mode: str, interval: float, min_ste
     eng.set_candidates(cfg.policy.candidates)
     eng.set_step_table([(1, initial)])
     tuner = Tuner(cfg, profile=sc.cycle_cost() if profile == "exact" else None)
+
     def scrape():
         return [parse_metrics(eng.metrics_text(), "sim-0", eng.now, costs=tuner.wants_costs("sim-0"))]
 
@@ -183,11 +209,32 @@ def bench_scenario(sc: Scenario, args) -> dict:
     sglang, sglang_changes = run_sglang(sc, args.seed, args.initial_steps)
     sglang07, _ = run_sglang(sc, args.seed, args.initial_steps, open_candidates_config(args.max_steps))
     known = dict(profile=args.profile, probe_bias=args.probe_bias, probe_noise=args.probe_noise)
-    ours, tuner = run_ours(sc, args.seed, "Live", args.interval, args.min_steps, args.max_steps, args.initial_steps,
-                           args.candidates, **known)
-    rollout, rtuner = (None, None) if args.no_rollout else run_ours(
-        sc, args.seed, "Rollout", args.interval, args.min_steps, args.max_steps, args.initial_steps, args.candidates,
-        **known)
+    ours, tuner = run_ours(
+        sc,
+        args.seed,
+        "Live",
+        args.interval,
+        args.min_steps,
+        args.max_steps,
+        args.initial_steps,
+        args.candidates,
+        **known,
+    )
+    rollout, rtuner = (
+        (None, None)
+        if args.no_rollout
+        else run_ours(
+            sc,
+            args.seed,
+            "Rollout",
+            args.interval,
+            args.min_steps,
+            args.max_steps,
+            args.initial_steps,
+            args.candidates,
+            **known,
+        )
+    )
     return {
         "name": sc.name,
         "simulated": True,
@@ -234,11 +281,17 @@ def benchmark(scenarios: Sequence[Scenario], args, progress=None) -> dict:
     return {
         "simulated": True,
         "note": "all tokens/s are simulated (in-process simulator, scenario cost model); not measurements",
-        "settings": {"interval_s": args.interval, "candidates": args.candidates or "rendered",
-                     "min_steps": args.min_steps, "max_steps": args.max_steps, "initial_steps": args.initial_steps,
-                     "seed": args.seed, "profile": args.profile,
-                     "probe_bias": args.probe_bias if args.profile == "measured" else None,
-                     "probe_noise": args.probe_noise if args.profile == "measured" else None},
+        "settings": {
+            "interval_s": args.interval,
+            "candidates": args.candidates or "rendered",
+            "min_steps": args.min_steps,
+            "max_steps": args.max_steps,
+            "initial_steps": args.initial_steps,
+            "seed": args.seed,
+            "profile": args.profile,
+            "probe_bias": args.probe_bias if args.profile == "measured" else None,
+            "probe_noise": args.probe_noise if args.profile == "measured" else None,
+        },
         "scenarios": results,
         "geomean": {r: geomean([s["ratios"][r] for s in results]) for r in RATIOS},
     }

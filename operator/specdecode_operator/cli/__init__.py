@@ -38,9 +38,12 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     cli_common.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    cli_common.add_lazy_commands(sub, {name: (f"{__name__}.{module}", help_text)
-                                       for name, (module, help_text) in COMMANDS.items()},
-                                 command, lambda module, name, help_text: module.add_parser(sub, name, help_text))
+    cli_common.add_lazy_commands(
+        sub,
+        {name: (f"{__name__}.{module}", help_text) for name, (module, help_text) in COMMANDS.items()},
+        command,
+        lambda module, name, help_text: module.add_parser(sub, name, help_text),
+    )
     cli_common.add_completion_command(sub, "specdecode")
     return parser
 

@@ -19,8 +19,11 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
     p = subparsers.add_parser(name, help=help_text)
     sub = p.add_subparsers(dest="bench", metavar="BENCHMARK")
     sub.required = True
-    tuner = sub.add_parser("tuner", help="benchmark the step tuner against static step counts, the oracle and SGLang "
-                           "adaptive (simulated)", description=__doc__.splitlines()[0].replace("``", ""))
+    tuner = sub.add_parser(
+        "tuner",
+        help="benchmark the step tuner against static step counts, the oracle and SGLang adaptive (simulated)",
+        description=__doc__.splitlines()[0].replace("``", ""),
+    )
     add_tuner_arguments(tuner)
     tuner.set_defaults(func=run_tuner)
     return p
@@ -31,29 +34,55 @@ def add_tuner_arguments(p: argparse.ArgumentParser) -> None:
 
     from ..bench.tuner_benchmark import DEFAULT_INTERVAL, PROFILES
 
-    p.add_argument("--scenarios", nargs="+", required=True, metavar="FILE",
-                   help="scenario YAML files (globs are expanded), e.g. bench/scenarios/*.yaml")
+    p.add_argument(
+        "--scenarios",
+        nargs="+",
+        required=True,
+        metavar="FILE",
+        help="scenario YAML files (globs are expanded), e.g. bench/scenarios/*.yaml",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
-                   help="our tuner's intervalSeconds in simulated seconds (CRD allows 5..3600; default: the CRD's "
-                   f"default, {DEFAULT_INTERVAL:g})")
-    p.add_argument("--profile", choices=PROFILES, default="measured",
-                   help="what our tuner knows about costs: measured = the pod's start-up probe with its error, refined "
-                   "online (what a cluster gives; default); exact = the scenario's true costs (upper bound, not "
-                   "reachable in a cluster); none = no probe")
-    p.add_argument("--probe-bias", type=float, default=DEFAULT_BIAS,
-                   help=f"systematic error per probe stage, drawn per pod in 1 +- this (default {DEFAULT_BIAS})")
-    p.add_argument("--probe-noise", type=float, default=DEFAULT_NOISE,
-                   help=f"relative noise per probe sample (default {DEFAULT_NOISE})")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL,
+        help="our tuner's intervalSeconds in simulated seconds (CRD allows 5..3600; default: the CRD's "
+        f"default, {DEFAULT_INTERVAL:g})",
+    )
+    p.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="measured",
+        help="what our tuner knows about costs: measured = the pod's start-up probe with its error, refined "
+        "online (what a cluster gives; default); exact = the scenario's true costs (upper bound, not "
+        "reachable in a cluster); none = no probe",
+    )
+    p.add_argument(
+        "--probe-bias",
+        type=float,
+        default=DEFAULT_BIAS,
+        help=f"systematic error per probe stage, drawn per pod in 1 +- this (default {DEFAULT_BIAS})",
+    )
+    p.add_argument(
+        "--probe-noise",
+        type=float,
+        default=DEFAULT_NOISE,
+        help=f"relative noise per probe sample (default {DEFAULT_NOISE})",
+    )
     p.add_argument("--no-rollout", action="store_true", help="skip the Rollout-mode run (faster)")
     p.add_argument("--min-steps", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=7, help="largest static and oracle step count (default 7)")
     p.add_argument("--initial-steps", type=int, default=3, help="starting numSteps for ours and SGLang (default 3)")
     p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
-    p.add_argument("--candidates", type=_candidates, default=None, metavar="STEPS,...|all",
-                   help="step counts the runtime has captured for our tuner (default: 0 plus "
-                   "config.candidate_steps(min, max, initial), at most 4 values in bounds, as rendered); "
-                   "'all' = 0..max-steps")
+    p.add_argument(
+        "--candidates",
+        type=_candidates,
+        default=None,
+        metavar="STEPS,...|all",
+        help="step counts the runtime has captured for our tuner (default: 0 plus "
+        "config.candidate_steps(min, max, initial), at most 4 values in bounds, as rendered); "
+        "'all' = 0..max-steps",
+    )
 
 
 def _candidates(text: str) -> list[int] | str:
@@ -71,8 +100,10 @@ def _candidates(text: str) -> list[int] | str:
 def check_settings(args: argparse.Namespace) -> None:
     """Every flag within what the CRD and the simulator accept, before minutes of simulation start."""
     if not (0 <= args.min_steps <= args.max_steps <= MAX_STEPS):
-        raise UsageError(f"--min-steps/--max-steps must satisfy 0 <= min <= max <= {MAX_STEPS}, "
-                         f"got {args.min_steps}..{args.max_steps}")
+        raise UsageError(
+            f"--min-steps/--max-steps must satisfy 0 <= min <= max <= {MAX_STEPS}, "
+            f"got {args.min_steps}..{args.max_steps}"
+        )
     if not (args.min_steps <= args.initial_steps <= args.max_steps):
         raise UsageError(f"--initial-steps must be within {args.min_steps}..{args.max_steps}, got {args.initial_steps}")
     if not (5 <= args.interval <= 3600):
@@ -113,9 +144,13 @@ def run_tuner(args: argparse.Namespace) -> int:
 
 def format_table(out: dict) -> str:
     st = out["settings"]
-    known = (f"the pod's start-up probe (bias +-{st['probe_bias']:g} per stage, noise {st['probe_noise']:g}), refined "
-             "online" if st["profile"] == "measured" else "the scenario's TRUE costs (upper bound, not reachable in a "
-             "cluster)" if st["profile"] == "exact" else "no cost probe (phase averages)")
+    known = (
+        f"the pod's start-up probe (bias +-{st['probe_bias']:g} per stage, noise {st['probe_noise']:g}), refined online"
+        if st["profile"] == "measured"
+        else "the scenario's TRUE costs (upper bound, not reachable in a cluster)"
+        if st["profile"] == "exact"
+        else "no cost probe (phase averages)"
+    )
     lines = [
         "Simulated tokens/s (in-process simulator; not measurements), interval "
         f"{st['interval_s']:g}s, our captured candidates {st['candidates']}, our cost knowledge: {known}",
@@ -132,10 +167,14 @@ def format_table(out: dict) -> str:
             f"{r['ours_over_sglang_0to7']:6.3f} {s['changes']:>4} {s['restarts'] if s['restarts'] is not None else '-':>4}"
         )
     g = out["geomean"]
-    lines.append(f"{'geometric mean':<24} {'':>7} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} "
-                 f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f} "
-                 f"{g['ours_over_sglang_0to7']:6.3f}")
-    lines.append(f"o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive ({SGLANG_VERSION} AdaptiveController, "
-                 "default candidates), o/s07 = ours/the same controller with candidates 0..7; chg = our Live changes, "
-                 "rst = restarts in Rollout mode")
+    lines.append(
+        f"{'geometric mean':<24} {'':>7} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} {'':>7} "
+        f"{g['ours_over_oracle']:6.3f} {g['ours_over_best_static']:6.3f} {g['ours_over_sglang_adaptive']:6.3f} "
+        f"{g['ours_over_sglang_0to7']:6.3f}"
+    )
+    lines.append(
+        f"o/orc = ours/oracle, o/bst = ours/best static, o/sgl = ours/SGLang adaptive ({SGLANG_VERSION} AdaptiveController, "
+        "default candidates), o/s07 = ours/the same controller with candidates 0..7; chg = our Live changes, "
+        "rst = restarts in Rollout mode"
+    )
     return "\n".join(lines)

@@ -11,10 +11,21 @@ from specdecode_runtime.simulate.cli import MAX_SPEED
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
     p = subparsers.add_parser(name, help=help_text)
-    p.add_argument("--out", type=Path, default=Path("demo-out"), help="where the plot and summary go (default demo-out/)")
-    p.add_argument("--speed", type=float_in(0, MAX_SPEED), default=10.0, help="simulated seconds per wall second (default 10)")
-    p.add_argument("-f", "--file", type=Path, default=None, help="SpecDecodeDeployment to apply (default: embedded seed PCIe box)")
-    p.add_argument("--scenario", type=Path, default=None, help="scenario for the simulated pods (default: embedded seed scenario with a workload shift)")
+    p.add_argument(
+        "--out", type=Path, default=Path("demo-out"), help="where the plot and summary go (default demo-out/)"
+    )
+    p.add_argument(
+        "--speed", type=float_in(0, MAX_SPEED), default=10.0, help="simulated seconds per wall second (default 10)"
+    )
+    p.add_argument(
+        "-f", "--file", type=Path, default=None, help="SpecDecodeDeployment to apply (default: embedded seed PCIe box)"
+    )
+    p.add_argument(
+        "--scenario",
+        type=Path,
+        default=None,
+        help="scenario for the simulated pods (default: embedded seed scenario with a workload shift)",
+    )
     p.add_argument("--kubeconfig", default=None, help="run against a real cluster with the real runtime image instead")
     p.add_argument("--max-seconds", type=float_in(0, 86400), default=110.0, help="wall-clock limit (default 110)")
     p.set_defaults(func=run)
@@ -38,9 +49,16 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig is not None:
         _check_kubeconfig(args.kubeconfig)
     try:
-        result = run_demo(DemoOptions(out_dir=args.out, speed=args.speed, sdd_file=args.file,
-                                      scenario_file=args.scenario, kubeconfig=args.kubeconfig,
-                                      max_wall_seconds=args.max_seconds))
+        result = run_demo(
+            DemoOptions(
+                out_dir=args.out,
+                speed=args.speed,
+                sdd_file=args.file,
+                scenario_file=args.scenario,
+                kubeconfig=args.kubeconfig,
+                max_wall_seconds=args.max_seconds,
+            )
+        )
     except DemoFailed as e:
         raise CommandFailed(f"demo failed: {e}") from None
     if not any(v for v in result["tokens_per_s"].values()):

@@ -16,11 +16,17 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
         from ..images import RUNTIME_IMAGE
 
         _add_file_argument(p)
-        p.add_argument("-o", "--output", choices=("yaml", "json", "runtime-config"), default="yaml",
-                       help="yaml/json: every manifest; runtime-config: only the runtime.yaml each runtime pod reads")
+        p.add_argument(
+            "-o",
+            "--output",
+            choices=("yaml", "json", "runtime-config"),
+            default="yaml",
+            help="yaml/json: every manifest; runtime-config: only the runtime.yaml each runtime pod reads",
+        )
         p.add_argument("--default-image", default=RUNTIME_IMAGE, help="runtime image when spec.runtime.image is empty")
-        p.add_argument("--operator-namespace", default="specdecode-system",
-                       help="namespace allowed to reach the control port")
+        p.add_argument(
+            "--operator-namespace", default="specdecode-system", help="namespace allowed to reach the control port"
+        )
         p.set_defaults(func=render)
     elif name == "validate":
         _add_file_argument(p)
@@ -62,8 +68,11 @@ def runtime_configs(manifests: list[dict]) -> str:
     """The ``runtime.yaml`` of every rendered runtime ConfigMap: the file ``specdecode-runtime launch`` reads."""
     from specdecode_runtime.contract.config import CONFIG_FILE_NAME
 
-    files = [m["data"][CONFIG_FILE_NAME] for m in manifests
-             if m.get("kind") == "ConfigMap" and CONFIG_FILE_NAME in (m.get("data") or {})]
+    files = [
+        m["data"][CONFIG_FILE_NAME]
+        for m in manifests
+        if m.get("kind") == "ConfigMap" and CONFIG_FILE_NAME in (m.get("data") or {})
+    ]
     return "---\n".join(files)
 
 

@@ -24,41 +24,85 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
     sub = operator.add_subparsers(dest="operator_command", required=True)
     run = sub.add_parser("run", help="reconcile SpecDecodeDeployments until stopped")
     scope = run.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
-                       help="watch this namespace (repeatable); default: SPECDECODE_NAMESPACES or all")
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="watch this namespace (repeatable); default: SPECDECODE_NAMESPACES or all",
+    )
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     run.add_argument("--metrics-port", type=int, help="port of /metrics (0: off; default 8080)")
     live = run.add_mutually_exclusive_group()
-    live.add_argument("--liveness", default=None,
-                      help="kopf liveness endpoint URL, or 'off' (default http://0.0.0.0:8081/healthz)")
-    live.add_argument("--liveness-port", type=int, default=None,
-                      help="serve kopf's liveness endpoint /healthz on this port (0: off)")
+    live.add_argument(
+        "--liveness", default=None, help="kopf liveness endpoint URL, or 'off' (default http://0.0.0.0:8081/healthz)"
+    )
+    live.add_argument(
+        "--liveness-port", type=int, default=None, help="serve kopf's liveness endpoint /healthz on this port (0: off)"
+    )
     run.add_argument("--default-image", help="runtime image when spec.runtime.image is empty")
     run.add_argument("--label-selector", help="only handle objects with these labels (k=v,k2=v2)")
-    run.add_argument("--leader-elect", dest="leader_election", action="store_true", default=None,
-                     help="only the replica holding Lease <operator-namespace>/<lease-name> acts (HA)")
+    run.add_argument(
+        "--leader-elect",
+        dest="leader_election",
+        action="store_true",
+        default=None,
+        help="only the replica holding Lease <operator-namespace>/<lease-name> acts (HA)",
+    )
     run.add_argument("--lease-name", help="name of the leader-election Lease (default specdecode-operator)")
     run.add_argument("--identity", help="this replica's name in the Lease (default: the host name, the pod's name)")
-    run.add_argument("--watch-timeout", dest="watch_timeout_seconds", type=float,
-                     help="seconds before each watch is renewed; a silent one is cut 15 s after that (default 60)")
-    run.add_argument("--resync-seconds", type=float_in(0, 86400),
-                     help="period of the level-based resync sweep over all objects (default 30)")
-    run.add_argument("--check-spec-rules", dest="check_spec_rules", action="store_true", default=None,
-                     help="run the CRD's schema and CEL rules in the operator too (a CRD installed without them)")
-    run.add_argument("--prometheus-url", help="tuner: read runtime counters from this Prometheus server "
-                     "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)")
-    run.add_argument("--tune-restart-seconds", type=float_in(0, 86400),
-                     help="Rollout mode: seconds of serving a restart costs, unless a tuner profile says (default 300)")
-    run.add_argument("--rollout-blocked-seconds", type=float_in(0, 86400),
-                     help="report RolloutBlocked when a rollout pod stays unschedulable this long (default 300)")
-    run.add_argument("--api-recheck-seconds", type=float_in(0, 86400),
-                     help="while a child's API (ServiceMonitor, LeaderWorkerSet) is not served, ask discovery again "
-                     "this often (default 60)")
-    run.add_argument("--metrics-secure", action="store_true", default=None,
-                     help="serve /metrics over HTTPS to scrapers whose bearer token may get /metrics "
-                     "(TokenReview + SubjectAccessReview); default: plain HTTP")
-    run.add_argument("--metrics-cert-dir", help="with --metrics-secure: tls.crt and tls.key to serve "
-                     "(default: a self-signed certificate made at start-up)")
+    run.add_argument(
+        "--watch-timeout",
+        dest="watch_timeout_seconds",
+        type=float,
+        help="seconds before each watch is renewed; a silent one is cut 15 s after that (default 60)",
+    )
+    run.add_argument(
+        "--resync-seconds",
+        type=float_in(0, 86400),
+        help="period of the level-based resync sweep over all objects (default 30)",
+    )
+    run.add_argument(
+        "--check-spec-rules",
+        dest="check_spec_rules",
+        action="store_true",
+        default=None,
+        help="run the CRD's schema and CEL rules in the operator too (a CRD installed without them)",
+    )
+    run.add_argument(
+        "--prometheus-url",
+        help="tuner: read runtime counters from this Prometheus server "
+        "(default: scrape each pod's /metrics through the headless Service's EndpointSlices)",
+    )
+    run.add_argument(
+        "--tune-restart-seconds",
+        type=float_in(0, 86400),
+        help="Rollout mode: seconds of serving a restart costs, unless a tuner profile says (default 300)",
+    )
+    run.add_argument(
+        "--rollout-blocked-seconds",
+        type=float_in(0, 86400),
+        help="report RolloutBlocked when a rollout pod stays unschedulable this long (default 300)",
+    )
+    run.add_argument(
+        "--api-recheck-seconds",
+        type=float_in(0, 86400),
+        help="while a child's API (ServiceMonitor, LeaderWorkerSet) is not served, ask discovery again "
+        "this often (default 60)",
+    )
+    run.add_argument(
+        "--metrics-secure",
+        action="store_true",
+        default=None,
+        help="serve /metrics over HTTPS to scrapers whose bearer token may get /metrics "
+        "(TokenReview + SubjectAccessReview); default: plain HTTP",
+    )
+    run.add_argument(
+        "--metrics-cert-dir",
+        help="with --metrics-secure: tls.crt and tls.key to serve "
+        "(default: a self-signed certificate made at start-up)",
+    )
     run.add_argument("--operator-namespace", help="namespace the operator runs in (NetworkPolicy peer)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.add_argument("--verbose", "-v", action="store_true", help="same as --log-level debug")
@@ -88,10 +132,27 @@ def config_from_args(args) -> OperatorConfig:
     (``--metrics-port 0``, ``--liveness-port 0``, ``--liveness off``)."""
     from ..config import OperatorConfig
 
-    overrides = {k: getattr(args, k, None) for k in (
-        "metrics_port", "default_image", "label_selector", "leader_election", "lease_name", "identity", "watch_timeout_seconds",
-        "resync_seconds", "operator_namespace", "prometheus_url", "tune_restart_seconds", "rollout_blocked_seconds",
-        "api_recheck_seconds", "metrics_secure", "metrics_cert_dir", "check_spec_rules")}
+    overrides = {
+        k: getattr(args, k, None)
+        for k in (
+            "metrics_port",
+            "default_image",
+            "label_selector",
+            "leader_election",
+            "lease_name",
+            "identity",
+            "watch_timeout_seconds",
+            "resync_seconds",
+            "operator_namespace",
+            "prometheus_url",
+            "tune_restart_seconds",
+            "rollout_blocked_seconds",
+            "api_recheck_seconds",
+            "metrics_secure",
+            "metrics_cert_dir",
+            "check_spec_rules",
+        )
+    }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     metrics_port = overrides.get("metrics_port")
     if metrics_port is not None:
@@ -127,7 +188,9 @@ def check_credentials(config) -> None:
         kubeconfig.load_kube_config()
     except Exception as e:  # ConfigException, a YAML or decoding error: all say "this kubeconfig is unusable"
         reason = str(e).strip() or type(e).__name__
-        raise UsageError(f"no usable Kubernetes credentials: not in a cluster, and kubeconfig {path}: {reason}") from None
+        raise UsageError(
+            f"no usable Kubernetes credentials: not in a cluster, and kubeconfig {path}: {reason}"
+        ) from None
 
 
 def check_ports(config) -> None:
@@ -147,6 +210,5 @@ def run_operator(args) -> int:
     check_credentials(config)
     check_ports(config)
     level = "DEBUG" if args.verbose else getattr(args, "log_level", "info").upper()
-    logging.basicConfig(level=getattr(logging, level),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return operator_process.run(config)

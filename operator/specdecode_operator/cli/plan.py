@@ -16,8 +16,14 @@ from specdecode_runtime.contract.scenario import Scenario, load_scenario
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
     p = subparsers.add_parser(name, help=help_text, description=__doc__.splitlines()[0].replace("``", ""))
-    p.add_argument("-f", "--file", "--filename", dest="file", required=True,
-                   help="SpecDecodeDeployment YAML (several documents: one plan each; '-' for stdin)")
+    p.add_argument(
+        "-f",
+        "--file",
+        "--filename",
+        dest="file",
+        required=True,
+        help="SpecDecodeDeployment YAML (several documents: one plan each; '-' for stdin)",
+    )
     p.add_argument("--scenario", required=True, help="scenario YAML with a draftTp block (cost profile)")
     p.add_argument("--plot", metavar="PNG", help="write a plot of tokens/s by draft TP and steps")
     p.add_argument("--json", action="store_true", help="print the table and recommendation as JSON")
@@ -30,8 +36,9 @@ def shape_mismatches(sdd, scenario: Scenario) -> list[str]:
     problems = []
     target_tp = sdd.spec.target.tensorParallelSize
     if scenario.draft_tp is not None and scenario.draft_tp.target_tp != target_tp:
-        problems.append(f"draftTp.targetTp is {scenario.draft_tp.target_tp} but spec.target.tensorParallelSize is "
-                        f"{target_tp}")
+        problems.append(
+            f"draftTp.targetTp is {scenario.draft_tp.target_tp} but spec.target.tensorParallelSize is {target_tp}"
+        )
     wanted = sdd.spec.placement.interconnect
     if scenario.interconnect is not None and scenario.interconnect != wanted:
         problems.append(f"interconnect is {scenario.interconnect} but spec.placement.interconnect is {wanted}")
@@ -50,16 +57,26 @@ def run(args) -> int:
         name = sdd.metadata.name
         mismatch = shape_mismatches(sdd, sc)
         if mismatch:
-            raise UsageError(f"scenario {sc.name!r} ({args.scenario}) describes another deployment than {name}: "
-                             + "; ".join(mismatch) + ". Use a scenario measured on this box's shape.")
+            raise UsageError(
+                f"scenario {sc.name!r} ({args.scenario}) describes another deployment than {name}: "
+                + "; ".join(mismatch)
+                + ". Use a scenario measured on this box's shape."
+            )
         if sc.interconnect is None:
-            print(f"specdecode plan: warning: scenario {sc.name!r} does not state its interconnect; assuming it "
-                  f"matches spec.placement.interconnect ({sdd.spec.placement.interconnect})", file=sys.stderr)
+            print(
+                f"specdecode plan: warning: scenario {sc.name!r} does not state its interconnect; assuming it "
+                f"matches spec.placement.interconnect ({sdd.spec.placement.interconnect})",
+                file=sys.stderr,
+            )
         at = sdd.spec.speculative.autotune
         candidate_steps = [0, *range(at.minSteps, at.maxSteps + 1)]
         try:
-            p = plan(sc, candidate_steps, target_tp=sdd.spec.target.tensorParallelSize,
-                     current_tp=sdd.spec.draft.tensorParallelSize)
+            p = plan(
+                sc,
+                candidate_steps,
+                target_tp=sdd.spec.target.tensorParallelSize,
+                current_tp=sdd.spec.draft.tensorParallelSize,
+            )
         except ValueError as exc:
             raise UsageError(f"{name}: {exc}") from None
         results.append((sdd, p))
@@ -72,10 +89,19 @@ def run(args) -> int:
                 raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
     inputs = {path: {"kind": p.kind, "how": p.how} for path, p in sc.provenance.items()}
     if args.json:
-        out = [{"simulated": True, "scenario": sc.name, "name": sdd.metadata.name, "inputs": inputs,
-                "tokens_per_s": {str(n): {str(steps): v for steps, v in row.items()}
-                                 for n, row in p.tokens_per_s.items()},
-                "recommendation": p.recommendation.model_dump()} for sdd, p in results]
+        out = [
+            {
+                "simulated": True,
+                "scenario": sc.name,
+                "name": sdd.metadata.name,
+                "inputs": inputs,
+                "tokens_per_s": {
+                    str(n): {str(steps): v for steps, v in row.items()} for n, row in p.tokens_per_s.items()
+                },
+                "recommendation": p.recommendation.model_dump(),
+            }
+            for sdd, p in results
+        ]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return 0
     print(format_inputs(sc))
@@ -84,8 +110,11 @@ def run(args) -> int:
             print(f"== {sdd.metadata.namespace or 'default'}/{sdd.metadata.name}")
         print(format_plan(p))
     if args.plot:
-        print(f"plot written to {args.plot}" if len(results) == 1 else
-              "plots written to " + ", ".join(_suffixed(args.plot, s.metadata.name) for s, _ in results))
+        print(
+            f"plot written to {args.plot}"
+            if len(results) == 1
+            else "plots written to " + ", ".join(_suffixed(args.plot, s.metadata.name) for s, _ in results)
+        )
     return 0
 
 
@@ -93,8 +122,10 @@ def format_inputs(sc: Scenario) -> str:
     """Which of the scenario's inputs are measured and which are estimated: a recommendation is only as good as
     its weakest input, so the reader sees which ones."""
     if not sc.provenance:
-        return (f"inputs: scenario {sc.name!r} does not say which of its costs are measured (no provenance block); "
-                "treat them as estimates")
+        return (
+            f"inputs: scenario {sc.name!r} does not say which of its costs are measured (no provenance block); "
+            "treat them as estimates"
+        )
     lines = [f"inputs of scenario {sc.name!r}:"]
     for path, p in sc.provenance.items():
         lines.append(f"  {p.kind:<9} {path}: {p.how}")
@@ -104,4 +135,3 @@ def format_inputs(sc: Scenario) -> str:
 def _suffixed(path: str, name: str) -> str:
     stem, dot, ext = path.rpartition(".")
     return f"{stem}-{name}.{ext}" if dot else f"{path}-{name}"
-

@@ -146,7 +146,9 @@ class SimulatedKubelet:
     async def _start_pod(self, dep, cfg: RuntimeConfig, config_hash: str, token_file: Path, index: int) -> SimPod:
         ip = f"127.0.0.{self._next_ip}"
         self._next_ip += 1
-        engine = SimEngine(self.scenario, seed=(self.scenario.seed or 0) + index, draft_tp=cfg.draft.tensor_parallel_size)
+        engine = SimEngine(
+            self.scenario, seed=(self.scenario.seed or 0) + index, draft_tp=cfg.draft.tensor_parallel_size
+        )
         # exactly the tiers a real pod with this runtime.yaml captures and serves (steps 0 only in Live)
         app = create_app(engine, step_candidates(cfg), str(token_file), speed=self.speed, model=cfg.target.model)
         engine.set_step_table([(1, cfg.speculative.num_steps)])
@@ -168,12 +170,22 @@ class SimulatedKubelet:
             body = {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": pod.name, "namespace": self.namespace, "labels": labels,
-                             "annotations": {"specdecode.io/simulated": "true"}},
+                "metadata": {
+                    "name": pod.name,
+                    "namespace": self.namespace,
+                    "labels": labels,
+                    "annotations": {"specdecode.io/simulated": "true"},
+                },
                 "spec": {"containers": [{"name": "runtime", "image": "simulated"}]},
             }
-            status = {"status": {"phase": "Running", "podIP": pod.ip, "podIPs": [{"ip": pod.ip}],
-                                 "conditions": [{"type": "Ready", "status": "True"}]}}
+            status = {
+                "status": {
+                    "phase": "Running",
+                    "podIP": pod.ip,
+                    "podIPs": [{"ip": pod.ip}],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
+            }
             try:
                 core.read_namespaced_pod(pod.name, self.namespace)
             except client.ApiException as e:
@@ -181,17 +193,30 @@ class SimulatedKubelet:
                     raise
                 core.create_namespaced_pod(self.namespace, body)
                 core.patch_namespaced_pod_status(pod.name, self.namespace, status)
-        ports = [{"name": "http", "port": cfg.server.port, "protocol": "TCP"},
-                 {"name": "control", "port": cfg.server.control_port, "protocol": "TCP"}]
+        ports = [
+            {"name": "http", "port": cfg.server.port, "protocol": "TCP"},
+            {"name": "control", "port": cfg.server.control_port, "protocol": "TCP"},
+        ]
         slice_body = {
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
-            "metadata": {"name": f"{names.headless_service(name)}-sim", "namespace": self.namespace,
-                         "labels": {"kubernetes.io/service-name": names.headless_service(name),
-                                    "endpointslice.kubernetes.io/managed-by": "specdecode-demo-kubelet"}},
+            "metadata": {
+                "name": f"{names.headless_service(name)}-sim",
+                "namespace": self.namespace,
+                "labels": {
+                    "kubernetes.io/service-name": names.headless_service(name),
+                    "endpointslice.kubernetes.io/managed-by": "specdecode-demo-kubelet",
+                },
+            },
             "addressType": "IPv4",
-            "endpoints": [{"addresses": [p.ip], "conditions": {"ready": True},
-                           "targetRef": {"kind": "Pod", "name": p.name, "namespace": self.namespace}} for p in pods],
+            "endpoints": [
+                {
+                    "addresses": [p.ip],
+                    "conditions": {"ready": True},
+                    "targetRef": {"kind": "Pod", "name": p.name, "namespace": self.namespace},
+                }
+                for p in pods
+            ],
             "ports": ports,
         }
         try:
@@ -201,8 +226,17 @@ class SimulatedKubelet:
                 raise
             discovery.patch_namespaced_endpoint_slice(slice_body["metadata"]["name"], self.namespace, slice_body)
         n = len(pods)
-        apps.patch_namespaced_deployment_status(dep.metadata.name, self.namespace, {"status": {
-            "observedGeneration": dep.metadata.generation, "replicas": n, "readyReplicas": n,
-            "updatedReplicas": n, "availableReplicas": n,
-            "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}],
-        }})
+        apps.patch_namespaced_deployment_status(
+            dep.metadata.name,
+            self.namespace,
+            {
+                "status": {
+                    "observedGeneration": dep.metadata.generation,
+                    "replicas": n,
+                    "readyReplicas": n,
+                    "updatedReplicas": n,
+                    "availableReplicas": n,
+                    "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}],
+                }
+            },
+        )

@@ -39,9 +39,12 @@ def objects_table(objects: list[dict[str, Any]], where: str = "API emulator") ->
 def status_table(sdd: dict[str, Any], sim_seconds: float, phase: str, pods: int, simulated: bool = True) -> Table:
     st = sdd.get("status") or {}
     spec_status = st.get("speculative") or {}
-    title = (f"sdd/{sdd['metadata']['name']}  simulated t={sim_seconds:6.0f}s  phase={phase}  pods={pods}" if simulated
-             else f"sdd/{sdd['metadata']['name']}  generation {sdd['metadata'].get('generation')}  observed "
-                  f"{st.get('observedGeneration', '-')}  replicas ready {st.get('readyReplicas', 0)}/{st.get('replicas', 0)}")
+    title = (
+        f"sdd/{sdd['metadata']['name']}  simulated t={sim_seconds:6.0f}s  phase={phase}  pods={pods}"
+        if simulated
+        else f"sdd/{sdd['metadata']['name']}  generation {sdd['metadata'].get('generation')}  observed "
+        f"{st.get('observedGeneration', '-')}  replicas ready {st.get('readyReplicas', 0)}/{st.get('replicas', 0)}"
+    )
     t = Table(title=title, title_justify="left")
     for col in ("CONDITION", "STATUS", "REASON", "MESSAGE"):
         t.add_column(col)
@@ -49,8 +52,12 @@ def status_table(sdd: dict[str, Any], sim_seconds: float, phase: str, pods: int,
         t.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""), (c.get("message") or "")[:70])
     t.add_row("", "", "", "")
     t.add_row("steps", str(spec_status.get("numSteps", "-")), "table", str(spec_status.get("stepTable", "-"))[:70])
-    t.add_row("accept length", _fmt(spec_status.get("acceptLength")), "tok/s (sim)" if simulated else "tok/s",
-              _fmt(spec_status.get("tokensPerSecond")))
+    t.add_row(
+        "accept length",
+        _fmt(spec_status.get("acceptLength")),
+        "tok/s (sim)" if simulated else "tok/s",
+        _fmt(spec_status.get("tokensPerSecond")),
+    )
     return t
 
 
@@ -59,8 +66,12 @@ def _fmt(v: Any) -> str:
 
 
 def summary_table(rows: list[tuple[str, float, str]], caption: str | None = None) -> Table:
-    t = Table(title="summary (SIMULATED tokens/s, seed PCIe box scenario with a chat -> code -> chat shift)",
-              title_justify="left", caption=caption, caption_justify="left")
+    t = Table(
+        title="summary (SIMULATED tokens/s, seed PCIe box scenario with a chat -> code -> chat shift)",
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+    )
     t.add_column("configuration")
     t.add_column("tok/s (simulated)", justify="right")
     t.add_column("vs baseline", justify="right")
@@ -114,6 +125,8 @@ def seed_caption(series: dict[str, list[tuple[float, float]]], seed_label: str, 
         return None
     base_rate = sum(r for _, r in base) / len(base)
     low, high = min(r for _, r in seed), max(r for _, r in seed)
-    return (f"The seed's setup is workload-dependent: its 10 s windows range from {low:.0f} tok/s (chat, below the "
-            f"{base_rate:.0f} tok/s of no speculation, as in the README's 71-vs-90 story) to {high:.0f} tok/s (code, "
-            "high acceptance), so its average over this shift hides the chat loss. All SIMULATED.")
+    return (
+        f"The seed's setup is workload-dependent: its 10 s windows range from {low:.0f} tok/s (chat, below the "
+        f"{base_rate:.0f} tok/s of no speculation, as in the README's 71-vs-90 story) to {high:.0f} tok/s (code, "
+        "high acceptance), so its average over this shift hides the chat loss. All SIMULATED."
+    )

@@ -95,7 +95,8 @@ class _Api:
             with contextlib.suppress(client.ApiException):  # a kind this cluster does not serve
                 if group:
                     items = self.custom.list_namespaced_custom_object(
-                        group, version, ns, plural, label_selector=selector)["items"]
+                        group, version, ns, plural, label_selector=selector
+                    )["items"]
                 else:
                     raw = core_lists[plural](ns, label_selector=selector, _preload_content=False)
                     items = json.loads(raw.data)["items"]
@@ -118,8 +119,9 @@ def _check_it_ran(engines: list, tokens: float, conditions: dict[str, str], kube
     """Raise DemoFailed with the reason when the loop did not run: no pod, no tokens, or no status."""
     detail = f"; last kubelet errors: {kubelet_errors[-3:]}" if kubelet_errors else ""
     if not engines:
-        raise DemoFailed("no simulated runtime pod started (the operator created no Deployment the kubelet could "
-                         "run)" + detail)
+        raise DemoFailed(
+            "no simulated runtime pod started (the operator created no Deployment the kubelet could run)" + detail
+        )
     if tokens <= 0:
         raise DemoFailed("the simulated pods produced no tokens" + detail)
     if not conditions:
@@ -176,13 +178,17 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
 def _announce(console: Console, options: DemoOptions, scenario) -> None:
     """Say up front what runs and what is simulated."""
     if options.kubeconfig:
-        console.rule(f"[bold]specdecode demo[/] on the cluster of {options.kubeconfig}: the operator running there "
-                     "reconciles, its pods serve, and figures are what its tuner measured (nothing simulated)")
+        console.rule(
+            f"[bold]specdecode demo[/] on the cluster of {options.kubeconfig}: the operator running there "
+            "reconciles, its pods serve, and figures are what its tuner measured (nothing simulated)"
+        )
         return
     sim_total = sum(p.seconds for p in scenario.phases)
     console.rule("[bold]specdecode demo[/] - everything below runs on a SIMULATED runtime, no GPU, no cluster")
-    console.print(f"scenario [bold]{scenario.name}[/] ({scenario.description}); {sim_total:.0f} simulated "
-                  f"seconds at {options.speed:g}x -> about {sim_total / options.speed:.0f} s of wall time")
+    console.print(
+        f"scenario [bold]{scenario.name}[/] ({scenario.description}); {sim_total:.0f} simulated "
+        f"seconds at {options.speed:g}x -> about {sim_total / options.speed:.0f} s of wall time"
+    )
 
 
 def _start_cluster(stack: contextlib.ExitStack, console: Console, options: DemoOptions, scenario, sdd: dict):
@@ -198,9 +204,15 @@ def _start_cluster(stack: contextlib.ExitStack, console: Console, options: DemoO
     console.print(f"API emulator (kmock KubernetesEmulator + CRD schema/CEL admission) at {server.url}")
     # The pods simulate `speed` seconds per wall second, so the tuner's clock runs at the same pace
     # (intervalSeconds stays what the spec says, in simulated time).
-    config = OperatorConfig.from_env({}, server=server.url, standalone=True, metrics_port=0,
-                                     liveness_endpoint=None, resync_seconds=1.0,
-                                     tune_interval_scale=1.0 / options.speed)
+    config = OperatorConfig.from_env(
+        {},
+        server=server.url,
+        standalone=True,
+        metrics_port=0,
+        liveness_endpoint=None,
+        resync_seconds=1.0,
+        tune_interval_scale=1.0 / options.speed,
+    )
     operator = stack.enter_context(OperatorThread(config))
     console.print("operator started (kopf, server-side apply, field manager specdecode-operator)")
     api = _Api(server.url, None)
@@ -222,12 +234,16 @@ def _apply(api: _Api, console: Console, sdd: dict, options: DemoOptions) -> None
         if e.status != 409:
             raise
         console.print(f"sdd/{name} already exists in {ns}: watching it as it is")
-    console.print(f"applied sdd/{name} from {options.sdd_file}" if options.sdd_file else
-                  f"applied sdd/{name} (the seed's PCIe box: target TP8, EAGLE-3 draft TP1 on rank 0, autotune Live)")
+    console.print(
+        f"applied sdd/{name} from {options.sdd_file}"
+        if options.sdd_file
+        else f"applied sdd/{name} (the seed's PCIe box: target TP8, EAGLE-3 draft TP1 on rank 0, autotune Live)"
+    )
 
 
-def _watch(stack: contextlib.ExitStack, console: Console, api: _Api, kubelet, operator, sdd: dict,
-           options: DemoOptions) -> _Progress:
+def _watch(
+    stack: contextlib.ExitStack, console: Console, api: _Api, kubelet, operator, sdd: dict, options: DemoOptions
+) -> _Progress:
     """Poll the object, its children and the simulated pods twice a second, printing the status and each tuner
     decision, until every pod has run its scenario, the wall-clock limit passes, or no pod started in 30 s."""
     ns, name = sdd["metadata"].get("namespace", "default"), sdd["metadata"]["name"]
@@ -242,8 +258,9 @@ def _watch(stack: contextlib.ExitStack, console: Console, api: _Api, kubelet, op
         obj = api.get_sdd(ns, name)
         _sample_pods(progress, kubelet, wall)
         _print_news(console, progress, obj, api.children(ns, name), on_emulator=kubelet is not None)
-        table = report.status_table(obj, progress.sim, progress.phase, len(progress.engines),
-                                    simulated=kubelet is not None)
+        table = report.status_table(
+            obj, progress.sim, progress.phase, len(progress.engines), simulated=kubelet is not None
+        )
         if live:
             live.update(Group(table))
         elif wall - last_plain >= 10:
@@ -256,8 +273,11 @@ def _watch(stack: contextlib.ExitStack, console: Console, api: _Api, kubelet, op
         if done or wall > options.max_wall_seconds or stuck:
             break
     progress.final = api.get_sdd(ns, name)
-    console.print(report.status_table(progress.final, progress.sim, progress.phase, len(progress.engines),
-                                      simulated=kubelet is not None))
+    console.print(
+        report.status_table(
+            progress.final, progress.sim, progress.phase, len(progress.engines), simulated=kubelet is not None
+        )
+    )
     return progress
 
 
@@ -269,8 +289,9 @@ def _sample_pods(progress: _Progress, kubelet, wall: float) -> None:
     progress.tokens = sum(e.tokens_total for e in engines)
     progress.phase = engines[0].phase.name if engines else "-"
     if engines and progress.sim > progress._sampled_sim:
-        rate = ((progress.tokens - progress._sampled_tokens) / (progress.sim - progress._sampled_sim)
-                / max(len(engines), 1))
+        rate = (
+            (progress.tokens - progress._sampled_tokens) / (progress.sim - progress._sampled_sim) / max(len(engines), 1)
+        )
         steps = engines[0].table.lookup(1)
         progress.timeline.samples.append(report.Sample(wall, progress.sim, progress.phase, rate, steps))
         progress._sampled_tokens, progress._sampled_sim = progress.tokens, progress.sim
@@ -284,9 +305,11 @@ def _print_news(console: Console, progress: _Progress, obj: dict, children: list
         console.print(report.objects_table(children, "API emulator" if on_emulator else "cluster"))
         progress.objects_printed = True
     history = status.get("history") or []
-    for entry in history[progress.decisions:]:
-        console.print(f"[cyan]tuner[/] {entry.get('time', '')}: bucket {entry.get('bucket', '')} "
-                      f"{entry.get('fromSteps')} -> {entry.get('toSteps')}: {entry.get('reason', '')}")
+    for entry in history[progress.decisions :]:
+        console.print(
+            f"[cyan]tuner[/] {entry.get('time', '')}: bucket {entry.get('bucket', '')} "
+            f"{entry.get('fromSteps')} -> {entry.get('toSteps')}: {entry.get('reason', '')}"
+        )
     progress.decisions = len(history)
 
 
@@ -297,8 +320,10 @@ def _cluster_result(console: Console, progress: _Progress) -> dict[str, Any]:
     console.print(f"measured on the cluster by the tuner: {measured} tok/s (status.speculative.tokensPerSecond)")
     if measured is None:
         ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
-        console.print(f"nothing measured yet: Ready={ready.get('status', 'Unknown')} "
-                      f"({ready.get('reason', 'no status')}: {ready.get('message', '')})")
+        console.print(
+            f"nothing measured yet: Ready={ready.get('status', 'Unknown')} "
+            f"({ready.get('reason', 'no status')}: {ready.get('message', '')})"
+        )
     return {"simulated": False, "tokens_per_s": {"measured": measured}, "conditions": progress.conditions}
 
 
@@ -311,8 +336,7 @@ def _simulated_result(console: Console, scenario, progress: _Progress, kubelet, 
     reference, reference_series = reference_runs(scenario, progress.sim or sim_total)
     rows = [(k, v, "in-process simulator, same scenario") for k, v in reference.items()]
     rows.append(("tuned, draft on rank 0 (this run)", tuned, "operator + tuner on simulated pods"))
-    console.print(report.summary_table(rows, report.seed_caption(reference_series, REFERENCES[1][0],
-                                                                 REFERENCES[0][0])))
+    console.print(report.summary_table(rows, report.seed_caption(reference_series, REFERENCES[1][0], REFERENCES[0][0])))
     png = report.plot(progress.timeline, reference_series, out / "tokens_and_steps.png")
     if png:
         console.print(f"plot (simulated): {png}")

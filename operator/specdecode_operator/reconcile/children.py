@@ -27,8 +27,17 @@ ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 
 # The watch cache keeps a slim record per child (see ``cache_record``), not the whole object.
 FIELDS = "x-specdecode-fields"  # key of the zlib-compressed JSON of the child's own fields (spec, data, ...)
-_KEEP_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
-                  "ownerReferences", "deletionTimestamp")
+_KEEP_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "deletionTimestamp",
+)
 _KEEP_STATUS = ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas", "observedGeneration")
 
 
@@ -38,8 +47,14 @@ def key_of(obj: dict) -> ChildKey:
 
 def owner_reference(owner: dict) -> dict:
     md = owner["metadata"]
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": md["name"], "uid": md["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": md["name"],
+        "uid": md["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def with_owner(manifest: dict, owner: dict) -> dict:
@@ -79,8 +94,12 @@ def stub(manifest: dict) -> dict:
 def stub_of(key: ChildKey, digest: str | None) -> dict:
     """The stub of the child ``key`` whose input hash is ``digest`` (what an object's state keeps between passes:
     the pair, a tenth of the stub's memory)."""
-    return {"apiVersion": key[0], "kind": key[1], STUB: True,
-            "metadata": {"name": key[2], "annotations": {INPUT_HASH_ANNOTATION: digest}}}
+    return {
+        "apiVersion": key[0],
+        "kind": key[1],
+        STUB: True,
+        "metadata": {"name": key[2], "annotations": {INPUT_HASH_ANNOTATION: digest}},
+    }
 
 
 def cache_record(obj: dict, fields: bool = True) -> dict:
@@ -99,8 +118,11 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
     says, so they are not kept; compressing them was a sixth of the operator's CPU during a creation wave.
     """
     md = obj.get("metadata") or {}
-    rec: dict[str, Any] = {"apiVersion": slim(obj.get("apiVersion")), "kind": slim(obj.get("kind")),
-                           "metadata": {k: slim(md[k]) for k in _KEEP_METADATA if k in md}}
+    rec: dict[str, Any] = {
+        "apiVersion": slim(obj.get("apiVersion")),
+        "kind": slim(obj.get("kind")),
+        "metadata": {k: slim(md[k]) for k in _KEEP_METADATA if k in md},
+    }
     spec = obj.get("spec")
     if isinstance(spec, dict) and "replicas" in spec:
         rec["spec"] = {"replicas": spec["replicas"]}
@@ -109,9 +131,13 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
         rec["status"] = {k: status[k] for k in _KEEP_STATUS if k in status}
     if not fields:
         return rec
-    rec[FIELDS] = zlib.compress(json.dumps({k: v for k, v in obj.items()
-                                            if k not in ("apiVersion", "kind", "metadata", "status")},
-                                           separators=(",", ":")).encode(), 1)
+    rec[FIELDS] = zlib.compress(
+        json.dumps(
+            {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")},
+            separators=(",", ":"),
+        ).encode(),
+        1,
+    )
     return rec
 
 
@@ -209,7 +235,9 @@ def _comparable(obj: dict) -> dict:
 def stale(owned: Iterable[dict], desired_keys: set[ChildKey], owner_uid: str) -> list[dict]:
     """Children we control that the current render no longer produces (e.g. the Deployment after TP > node)."""
     return [
-        obj for obj in owned
-        if is_ours(obj, owner_uid) and key_of(obj) not in desired_keys
+        obj
+        for obj in owned
+        if is_ours(obj, owner_uid)
+        and key_of(obj) not in desired_keys
         and (obj["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
     ]

@@ -164,8 +164,9 @@ class Controller:
 
         loop = asyncio.get_running_loop()
         self.tuner = TunerScheduler(self.context, self)
-        self._tasks = [loop.create_task(self._worker(), name=f"specdecode reconcile worker {i}")
-                       for i in range(self.workers)]
+        self._tasks = [
+            loop.create_task(self._worker(), name=f"specdecode reconcile worker {i}") for i in range(self.workers)
+        ]
         self._tasks.append(loop.create_task(self._sweep(), name="specdecode resync sweep"))
         self._tasks.append(loop.create_task(self.tuner.run(), name="specdecode tuner scheduler"))
 

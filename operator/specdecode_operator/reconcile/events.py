@@ -9,8 +9,16 @@ import kopf
 
 from ..object_state import ObjectState
 
-_REASONS_WARNING = {"InvalidSpec", "NameCollision", "ApplyFailed", "DriftRepaired", "ReplicasOverridden",
-                    "ControlTokenUnavailable", "RolloutBlocked", "ApiNotServed"}
+_REASONS_WARNING = {
+    "InvalidSpec",
+    "NameCollision",
+    "ApplyFailed",
+    "DriftRepaired",
+    "ReplicasOverridden",
+    "ControlTokenUnavailable",
+    "RolloutBlocked",
+    "ApiNotServed",
+}
 
 
 def emit(body, reason: str, message: str) -> None:

@@ -79,7 +79,7 @@ class WorkQueue:
         """Queue ``key`` after its back-off (doubling per consecutive failure); returns the delay."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        delay = min(self.backoff_base * 2 ** n, self.backoff_max) * (0.75 + random.random() / 2)
+        delay = min(self.backoff_base * 2**n, self.backoff_max) * (0.75 + random.random() / 2)
         self.add_after(key, delay)
         return delay
 

@@ -105,16 +105,21 @@ class Reconciler:
             # our write is the current status: compare with (and carry lastTransitionTime from) it. Comparing with
             # the older body would write again, with fresh timestamps, and start the next redundant pass.
             last = state.status_written
-            if last is not None and (not_older(md.get("resourceVersion"), last[2])
-                                     or writer.unchanged(last[1], body.get("status"), ours_only=True)
-                                     or time.monotonic() - last[0] >= self.config.settle_seconds):
+            if last is not None and (
+                not_older(md.get("resourceVersion"), last[2])
+                or writer.unchanged(last[1], body.get("status"), ours_only=True)
+                or time.monotonic() - last[0] >= self.config.settle_seconds
+            ):
                 state.status_written = None
                 last = None
             basis = last[1] if last is not None else body.get("status")
             written = await writer.write(self.client, body, computed, basis)
             if written is not None:
-                state.status_written = StatusWrite(time.monotonic(), children.slim(written.get("status") or {}),
-                                                   (written.get("metadata") or {}).get("resourceVersion"))
+                state.status_written = StatusWrite(
+                    time.monotonic(),
+                    children.slim(written.get("status") or {}),
+                    (written.get("metadata") or {}).get("resourceVersion"),
+                )
                 state.remember_own_write(written)
         except ApiError as e:
             result = "error"
@@ -137,8 +142,9 @@ class Reconciler:
         if rec is None:
             return indexed
         at, obj = rec
-        if indexed is not None and not_older(indexed["metadata"].get("resourceVersion"),
-                                             obj["metadata"].get("resourceVersion")):
+        if indexed is not None and not_older(
+            indexed["metadata"].get("resourceVersion"), obj["metadata"].get("resourceVersion")
+        ):
             del applied[key]
             return indexed
         if time.monotonic() - at < self.config.settle_seconds:
@@ -177,8 +183,10 @@ class Reconciler:
         if current is None:
             return False
         checked = state.checked.get(key)
-        return checked is not None and checked == (current["metadata"].get("resourceVersion"),
-                                                    children.input_hash(desired))
+        return checked is not None and checked == (
+            current["metadata"].get("resourceVersion"),
+            children.input_hash(desired),
+        )
 
     def _mark_checked(self, state, key, desired: dict, current: dict) -> None:
         state.checked[key] = CheckedVersion(current["metadata"].get("resourceVersion"), children.input_hash(desired))
@@ -196,8 +204,9 @@ class Reconciler:
         p = _Pass(body, state, live, obs)
         secret = await self._control_secret(p)
         desired = [*rendered, *secret]
-        served = await optional_apis.served_children(self.client, body, state, obs, desired,
-                                                     self.config.api_recheck_seconds)
+        served = await optional_apis.served_children(
+            self.client, body, state, obs, desired, self.config.api_recheck_seconds
+        )
         await asyncio.gather(*(self._sync_child(p, child, full) for child in served))
         if secret:
             state.secret_checked = SecretCheck(time.monotonic(), "ok")
@@ -225,9 +234,13 @@ class Reconciler:
             if e.status != 403:
                 raise
             p.state.secret_checked = SecretCheck(time.monotonic(), "forbidden")
-            events.once(p.state, p.body, "ControlTokenUnavailable",
-                        f"Secret {key[2]} cannot be managed in namespace {p.ns} ({e.message}); Live step control "
-                        "needs the operator's control-token Role here (chart value rbac.controlTokenNamespaces)")
+            events.once(
+                p.state,
+                p.body,
+                "ControlTokenUnavailable",
+                f"Secret {key[2]} cannot be managed in namespace {p.ns} ({e.message}); Live step control "
+                "needs the operator's control-token Role here (chart value rbac.controlTokenNamespaces)",
+            )
             return []
         events.forget(p.state, "ControlTokenUnavailable")
         if secret_live is not None and not children.is_ours(secret_live, p.uid):
@@ -235,8 +248,7 @@ class Reconciler:
             p.obs.collisions.append(f"Secret/{key[2]}")
             return []
         p.known[key] = secret_live  # read now, found or not: the child stage does not read it again
-        return [children.with_owner(control_token.control_secret(p.name, p.ns, children.expand(secret_live)),
-                                    p.body)]
+        return [children.with_owner(control_token.control_secret(p.name, p.ns, children.expand(secret_live)), p.body)]
 
     async def _sync_child(self, p: _Pass, child: dict, full: Callable[[], dict]) -> None:
         """One desired child: skip a foreign name, repair keys another client added, apply when it differs."""
@@ -265,24 +277,39 @@ class Reconciler:
         if overridden is None:
             return
         kind, name = child["kind"], child["metadata"]["name"]
-        events.once(p.state, p.body, "ReplicasOverridden",
-                    f"spec.replicas of {kind} {name} was set to {overridden} by another client (an "
-                    "HorizontalPodAutoscaler aimed at it?) and is put back to the SpecDecodeDeployment's "
-                    f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
-                    "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)")
+        events.once(
+            p.state,
+            p.body,
+            "ReplicasOverridden",
+            f"spec.replicas of {kind} {name} was set to {overridden} by another client (an "
+            "HorizontalPodAutoscaler aimed at it?) and is put back to the SpecDecodeDeployment's "
+            f"{child['spec']['replicas']}: scale the SpecDecodeDeployment instead (its scale "
+            "subresource: kubectl scale sdd, or an HPA with scaleTargetRef kind SpecDecodeDeployment)",
+        )
 
     async def _remove_added_keys(self, p: _Pass, key: tuple, plural: str, child: dict, current: dict) -> dict:
         """Server-side apply leaves keys another client added to a map we own; remove them (one merge patch)."""
         added = children.added_keys(child, current)
         if not added:
             return current
-        current = children.cache_record(await self.client.request(
-            "PATCH", resource_path(key[0], plural, p.ns, key[2]), body=children.removal_patch(added),
-            query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json", verb="patch"))
+        current = children.cache_record(
+            await self.client.request(
+                "PATCH",
+                resource_path(key[0], plural, p.ns, key[2]),
+                body=children.removal_patch(added),
+                query=[("fieldManager", FIELD_MANAGER)],
+                content_type="application/merge-patch+json",
+                verb="patch",
+            )
+        )
         p.state.applied[key] = AppliedWrite(time.monotonic(), current)
         self.metrics.child_writes.labels(key[1], "repair").inc()
-        events.emit(p.body, "DriftRepaired", f"removed keys added by another client to {key[1]} {key[2]}: "
-                    + "; ".join(f"{'.'.join(path)}: {', '.join(k)}" for path, k in sorted(added.items())))
+        events.emit(
+            p.body,
+            "DriftRepaired",
+            f"removed keys added by another client to {key[1]} {key[2]}: "
+            + "; ".join(f"{'.'.join(path)}: {', '.join(k)}" for path, k in sorted(added.items())),
+        )
         return current
 
     async def _apply_child(self, p: _Pass, key: tuple, plural: str, child: dict, current: dict | None) -> dict:
@@ -303,8 +330,12 @@ class Reconciler:
             events.emit(p.body, "Created", "created " + ", ".join(sorted(p.created)))
         if p.obs.collisions:
             p.obs.collisions.sort()
-            events.once(p.state, p.body, "NameCollision",
-                        "not owned by this SpecDecodeDeployment, left untouched: " + ", ".join(p.obs.collisions))
+            events.once(
+                p.state,
+                p.body,
+                "NameCollision",
+                "not owned by this SpecDecodeDeployment, left untouched: " + ", ".join(p.obs.collisions),
+            )
         else:
             events.forget(p.state, "NameCollision")
 
@@ -316,8 +347,11 @@ class Reconciler:
             p.state.checked.pop(key, None)
             self.metrics.child_writes.labels(key[1], "delete").inc()
             p.obs.replaced.append(f"{key[1]}/{key[2]}")
-            events.emit(p.body, "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
-                        f"deleted {key[1]} {key[2]}: the current spec no longer renders it")
+            events.emit(
+                p.body,
+                "Replaced" if key[1] in WORKLOAD_KINDS else "Deleted",
+                f"deleted {key[1]} {key[2]}: the current spec no longer renders it",
+            )
 
 
 @dataclass

@@ -77,11 +77,7 @@ def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> l
     template = pod.pod_template(sdd, cfg, _image(sdd, options), content_hash(config_data))
     if sdd.spec.runtime.launcher == "specdecode":
         control_auth.add_to_template(template, options.control_auth)
-    serving = (
-        workload.deployment(sdd, template)
-        if nodes == 1
-        else workload.leader_worker_set(sdd, template, nodes)
-    )
+    serving = workload.deployment(sdd, template) if nodes == 1 else workload.leader_worker_set(sdd, template, nodes)
     out = [
         config_map,
         network.client_service(sdd, nodes),

@@ -23,11 +23,13 @@ class ControlAuth:
 
 
 def env(auth: ControlAuth) -> list[dict[str, Any]]:
-    return [{"name": "SPECDECODE_CONTROL_ISSUER", "value": auth.issuer},
-            {"name": "SPECDECODE_CONTROL_AUDIENCE", "value": auth.audience},
-            {"name": "SPECDECODE_CONTROL_SUBJECTS", "value": ",".join(auth.subjects)},
-            {"name": "SPECDECODE_CONTROL_TOKEN_FILE", "value": f"{API_MOUNT_DIR}/token"},
-            {"name": "SPECDECODE_CONTROL_CA_FILE", "value": f"{API_MOUNT_DIR}/ca.crt"}]
+    return [
+        {"name": "SPECDECODE_CONTROL_ISSUER", "value": auth.issuer},
+        {"name": "SPECDECODE_CONTROL_AUDIENCE", "value": auth.audience},
+        {"name": "SPECDECODE_CONTROL_SUBJECTS", "value": ",".join(auth.subjects)},
+        {"name": "SPECDECODE_CONTROL_TOKEN_FILE", "value": f"{API_MOUNT_DIR}/token"},
+        {"name": "SPECDECODE_CONTROL_CA_FILE", "value": f"{API_MOUNT_DIR}/ca.crt"},
+    ]
 
 
 def add_to_template(template: dict[str, Any], auth: ControlAuth | None) -> None:
@@ -37,8 +39,19 @@ def add_to_template(template: dict[str, Any], auth: ControlAuth | None) -> None:
     spec = template["spec"]
     container = spec["containers"][0]
     container["env"] = [*container["env"], *env(auth)]
-    container["volumeMounts"] = [*container["volumeMounts"],
-                                 {"name": "control-issuer", "mountPath": API_MOUNT_DIR, "readOnly": True}]
-    spec["volumes"] = [*spec["volumes"], {"name": "control-issuer", "projected": {"sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}]
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": "control-issuer", "mountPath": API_MOUNT_DIR, "readOnly": True},
+    ]
+    spec["volumes"] = [
+        *spec["volumes"],
+        {
+            "name": "control-issuer",
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                ]
+            },
+        },
+    ]

@@ -62,13 +62,19 @@ def for_spec(spec: SpecDecodeDeploymentSpec) -> ModelVolumes:
     out.fetch_env.append({"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"})  # one line per model, not per chunk
     token = cache.tokenSecretRef if cache is not None else None
     if token is not None:
-        out.fetch_env.append({"name": "HF_TOKEN",
-                              "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
+        out.fetch_env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}}
+        )
     return out
 
 
-def fetch_container(image: str, base_env: list[dict[str, Any]], base_mounts: list[dict[str, Any]],
-                    volumes: ModelVolumes, security_context: dict[str, Any]) -> dict[str, Any]:
+def fetch_container(
+    image: str,
+    base_env: list[dict[str, Any]],
+    base_mounts: list[dict[str, Any]],
+    volumes: ModelVolumes,
+    security_context: dict[str, Any],
+) -> dict[str, Any]:
     """The init container: ``specdecode-runtime fetch-models`` over the pod's runtime.yaml. ``base_env`` is the
     cache environment and the user's runtime.env (an HF_ENDPOINT mirror or a proxy reaches the fetch too)."""
     env = {e["name"]: e for e in base_env}
@@ -92,10 +98,15 @@ def with_local_paths(cfg: RuntimeConfig) -> RuntimeConfig:
     """``cfg`` with pvc:// models replaced by their mount paths: for the stock SGLang launcher, whose arguments are
     rendered here (the specdecode launcher resolves them in the pod). hf:// is refused with that launcher at
     admission."""
+
     def local(model: str) -> str:
         source = ms.parse(model)
         return source.local_path() if isinstance(source, ms.PvcSource) else model
 
     target, draft = local(cfg.target.model), local(cfg.draft.model)
-    return cfg.model_copy(update={"target": cfg.target.model_copy(update={"model": target}),
-                                  "draft": cfg.draft.model_copy(update={"model": draft})})
+    return cfg.model_copy(
+        update={
+            "target": cfg.target.model_copy(update={"model": target}),
+            "draft": cfg.draft.model_copy(update={"model": draft}),
+        }
+    )

@@ -89,9 +89,7 @@ def control_network_policy(sdd: SpecDecodeDeployment, operator_namespace: str, o
                     "ports": [{"protocol": "TCP", "port": sdd.spec.runtime.controlPort}],
                     "from": [
                         {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
-                            },
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
                             "podSelector": {"matchLabels": dict(sorted(operator_labels.items()))},
                         }
                     ],

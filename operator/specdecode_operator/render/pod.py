@@ -160,7 +160,9 @@ def pod_template(
     if spec.runtime.launcher == "specdecode":
         mounts.append({"name": "control-token", "mountPath": TOKEN_MOUNT_DIR, "readOnly": True})
         # optional: an offline render applied without the operator still starts; control then answers 401.
-        volumes.append({"name": "control-token", "secret": {"secretName": names.control_secret(name), "optional": True}})
+        volumes.append(
+            {"name": "control-token", "secret": {"secretName": names.control_secret(name), "optional": True}}
+        )
     if spec.runtime.modelVolume:
         mounts.append({"name": "models", "mountPath": "/models", "readOnly": True})
         volumes.append({"name": "models", **spec.runtime.modelVolume})
@@ -209,8 +211,9 @@ def pod_template(
         base_env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in CACHE_ENV.items()]
         base_env += [dict(v) for v in spec.runtime.env if isinstance(v, dict) and "name" in v]
         base_mounts = [m for m in mounts if m["name"] in ("scratch", "runtime-config")]
-        pod_spec["initContainers"] = [model_volumes.fetch_container(image, base_env, base_mounts, sources,
-                                                                    container["securityContext"])]
+        pod_spec["initContainers"] = [
+            model_volumes.fetch_container(image, base_env, base_mounts, sources, container["securityContext"])
+        ]
     if spec.placement.nodeSelector:
         pod_spec["nodeSelector"] = dict(sorted(spec.placement.nodeSelector.items()))
     if spec.placement.tolerations:

@@ -30,8 +30,9 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
     """``tuned_steps`` (Rollout mode) replaces the starting step count; spec itself is never changed."""
     spec = sdd.spec
     at = spec.speculative.autotune
-    steps, candidates = autotune_steps(at.mode, at.minSteps, at.maxSteps,
-                                       tuned_steps if tuned_steps is not None else spec.speculative.numSteps)
+    steps, candidates = autotune_steps(
+        at.mode, at.minSteps, at.maxSteps, tuned_steps if tuned_steps is not None else spec.speculative.numSteps
+    )
     num_draft_tokens = draft_tokens_per_cycle(steps, spec.speculative.eagleTopK, spec.speculative.numDraftTokens)
     return RuntimeConfig(
         name=sdd.metadata.name,

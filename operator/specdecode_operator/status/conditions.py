@@ -66,13 +66,20 @@ def compute(obs: Observation) -> dict:
     else:
         conditions.append(_cond("SpecValid", True, "Valid"))
     if obs.paused:
-        conditions.append(_cond("Paused", True, "ReconcilePaused",
-                                "annotation specdecode.io/reconcile=paused: children are not written"))
+        conditions.append(
+            _cond(
+                "Paused", True, "ReconcilePaused", "annotation specdecode.io/reconcile=paused: children are not written"
+            )
+        )
     if obs.problems:
         degraded = _cond("Degraded", True, "InvalidSpec", "the spec is invalid; children were left untouched")
     elif obs.collisions:
-        degraded = _cond("Degraded", True, "NameCollision",
-                         "objects not owned by this SpecDecodeDeployment hold our names: " + ", ".join(obs.collisions))
+        degraded = _cond(
+            "Degraded",
+            True,
+            "NameCollision",
+            "objects not owned by this SpecDecodeDeployment hold our names: " + ", ".join(obs.collisions),
+        )
     elif obs.error:
         degraded = _cond("Degraded", True, "ReconcileError", obs.error)
     else:
@@ -86,26 +93,37 @@ def compute(obs: Observation) -> dict:
     elif rolled_out:
         progressing = _cond("Progressing", False, "RolloutComplete", f"{ready}/{obs.desired_replicas} replicas ready")
     elif obs.rollout_blocked:
-        progressing = _cond("Progressing", False, "RolloutBlocked",
-                            f"{obs.rollout_blocked}; {ready}/{obs.desired_replicas} replicas ready")
+        progressing = _cond(
+            "Progressing",
+            False,
+            "RolloutBlocked",
+            f"{obs.rollout_blocked}; {ready}/{obs.desired_replicas} replicas ready",
+        )
     else:
         what = "replacing " + ", ".join(obs.replaced) + "; " if obs.replaced else ""
-        progressing = _cond("Progressing", True, "RollingOut",
-                            f"{what}{ready}/{obs.desired_replicas} replicas ready")
+        progressing = _cond("Progressing", True, "RollingOut", f"{what}{ready}/{obs.desired_replicas} replicas ready")
     conditions.append(progressing)
     if healthy and rolled_out and not obs.paused:
         ready_c = _cond("Ready", True, "AllReplicasReady", f"{ready}/{obs.desired_replicas} replicas ready")
     elif obs.paused:
         ready_c = _cond("Ready", False, "ReconcilePaused", "reconciliation is paused")
     else:
-        ready_c = _cond("Ready", False, progressing["reason"] if healthy else degraded["reason"],
-                        progressing["message"] if healthy else degraded["message"])
+        ready_c = _cond(
+            "Ready",
+            False,
+            progressing["reason"] if healthy else degraded["reason"],
+            progressing["message"] if healthy else degraded["message"],
+        )
     conditions.insert(0, ready_c)
     conditions.extend(dict(c) for c in obs.extra if c.get("type") not in TYPES)
     for c in conditions:
         c["observedGeneration"] = obs.generation
-    status = {"observedGeneration": obs.generation, "conditions": conditions,
-              "replicas": replicas, "readyReplicas": ready}
+    status = {
+        "observedGeneration": obs.generation,
+        "conditions": conditions,
+        "replicas": replicas,
+        "readyReplicas": ready,
+    }
     if obs.selector:
         status["selector"] = obs.selector
     return status
@@ -118,7 +136,10 @@ def stamp(conditions: list[dict], previous: list[dict] | None, now: str) -> list
     for c in conditions:
         old = before.get(c["type"])
         c = dict(c)
-        c["lastTransitionTime"] = old["lastTransitionTime"] if old and old.get("status") == c["status"] and old.get(
-            "lastTransitionTime") else now
+        c["lastTransitionTime"] = (
+            old["lastTransitionTime"]
+            if old and old.get("status") == c["status"] and old.get("lastTransitionTime")
+            else now
+        )
         out.append(c)
     return out

@@ -33,8 +33,10 @@ class Blocked:
 
     def condition_message(self) -> str:
         why = f": {self.scheduler_message}" if self.scheduler_message else ""
-        return (f"the rollout of {self.kind} {self.workload} cannot finish: pod {self.pod} has been unschedulable "
-                f"for {self.seconds:.0f} s{why}")
+        return (
+            f"the rollout of {self.kind} {self.workload} cannot finish: pod {self.pod} has been unschedulable "
+            f"for {self.seconds:.0f} s{why}"
+        )
 
 
 def mid_rollout(workload: dict | None) -> bool:
@@ -75,16 +77,21 @@ def unschedulable_pod(pods: list[dict], now: datetime.datetime, bound_seconds: f
     return worst
 
 
-async def check(client, namespace: str, name: str, workload: dict | None, bound_seconds: float,
-                now: datetime.datetime | None = None) -> Blocked | None:
+async def check(
+    client, namespace: str, name: str, workload: dict | None, bound_seconds: float, now: datetime.datetime | None = None
+) -> Blocked | None:
     """The blocked rollout of ``workload``, or None. ApiError propagates (the pass reports it as any other)."""
     if workload is None or not mid_rollout(workload):
         return None
     data = await client.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods",
-        query=[("labelSelector", names.selector_string(name)), ("limit", str(POD_LIST_LIMIT))], verb="list")
-    found = unschedulable_pod((data or {}).get("items") or [], now or datetime.datetime.now(datetime.UTC),
-                              bound_seconds)
+        "GET",
+        f"/api/v1/namespaces/{namespace}/pods",
+        query=[("labelSelector", names.selector_string(name)), ("limit", str(POD_LIST_LIMIT))],
+        verb="list",
+    )
+    found = unschedulable_pod(
+        (data or {}).get("items") or [], now or datetime.datetime.now(datetime.UTC), bound_seconds
+    )
     if found is None:
         return None
     return Blocked(workload["kind"], workload["metadata"]["name"], *found)
@@ -94,12 +101,16 @@ def advice(blocked: Blocked, rollout: dict, tp: int, gpu_resource: str) -> str:
     """The Event's text: what to change so that the rollout can finish."""
     surge = rollout.get("maxSurge", 1)
     if surge not in (0, "0%"):
-        return (f"{blocked.condition_message()}. A surge pod needs {tp} free {gpu_resource} beyond those the "
-                f"running replicas hold (spec.rollout.maxSurge is {surge}); on nodes without a spare GPU set, set "
-                "spec.rollout.maxSurge: 0 and spec.rollout.maxUnavailable: 1 to replace pods in place (one replica "
-                "serves nothing while it restarts), or free GPUs or add a node")
-    return (f"{blocked.condition_message()}. Pods are replaced in place (spec.rollout.maxSurge is 0), so the "
-            f"cluster lacks {tp} {gpu_resource} even for a replacement: free GPUs or add a node")
+        return (
+            f"{blocked.condition_message()}. A surge pod needs {tp} free {gpu_resource} beyond those the "
+            f"running replicas hold (spec.rollout.maxSurge is {surge}); on nodes without a spare GPU set, set "
+            "spec.rollout.maxSurge: 0 and spec.rollout.maxUnavailable: 1 to replace pods in place (one replica "
+            "serves nothing while it restarts), or free GPUs or add a node"
+        )
+    return (
+        f"{blocked.condition_message()}. Pods are replaced in place (spec.rollout.maxSurge is 0), so the "
+        f"cluster lacks {tp} {gpu_resource} even for a replacement: free GPUs or add a node"
+    )
 
 
 async def observe(client, body: dict, state, obs, bound_seconds: float) -> None:
@@ -121,6 +132,9 @@ async def observe(client, body: dict, state, obs, bound_seconds: float) -> None:
     tp = min((spec.get("target") or {}).get("tensorParallelSize", 1), placement.get("gpusPerNode", 8))
     # once per pod: the text carries the growing number of seconds, which would post a new Event every pass
     if (state.reported.get(REASON) or "").split("\n")[0] != blocked.pod:
-        events.emit(body, REASON, advice(blocked, spec.get("rollout") or {}, tp,
-                                         placement.get("gpuResourceName", "nvidia.com/gpu")))
+        events.emit(
+            body,
+            REASON,
+            advice(blocked, spec.get("rollout") or {}, tp, placement.get("gpuResourceName", "nvidia.com/gpu")),
+        )
         state.reported[REASON] = blocked.pod

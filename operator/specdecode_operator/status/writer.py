@@ -59,7 +59,10 @@ async def write(client, body: dict, computed: dict, current: dict | None | objec
     if unchanged(computed, basis):
         return None
     md = body["metadata"]
-    patch = {"apiVersion": API_VERSION, "kind": KIND,
-             "metadata": {"name": md["name"], "namespace": md["namespace"]},
-             "status": desired_status(computed, basis)}
+    patch = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": md["name"], "namespace": md["namespace"]},
+        "status": desired_status(computed, basis),
+    }
     return await client.apply(patch, PLURAL, subresource="status")

@@ -14,10 +14,16 @@ def admit(meta: ResourceMeta, obj: dict, old: dict | None) -> dict:
         problems = meta.validate(obj, old)
         if problems:
             name = obj.get("metadata", {}).get("name", "")
-            causes = [{"reason": "FieldValueInvalid", "message": p,
-                       "field": p.split(":", 1)[0] if ":" in p else ""} for p in problems]
-            raise Reject(422, f'{meta.kind}.{meta.group} "{name}" is invalid: ' + "; ".join(problems),
-                         "Invalid", {"name": name, "group": meta.group, "kind": meta.kind, "causes": causes})
+            causes = [
+                {"reason": "FieldValueInvalid", "message": p, "field": p.split(":", 1)[0] if ":" in p else ""}
+                for p in problems
+            ]
+            raise Reject(
+                422,
+                f'{meta.kind}.{meta.group} "{name}" is invalid: ' + "; ".join(problems),
+                "Invalid",
+                {"name": name, "group": meta.group, "kind": meta.kind, "causes": causes},
+            )
     return obj
 
 
@@ -35,8 +41,11 @@ def prune(value, schema: dict):
     """Drop fields the structural schema does not declare, as the API server does before defaulting (silently:
     with the default fieldValidation it only adds a Warning header). Objects marked
     x-kubernetes-preserve-unknown-fields, and maps (additionalProperties), keep their keys."""
-    if isinstance(value, dict) and schema.get("type", "object") == "object" \
-            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        isinstance(value, dict)
+        and schema.get("type", "object") == "object"
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         props = schema.get("properties")
         extra = schema.get("additionalProperties")
         if props is not None:
@@ -61,8 +70,11 @@ def crd_defaulter(crd: dict) -> Defaulter:
     roots = {k: v for k, v in schema.get("properties", {}).items() if k not in ("apiVersion", "kind", "metadata")}
 
     def default(obj: dict) -> dict:
-        pruned = {k: (prune(v, roots[k]) if k in roots else v) for k, v in obj.items()
-                  if k in roots or k in ("apiVersion", "kind", "metadata")}
+        pruned = {
+            k: (prune(v, roots[k]) if k in roots else v)
+            for k, v in obj.items()
+            if k in roots or k in ("apiVersion", "kind", "metadata")
+        }
         return apply_defaults(pruned, crd=crd)
 
     return default

@@ -24,8 +24,12 @@ class Deletion(ObjectStore):
             key = self._key(request, meta)
             current = self._live(key)
             if current is None:
-                raise Reject(404, f'{meta.plural}.{meta.group} "{request.name}" not found', "NotFound",
-                             {"name": request.name, "kind": meta.plural})
+                raise Reject(
+                    404,
+                    f'{meta.plural}.{meta.group} "{request.name}" not found',
+                    "NotFound",
+                    {"name": request.name, "kind": meta.plural},
+                )
             options = body_of(request) if request.body else None
             pre_uid = ((options or {}).get("preconditions") or {}).get("uid")
             if pre_uid and pre_uid != current["metadata"]["uid"]:

@@ -30,8 +30,7 @@ from .reads import ReadHandlers
 from .resources import Defaulter, ResourceMeta, Validator, builtin_kinds, meta_of_crd, third_party_kinds
 from .writes import WriteHandlers
 
-__all__ = ["ApiServerEmulator", "Defaulter", "Fault", "RequestRecord", "ResourceMeta", "Validator",
-           "status_response"]
+__all__ = ["ApiServerEmulator", "Defaulter", "Fault", "RequestRecord", "ResourceMeta", "Validator", "status_response"]
 
 
 @attrs.define(kw_only=True)
@@ -54,7 +53,9 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
         if meta.scale:
             subresources.add("scale")
         self.resources[f"{meta.api_version}/{meta.plural}"] = kmock.ResourceInfo(
-            kind=meta.kind, singular=meta.kind.lower(), namespaced=meta.namespaced,
+            kind=meta.kind,
+            singular=meta.kind.lower(),
+            namespaced=meta.namespaced,
             verbs=verbs or {"create", "delete", "get", "list", "patch", "update", "watch"},
             subresources=subresources,
         )
@@ -72,8 +73,14 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
         for meta in third_party_kinds():
             self.declare(meta)
 
-    def install_crd(self, crd: dict, *, admission: bool = True,
-                    validator: Validator | None = None, defaulter: Defaulter | None = None) -> ResourceMeta:
+    def install_crd(
+        self,
+        crd: dict,
+        *,
+        admission: bool = True,
+        validator: Validator | None = None,
+        defaulter: Defaulter | None = None,
+    ) -> ResourceMeta:
         """Serve a CustomResourceDefinition: its names, subresources and (with ``admission``) its validation.
 
         ``admission=False`` models a CRD applied without its schema rules (an older CRD, or CEL disabled), so
@@ -84,8 +91,7 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
             meta.validate = validator or crd_validator(crd)
             meta.default = defaulter or crd_defaulter(crd)
         self.declare(meta)
-        key = (kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions"), None,
-               crd["metadata"]["name"])
+        key = (kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions"), None, crd["metadata"]["name"])
         body = copy.deepcopy(crd)
         self._stamp_new(body, None)
         self._objects[key] = body
@@ -112,9 +118,15 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
         method = str(request.method.value if hasattr(request.method, "value") else request.method).upper()
         verb = verb_of(request, method)
         rec = RequestRecord(
-            verb=verb, group=res.group or "", version=res.version or "", resource=res.plural,
-            subresource=request.subresource, namespace=request.namespace, name=request.name,
-            field_manager=request.params.get("fieldManager"), user_agent=request.headers.get("User-Agent", ""),
+            verb=verb,
+            group=res.group or "",
+            version=res.version or "",
+            resource=res.plural,
+            subresource=request.subresource,
+            namespace=request.namespace,
+            name=request.name,
+            field_manager=request.params.get("fieldManager"),
+            user_agent=request.headers.get("User-Agent", ""),
             time=time.monotonic(),
         )
         self.log.append(rec)
@@ -160,8 +172,11 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
 
     def items(self, group: str, version: str, plural: str, namespace: str | None = None) -> list[dict]:
         res = kmock.resource(group, version, plural)
-        return [copy.deepcopy(o.raw) for (r, ns, _n), o in self._objects.items()
-                if r == res and not o.deleted and (namespace is None or ns == namespace)]
+        return [
+            copy.deepcopy(o.raw)
+            for (r, ns, _n), o in self._objects.items()
+            if r == res and not o.deleted and (namespace is None or ns == namespace)
+        ]
 
     def versions(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> list[dict]:
         key = (kmock.resource(group, version, plural), namespace, name)

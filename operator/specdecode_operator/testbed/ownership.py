@@ -15,8 +15,9 @@ from .resources import ResourceMeta, now
 _MISSING = object()
 
 
-def server_side_apply(owners: dict, current: dict, applied: Any, manager: str, force: bool, sub,
-                      meta: ResourceMeta) -> dict:
+def server_side_apply(
+    owners: dict, current: dict, applied: Any, manager: str, force: bool, sub, meta: ResourceMeta
+) -> dict:
     """Server-side apply: the manager's applied configuration becomes the set of fields it owns."""
     if not isinstance(applied, dict):
         raise Reject(400, "apply body must be an object", "BadRequest")
@@ -36,9 +37,17 @@ def server_side_apply(owners: dict, current: dict, applied: Any, manager: str, f
             conflicts.append((path, others))
     if conflicts and not force:
         text = "; ".join(f'conflict with "{o[0]}": .{".".join(p)}' for p, o in conflicts)
-        raise Reject(409, f"Apply failed with {len(conflicts)} conflict(s): {text}", "Conflict",
-                     {"causes": [{"reason": "FieldManagerConflict", "field": "." + ".".join(p),
-                                  "message": f'conflict with "{o[0]}"'} for p, o in conflicts]})
+        raise Reject(
+            409,
+            f"Apply failed with {len(conflicts)} conflict(s): {text}",
+            "Conflict",
+            {
+                "causes": [
+                    {"reason": "FieldManagerConflict", "field": "." + ".".join(p), "message": f'conflict with "{o[0]}"'}
+                    for p, o in conflicts
+                ]
+            },
+        )
     new = copy.deepcopy(current)
     scope = ("status",) if sub == "status" else None
     for path, mgrs in list(owners.items()):
@@ -62,8 +71,9 @@ def server_side_apply(owners: dict, current: dict, applied: Any, manager: str, f
     return new
 
 
-def take_ownership(owners: dict, old: dict | None, new: dict, manager: str, operation: str,
-                   only: tuple[str, ...] | None = None) -> None:
+def take_ownership(
+    owners: dict, old: dict | None, new: dict, manager: str, operation: str, only: tuple[str, ...] | None = None
+) -> None:
     """A create, update or patch: the writer owns every field it changed; removed fields lose their owners."""
     old_leaves = dict(fieldsets.leaves(old)) if old else {}
     new_leaves = dict(fieldsets.leaves(new))
@@ -87,8 +97,14 @@ def render_managed_fields(owners: dict, obj: dict) -> None:
         for manager, op in mgrs.items():
             per_manager.setdefault((manager, op), set()).add(path)
     obj["metadata"]["managedFields"] = [
-        {"manager": m, "operation": op, "apiVersion": obj.get("apiVersion", ""), "time": now(),
-         "fieldsType": "FieldsV1", "fieldsV1": fieldsets.fields_v1(paths),
-         **({"subresource": "status"} if all(p[:1] == ("status",) for p in paths) else {})}
+        {
+            "manager": m,
+            "operation": op,
+            "apiVersion": obj.get("apiVersion", ""),
+            "time": now(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fieldsets.fields_v1(paths),
+            **({"subresource": "status"} if all(p[:1] == ("status",) for p in paths) else {}),
+        }
         for (m, op), paths in sorted(per_manager.items())
     ]

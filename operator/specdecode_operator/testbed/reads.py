@@ -22,8 +22,12 @@ class ReadHandlers(ObjectStore):
     async def _get(self, request, meta: ResourceMeta):
         obj = self._live(self._key(request, meta))
         if obj is None:
-            raise Reject(404, f'{meta.plural}.{meta.group} "{request.name}" not found', "NotFound",
-                         {"name": request.name, "group": meta.group, "kind": meta.plural})
+            raise Reject(
+                404,
+                f'{meta.plural}.{meta.group} "{request.name}" not found',
+                "NotFound",
+                {"name": request.name, "group": meta.group, "kind": meta.plural},
+            )
         if request.subresource == "scale":
             return aiohttp.web.json_response(scale_of(obj, meta))
         return aiohttp.web.json_response(obj)
@@ -48,12 +52,17 @@ class ReadHandlers(ObjectStore):
                 if match(raw.get("metadata", {}).get("labels") or {}):
                     # the real server drops each built-in item's apiVersion/kind (the list has them); it keeps
                     # them on custom resources
-                    items.append({k: v for k, v in raw.items() if k not in ("apiVersion", "kind")}
-                                 if meta.builtin else raw)
-        return aiohttp.web.json_response({
-            "apiVersion": meta.api_version, "kind": f"{meta.kind}List",
-            "metadata": {"resourceVersion": str(self._last_rv())}, "items": items,
-        })
+                    items.append(
+                        {k: v for k, v in raw.items() if k not in ("apiVersion", "kind")} if meta.builtin else raw
+                    )
+        return aiohttp.web.json_response(
+            {
+                "apiVersion": meta.api_version,
+                "kind": f"{meta.kind}List",
+                "metadata": {"resourceVersion": str(self._last_rv())},
+                "items": items,
+            }
+        )
 
     async def _serve_watch(self, request):  # type: ignore[override]
         """Without a resourceVersion (or "0"): every object as ADDED, then changes. From a resourceVersion (what
@@ -72,7 +81,8 @@ class ReadHandlers(ObjectStore):
                 {"type": "MODIFIED" if since and self._born.get(key, 0) <= since else "ADDED", "object": obj.raw}
                 for key, obj in self._objects.items()
                 for (res, ns, _n) in [key]
-                if res == request.resource and not obj.deleted
+                if res == request.resource
+                and not obj.deleted
                 and (request.namespace is None or ns == request.namespace)
                 and int(obj.raw.get("metadata", {}).get("resourceVersion") or 0) > since
                 and match(obj.raw.get("metadata", {}).get("labels") or {})

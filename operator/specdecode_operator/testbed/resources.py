@@ -9,14 +9,30 @@ from typing import Callable
 Validator = Callable[[dict, "dict | None"], list[str]]
 Defaulter = Callable[[dict], dict]
 
-_DEPLOYMENT_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                     "labelSelectorPath": ".status.selector"}
-_LWS_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-              "labelSelectorPath": ".status.hpaPodSelector"}
+_DEPLOYMENT_SCALE = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+_LWS_SCALE = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.hpaPodSelector",
+}
 
 
-_BUILTIN_GROUPS = {"", "apps", "policy", "networking.k8s.io", "discovery.k8s.io", "events.k8s.io",
-                   "coordination.k8s.io", "apiextensions.k8s.io", "rbac.authorization.k8s.io", "batch"}
+_BUILTIN_GROUPS = {
+    "",
+    "apps",
+    "policy",
+    "networking.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "coordination.k8s.io",
+    "apiextensions.k8s.io",
+    "rbac.authorization.k8s.io",
+    "batch",
+}
 
 
 @dataclasses.dataclass
@@ -55,16 +71,23 @@ def builtin_kinds() -> list[ResourceMeta]:
         ResourceMeta("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
         ResourceMeta("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
         ResourceMeta("coordination.k8s.io", "v1", "leases", "Lease"),
-        ResourceMeta("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-                     namespaced=False, status=True),
+        ResourceMeta(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            namespaced=False,
+            status=True,
+        ),
     ]
 
 
 def third_party_kinds() -> list[ResourceMeta]:
     """CRDs of other projects that our children use: LeaderWorkerSet, ServiceMonitor, kopf peering."""
     return [
-        ResourceMeta("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet",
-                     status=True, scale=dict(_LWS_SCALE)),
+        ResourceMeta(
+            "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", status=True, scale=dict(_LWS_SCALE)
+        ),
         ResourceMeta("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"),
         ResourceMeta("kopf.dev", "v1", "kopfpeerings", "KopfPeering"),
         ResourceMeta("kopf.dev", "v1", "clusterkopfpeerings", "ClusterKopfPeering", namespaced=False),
@@ -77,9 +100,13 @@ def meta_of_crd(crd: dict) -> ResourceMeta:
     version = next(v for v in spec["versions"] if v.get("storage", True))
     sub = version.get("subresources", {})
     return ResourceMeta(
-        spec["group"], version["name"], spec["names"]["plural"], spec["names"]["kind"],
+        spec["group"],
+        version["name"],
+        spec["names"]["plural"],
+        spec["names"]["kind"],
         namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-        status="status" in sub, scale=sub.get("scale"),
+        status="status" in sub,
+        scale=sub.get("scale"),
     )
 
 

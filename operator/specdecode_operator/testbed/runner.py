@@ -16,7 +16,9 @@ import kmock
 from .emulator import ApiServerEmulator
 
 
-def standard_emulator(crd: dict | None = None, *, admission: bool = True, keep_history: bool = True) -> ApiServerEmulator:
+def standard_emulator(
+    crd: dict | None = None, *, admission: bool = True, keep_history: bool = True
+) -> ApiServerEmulator:
     """An emulator serving the built-in kinds, LeaderWorkerSet/ServiceMonitor/kopf peering and our CRD."""
     if crd is None:
         from specdecode_operator.api.crd import crd as generated
@@ -50,6 +52,7 @@ class EmulatorServer:
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the emulator's loop (state changes from tests must not race its handlers)."""
+
         async def run():
             return fn()
 

@@ -46,17 +46,26 @@ def scale_of(obj: dict, meta: ResourceMeta) -> dict:
     selector = read(paths.get("labelSelectorPath", ".status.selector")) if paths.get("labelSelectorPath") else None
     if selector:
         status["selector"] = selector
-    return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-            "metadata": {"name": md["name"], "namespace": md.get("namespace"), "uid": md["uid"],
-                         "resourceVersion": md["resourceVersion"], "creationTimestamp": md["creationTimestamp"]},
-            "spec": {"replicas": read(paths["specReplicasPath"]) or 0}, "status": status}
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": md["name"],
+            "namespace": md.get("namespace"),
+            "uid": md["uid"],
+            "resourceVersion": md["resourceVersion"],
+            "creationTimestamp": md["creationTimestamp"],
+        },
+        "spec": {"replicas": read(paths["specReplicasPath"]) or 0},
+        "status": status,
+    }
 
 
 def scaled(current: dict, meta: ResourceMeta, new_scale, name: str | None) -> dict:
     """The object with the written Scale's replicas; only spec.replicas of a Scale is writable."""
     replicas = (new_scale or {}).get("spec", {}).get("replicas")
     if not isinstance(replicas, int):
-        raise Reject(422, f"Scale.autoscaling \"{name}\" is invalid: spec.replicas: Invalid value", "Invalid")
+        raise Reject(422, f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value', "Invalid")
     new = copy.deepcopy(current)
     fieldsets.set_path(new, _path(meta.scale["specReplicasPath"]), replicas)
     return new

@@ -59,8 +59,11 @@ class WriteHandlers(Deletion):
     async def _write(self, request, meta: ResourceMeta, verb: str):
         body = body_of(request)
         sub = request.subresource
-        if sub not in (None, "status", "scale") or (sub == "status" and not meta.status) or (
-                sub == "scale" and not meta.scale):
+        if (
+            sub not in (None, "status", "scale")
+            or (sub == "status" and not meta.status)
+            or (sub == "scale" and not meta.scale)
+        ):
             raise Reject(404, f"{meta.plural} has no subresource {sub}", "NotFound")
         manager = manager_of(request)
         force = request.params.get("force") in ("true", "1")
@@ -70,8 +73,12 @@ class WriteHandlers(Deletion):
             if current is None:
                 if verb == "apply" and sub is None:
                     return await self._apply_create(request, meta, key, body, manager)
-                raise Reject(404, f'{meta.plural}.{meta.group} "{request.name}" not found', "NotFound",
-                             {"name": request.name, "kind": meta.plural})
+                raise Reject(
+                    404,
+                    f'{meta.plural}.{meta.group} "{request.name}" not found',
+                    "NotFound",
+                    {"name": request.name, "kind": meta.plural},
+                )
             if sub == "scale":
                 if verb == "update" or verb == "apply":
                     new_scale = body
@@ -122,8 +129,7 @@ class WriteHandlers(Deletion):
         for k in ("uid", "creationTimestamp", "name", "namespace"):
             if k in current["metadata"]:
                 md[k] = current["metadata"][k]
-        md["generation"] = current["metadata"].get("generation", 1) + (
-            1 if _spec_of(new) != _spec_of(current) else 0)
+        md["generation"] = current["metadata"].get("generation", 1) + (1 if _spec_of(new) != _spec_of(current) else 0)
         md["resourceVersion"] = str(next(self._rv))
         render_managed_fields(self._owners.get(key, {}), new)
         if md.get("deletionTimestamp") and not md.get("finalizers"):
@@ -143,7 +149,9 @@ def patched(current: dict, body: Any, request, meta: ResourceMeta) -> dict:
         try:
             return jsonpatch.apply_patch(copy.deepcopy(current), body)
         except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict, jsonpatch.JsonPointerException) as e:
-            raise Reject(422, f"the server rejected our request due to an error in our request: {e}", "Invalid") from None
+            raise Reject(
+                422, f"the server rejected our request due to an error in our request: {e}", "Invalid"
+            ) from None
     if not isinstance(body, dict):
         raise Reject(400, "a merge patch must be an object", "BadRequest")
     rv = body.get("metadata", {}).get("resourceVersion")

@@ -94,8 +94,13 @@ class Observation:
 class CostRefiner:
     """One bucket's observations; ``refine(base)`` fits the factors against whichever base profile is in use."""
 
-    def __init__(self, prior_sd: float = PRIOR_SD_MEASURED, obs_sd: float = OBS_SD, forget: float = FORGET,
-                 min_cycles: float = 20.0) -> None:
+    def __init__(
+        self,
+        prior_sd: float = PRIOR_SD_MEASURED,
+        obs_sd: float = OBS_SD,
+        forget: float = FORGET,
+        min_cycles: float = 20.0,
+    ) -> None:
         self.prior_sd, self.obs_sd, self.forget, self.min_cycles = prior_sd, obs_sd, forget, min_cycles
         self.observations: deque[Observation] = deque(maxlen=MAX_OBS)
 

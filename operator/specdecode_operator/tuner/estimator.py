@@ -38,7 +38,10 @@ class BucketDelta:
         self.requests += other.requests
         self.draft_steps += other.draft_steps
         maps: tuple[tuple[dict[Any, float], dict[Any, float]], ...] = (
-            (other.attempts, self.attempts), (other.accepted, self.accepted), (other.phase_s, self.phase_s))
+            (other.attempts, self.attempts),
+            (other.accepted, self.accepted),
+            (other.phase_s, self.phase_s),
+        )
         for src, dst in maps:
             for key, v in src.items():
                 dst[key] = dst.get(key, 0.0) + v
@@ -346,7 +349,8 @@ class Estimator:
                 continue
             steps, b = d.steps or 0, d.requests / d.cycles
             pred["verify"] += d.cycles * (
-                profile.verify_ms(steps, b) if steps else profile.cycle_ms(0, b) - profile.overhead)
+                profile.verify_ms(steps, b) if steps else profile.cycle_ms(0, b) - profile.overhead
+            )
             pred["draft"] += d.draft_steps * profile.draft_step_ms(b)
             pred["draft_extend"] += d.cycles * profile.extend_ms(steps, b) if steps else 0.0
             pred["other"] += d.cycles * (profile.overhead + (profile.broadcast if steps else 0.0))

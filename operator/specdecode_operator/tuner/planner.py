@@ -60,26 +60,47 @@ def plan(
     current_tp = current_tp or d.current
     tps = [n for n in allowed_draft_tps(scenario) if target_tp % n == 0]
     if current_tp not in tps:
-        raise ValueError(f"draft TP {current_tp} is not among the TP sizes the scenario describes and that divide "
-                         f"target TP {target_tp}: {tps}")
+        raise ValueError(
+            f"draft TP {current_tp} is not among the TP sizes the scenario describes and that divide "
+            f"target TP {target_tp}: {tps}"
+        )
     table: dict[int, dict[int, float]] = {}
     for n in tps:
         c = cost_for_draft_tp(scenario, n)
         if measured_scale != 1.0:
-            c = CycleCost(c.verify_base, c.verify_per_token, c.draft_base * measured_scale, c.draft_per_seq * measured_scale,
-                          c.extend_base * measured_scale, c.extend_per_token * measured_scale, c.overhead, c.broadcast)
+            c = CycleCost(
+                c.verify_base,
+                c.verify_per_token,
+                c.draft_base * measured_scale,
+                c.draft_per_seq * measured_scale,
+                c.extend_base * measured_scale,
+                c.extend_per_token * measured_scale,
+                c.overhead,
+                c.broadcast,
+            )
         table[n] = {steps: predict(scenario, c, steps, alphas) for steps in candidate_steps}
-    best_tp, best_steps = max(((n, steps) for n in tps for steps in candidate_steps),
-                              key=lambda pair: (table[pair[0]][pair[1]], -pair[0], -pair[1]))
+    best_tp, best_steps = max(
+        ((n, steps) for n in tps for steps in candidate_steps),
+        key=lambda pair: (table[pair[0]][pair[1]], -pair[0], -pair[1]),
+    )
     cur_steps = max(candidate_steps, key=lambda steps: (table[current_tp][steps], -steps))
     best, cur = table[best_tp][best_steps], table[current_tp][cur_steps]
     if best_tp == current_tp:
-        reason = f"draft TP {current_tp} (current) is best: {best:.1f} tok/s at {best_steps} steps (simulated prediction)"
+        reason = (
+            f"draft TP {current_tp} (current) is best: {best:.1f} tok/s at {best_steps} steps (simulated prediction)"
+        )
     else:
-        reason = (f"draft TP {best_tp} predicts {best:.1f} tok/s at {best_steps} steps vs {cur:.1f} at TP {current_tp} "
-                  f"({best / cur - 1:+.1%}, simulated prediction)")
-    rec = Recommendation(draftTensorParallelSize=best_tp, numSteps=best_steps, predictedTokensPerSecond=round(best, 2),
-                         currentPredictedTokensPerSecond=round(cur, 2), reason=reason)
+        reason = (
+            f"draft TP {best_tp} predicts {best:.1f} tok/s at {best_steps} steps vs {cur:.1f} at TP {current_tp} "
+            f"({best / cur - 1:+.1%}, simulated prediction)"
+        )
+    rec = Recommendation(
+        draftTensorParallelSize=best_tp,
+        numSteps=best_steps,
+        predictedTokensPerSecond=round(best, 2),
+        currentPredictedTokensPerSecond=round(cur, 2),
+        reason=reason,
+    )
     return Plan(tps, list(candidate_steps), table, current_tp, best_tp, best_steps, cur_steps, rec)
 
 
@@ -101,10 +122,20 @@ def plot_plan(p: Plan, path: str, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for n in p.draft_tps:
-        ax.plot(p.candidate_steps, [p.tokens_per_s[n][steps] for steps in p.candidate_steps], marker="o",
-                label=f"draft TP {n}" + (" (current)" if n == p.current_tp else ""))
-    ax.scatter([p.best_steps], [p.tokens_per_s[p.best_tp][p.best_steps]], s=160, facecolors="none", edgecolors="k",
-               label="best")
+        ax.plot(
+            p.candidate_steps,
+            [p.tokens_per_s[n][steps] for steps in p.candidate_steps],
+            marker="o",
+            label=f"draft TP {n}" + (" (current)" if n == p.current_tp else ""),
+        )
+    ax.scatter(
+        [p.best_steps],
+        [p.tokens_per_s[p.best_tp][p.best_steps]],
+        s=160,
+        facecolors="none",
+        edgecolors="k",
+        label="best",
+    )
     ax.set_xlabel("speculative steps (0 = no speculation)")
     ax.set_ylabel("tokens/s (simulated)")
     ax.set_title(f"{title}: predicted tokens/s by draft TP (SIMULATED)")

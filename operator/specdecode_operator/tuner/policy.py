@@ -36,14 +36,17 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         if self.min_steps < 0 or self.max_steps < self.min_steps:
-            raise ValueError(f"minSteps/maxSteps must satisfy 0 <= minSteps <= maxSteps, got {self.min_steps}..{self.max_steps}")
+            raise ValueError(
+                f"minSteps/maxSteps must satisfy 0 <= minSteps <= maxSteps, got {self.min_steps}..{self.max_steps}"
+            )
         if self.objective == "Latency" and not self.max_itl_ms:
             raise ValueError("objective Latency needs maxInterTokenLatencyMs > 0")
 
     def allowed(self) -> list[int]:
         pool = self.candidates if self.candidates is not None else range(0, self.max_steps + 1)
-        return sorted({steps for steps in pool
-                       if (steps == 0 and self.allow_zero) or self.min_steps <= steps <= self.max_steps})
+        return sorted(
+            {steps for steps in pool if (steps == 0 and self.allow_zero) or self.min_steps <= steps <= self.max_steps}
+        )
 
 
 @dataclass
@@ -104,16 +107,23 @@ def coupled_gain(tok_new: float, sec_new: float, tok_cur: float, sec_cur: float,
     return ((1.0 + wt * (tok_new / tok_cur - 1.0)) / (1.0 + w * (sec_new / sec_cur - 1.0)) - 1.0) / w
 
 
-def predict(acc: Acceptance, cost: CostModel, batch: float, candidates: Sequence[int],
-            optimistic: bool = False) -> dict[int, float]:
+def predict(
+    acc: Acceptance, cost: CostModel, batch: float, candidates: Sequence[int], optimistic: bool = False
+) -> dict[int, float]:
     alphas = acc.upper if optimistic else acc.alphas
     if optimistic:  # optimism only for unobserved positions; observed ones stay at their estimate
         alphas = acc.alphas[: acc.observed] + acc.upper[acc.observed :]
     return {steps: goodput(alphas, cost, steps, batch) for steps in candidates}
 
 
-def _objective_best(cfg: PolicyConfig, g: dict[int, float], acc: Acceptance, cost: CostModel, batch: float,
-                    score: dict[int, float] | None = None) -> int:
+def _objective_best(
+    cfg: PolicyConfig,
+    g: dict[int, float],
+    acc: Acceptance,
+    cost: CostModel,
+    batch: float,
+    score: dict[int, float] | None = None,
+) -> int:
     candidates = sorted(g)
     score = score if score is not None else g
     if cfg.objective == "Latency":
@@ -160,8 +170,7 @@ def choose(
         return choice
     best = cautious_best(r)
     gain, doubt = r.gain_and_doubt(best)
-    return (switch(r, best, gain, doubt, measured_goodput, measured_cycle_s) or explore(r)
-            or hold(r, best, gain, doubt))
+    return switch(r, best, gain, doubt, measured_goodput, measured_cycle_s) or explore(r) or hold(r, best, gain, doubt)
 
 
 @dataclass
@@ -183,14 +192,33 @@ class Round:
     latest: tuple[float, ...] | None = None  # acceptance per position in the latest interval alone
 
     @classmethod
-    def of(cls, cfg: PolicyConfig, state: BucketState, acc: Acceptance, cost: CostModel, batch: float, now: float,
-           allowed: list[int], workload_changed: bool, aggregate: Aggregate | None) -> Round:
+    def of(
+        cls,
+        cfg: PolicyConfig,
+        state: BucketState,
+        acc: Acceptance,
+        cost: CostModel,
+        batch: float,
+        now: float,
+        allowed: list[int],
+        workload_changed: bool,
+        aggregate: Aggregate | None,
+    ) -> Round:
         cur = state.steps
         # Censoring: a step count past the deepest observed position + 1 would rest entirely on extrapolation.
         reach = cfg.reach_after_change if workload_changed else cfg.reach
         eligible = [steps for steps in allowed if steps <= acc.observed + reach or steps <= cur]
-        r = cls(cfg, state, acc, cost, batch, now, allowed, workload_changed,
-                aggregate if cfg.objective == "Throughput" else None)
+        r = cls(
+            cfg,
+            state,
+            acc,
+            cost,
+            batch,
+            now,
+            allowed,
+            workload_changed,
+            aggregate if cfg.objective == "Throughput" else None,
+        )
         r.g = predict(acc, cost, batch, sorted(set(eligible) | {cur}))
         r.score = {steps: r.gain_of(steps) for steps in r.g}
         return r
@@ -204,9 +232,13 @@ class Round:
 
     def gain_of(self, steps: int, alphas: Sequence[float] | None = None) -> float:
         a = self.acc.alphas if alphas is None else alphas
-        return coupled_gain(self.tokens(steps, a), self.cost.cycle_ms(steps, self.batch) / 1000.0,
-                            self.tokens(self.cur, self.acc.alphas), self.cost.cycle_ms(self.cur, self.batch) / 1000.0,
-                            self.agg)
+        return coupled_gain(
+            self.tokens(steps, a),
+            self.cost.cycle_ms(steps, self.batch) / 1000.0,
+            self.tokens(self.cur, self.acc.alphas),
+            self.cost.cycle_ms(self.cur, self.batch) / 1000.0,
+            self.agg,
+        )
 
     def best(self) -> int:
         return _objective_best(self.cfg, self.g, self.acc, self.cost, self.batch, self.score)
@@ -221,8 +253,9 @@ class Round:
             itl_cur = inter_token_latency_ms(self.acc.alphas, self.cost, cur, self.batch)
             if cfg.max_itl_ms is not None and itl_cur > cfg.max_itl_ms and best != cur:
                 gain = max(gain, cfg.hysteresis + 1e-9)
-        doubt = (self.cost.relative_sd(best, cur, self.batch)
-                 if best != cur and hasattr(self.cost, "relative_sd") else 0.0)
+        doubt = (
+            self.cost.relative_sd(best, cur, self.batch) if best != cur and hasattr(self.cost, "relative_sd") else 0.0
+        )
         return gain, doubt
 
     def cooling(self, direction: int) -> bool:
@@ -258,8 +291,13 @@ def after_probe(r: Round) -> Choice | None:
     best = r.best()
     if best != cur and best in r.g:
         r.changed_to(best)
-        return Choice(best, "return" if best == back else "switch",
-                      f"probe of steps={cur} done: model prefers steps={best}", r.score[best], r.g)
+        return Choice(
+            best,
+            "return" if best == back else "switch",
+            f"probe of steps={cur} done: model prefers steps={best}",
+            r.score[best],
+            r.g,
+        )
     state.last_direction, state.judged_at = 1, r.now  # the probe interval was its clean interval
     return Choice(cur, "hold", f"probe of steps={cur} confirmed", 0.0, r.g)
 
@@ -277,8 +315,9 @@ def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: f
     before = before * content_factor(back, content_before, r.latest)
     if r.agg is not None and sec_before and measured_cycle_s:
         # Judged the way it was chosen: what the measured change did to the deployment's tokens/s.
-        change = coupled_gain(measured_goodput * measured_cycle_s, measured_cycle_s, before * sec_before,
-                              sec_before, r.agg)
+        change = coupled_gain(
+            measured_goodput * measured_cycle_s, measured_cycle_s, before * sec_before, sec_before, r.agg
+        )
     else:
         change = measured_goodput / before - 1.0
     if r.workload_changed:
@@ -286,9 +325,14 @@ def judge_rollback(r: Round, measured_goodput: float | None, measured_cycle_s: f
     if change < -cfg.rollback_margin and back in r.allowed:
         state.blocked[cur] = r.now + cfg.rollback_block_s
         r.changed_to(back)
-        return Choice(back, "rollback",
-                      f"measured {measured_goodput:.1f} tok/s after steps={cur} vs {before:.1f} before (steps={back}): "
-                      f"{change:+.1%}", change, r.g)
+        return Choice(
+            back,
+            "rollback",
+            f"measured {measured_goodput:.1f} tok/s after steps={cur} vs {before:.1f} before (steps={back}): "
+            f"{change:+.1%}",
+            change,
+            r.g,
+        )
     state.judged_at = r.now
     return None
 
@@ -317,16 +361,18 @@ def cautious_best(r: Round) -> int:
     if best >= cur or r.cfg.objective != "Throughput":
         return best
     while True:
-        upper = acc.alphas[:best] + [acc.upper[i] if i < acc.observed else acc.alphas[i]
-                                     for i in range(best, len(acc.alphas))]
+        upper = acc.alphas[:best] + [
+            acc.upper[i] if i < acc.observed else acc.alphas[i] for i in range(best, len(acc.alphas))
+        ]
         near = [steps for steps in r.g if best < steps <= cur and r.gain_of(steps, upper) >= r.score[best]]
         if not near:
             return best
         best = max(near, key=lambda steps: (r.score[steps], -steps))
 
 
-def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: float | None,
-           measured_cycle_s: float | None) -> Choice | None:
+def switch(
+    r: Round, best: int, gain: float, doubt: float, measured_goodput: float | None, measured_cycle_s: float | None
+) -> Choice | None:
     """Change to ``best`` when its gain clears hysteresis plus the cost doubt and no cooldown holds it (a detected
     workload change is a new world, not noise: the cooldown does not hold the old choice there). The change is
     armed for the rollback test of the next interval."""
@@ -334,10 +380,17 @@ def switch(r: Round, best: int, gain: float, doubt: float, measured_goodput: flo
     if best == cur or gain <= cfg.hysteresis + doubt:
         return None
     if r.cooling(1 if best > cur else -1) and not r.workload_changed:
-        return Choice(cur, "hold", f"cooldown: steps={best} predicted {gain:+.1%} but last change "
-                      f"{r.now - state.last_change:.0f}s ago < {cfg.cooldown_s:.0f}s", gain, g)
-    state.pending_rollback = ((cur, measured_goodput, r.acc.alphas[0] if r.acc.alphas else 0.0)
-                              if measured_goodput else None)
+        return Choice(
+            cur,
+            "hold",
+            f"cooldown: steps={best} predicted {gain:+.1%} but last change "
+            f"{r.now - state.last_change:.0f}s ago < {cfg.cooldown_s:.0f}s",
+            gain,
+            g,
+        )
+    state.pending_rollback = (
+        (cur, measured_goodput, r.acc.alphas[0] if r.acc.alphas else 0.0) if measured_goodput else None
+    )
     state.rollback_cycle_s = measured_cycle_s
     state.rollback_content = r.latest
     r.changed_to(best)
@@ -358,13 +411,24 @@ def explore(r: Round) -> Choice | None:
         return None
     state.last_probe = r.now
     state.probing_from = cur
-    return Choice(nxt, "explore", f"position {acc.observed + 1} unobserved: optimistic {opt:.1f} "
-                  f"vs {r.g[cur]:.1f} tok/s, probing one interval", opt_gain, r.g)
+    return Choice(
+        nxt,
+        "explore",
+        f"position {acc.observed + 1} unobserved: optimistic {opt:.1f} vs {r.g[cur]:.1f} tok/s, probing one interval",
+        opt_gain,
+        r.g,
+    )
 
 
 def hold(r: Round, best: int, gain: float, doubt: float) -> Choice:
     cur = r.cur
     if best != cur:
-        return Choice(cur, "hold", f"steps={best} predicted {gain:+.1%} <= hysteresis {r.cfg.hysteresis:.0%}"
-                      + (f" + cost doubt {doubt:.1%}" if doubt else ""), gain, r.g)
+        return Choice(
+            cur,
+            "hold",
+            f"steps={best} predicted {gain:+.1%} <= hysteresis {r.cfg.hysteresis:.0%}"
+            + (f" + cost doubt {doubt:.1%}" if doubt else ""),
+            gain,
+            r.g,
+        )
     return Choice(cur, "hold", f"steps={cur} is the model's best", 0.0, r.g)

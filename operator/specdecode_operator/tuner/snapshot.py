@@ -143,4 +143,3 @@ def _fmt(labels: dict[str, str]) -> str:
 def down(pod: str, time: float, why: str) -> PodSnapshot:
     """The snapshot of a pod that could not be read at all (the reader says ``why``)."""
     return PodSnapshot(pod=pod, time=time, error=why)
-

@@ -64,8 +64,11 @@ class TunerConfig:
         """From the CRD's ``spec.speculative.autotune`` (api.models.Autotune). Cooldown defaults to two intervals
         in Live mode, so a change is judged on at least one clean interval before the next one."""
         interval = float(autotune.intervalSeconds)
-        caps = candidates if candidates is not None else tuner_steps(autotune.mode, autotune.minSteps,
-                                                                      autotune.maxSteps, num_steps)
+        caps = (
+            candidates
+            if candidates is not None
+            else tuner_steps(autotune.mode, autotune.minSteps, autotune.maxSteps, num_steps)
+        )
         return cls(
             mode=autotune.mode,
             policy=PolicyConfig(
@@ -123,8 +126,13 @@ def iso(ts: float) -> str:
 class Tuner:
     """One per SpecDecodeDeployment; ``step`` once per ``intervalSeconds``."""
 
-    def __init__(self, config: TunerConfig, profile: ProfileSource = None, estimator: Estimator | None = None,
-                 refine: bool = True) -> None:
+    def __init__(
+        self,
+        config: TunerConfig,
+        profile: ProfileSource = None,
+        estimator: Estimator | None = None,
+        refine: bool = True,
+    ) -> None:
         """``profile``: an override (the ConfigMap named by the profile annotation); without one the tuner uses the
         pods' own start-up cost probe. Either is refined online from live cycle timings unless ``refine`` is off."""
         self.config = config
@@ -217,8 +225,9 @@ class Tuner:
             if mean_steps > 0 and not d.steps:
                 continue  # switched to steps=0 within the interval: the share of drafting cycles is unknown
             frac = min(1.0, mean_steps / d.steps) if d.steps else 0.0
-            self.refiners.setdefault(label, CostRefiner()).add(d.requests / d.cycles, mean_steps, frac,
-                                                                1000.0 * d.busy_s / d.cycles, d.cycles)
+            self.refiners.setdefault(label, CostRefiner()).add(
+                d.requests / d.cycles, mean_steps, frac, 1000.0 * d.busy_s / d.cycles, d.cycles
+            )
 
     def table(self) -> list[tuple[int, int]]:
         if self.config.mode == "Rollout":
@@ -290,13 +299,24 @@ class Tuner:
                 state = self.states[label]
                 if ch.steps == state.steps:
                     continue
-                entry = HistoryEntry(time=iso(now), bucket=label, fromSteps=state.steps, toSteps=ch.steps,
-                                     reason=f"{ch.kind}: {ch.reason}" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
-                                     predictedGain=None if ch.predicted_gain is None or math.isinf(ch.predicted_gain)
-                                     else round(ch.predicted_gain, 4))
+                entry = HistoryEntry(
+                    time=iso(now),
+                    bucket=label,
+                    fromSteps=state.steps,
+                    toSteps=ch.steps,
+                    reason=f"{ch.kind}: {ch.reason}" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
+                    predictedGain=None
+                    if ch.predicted_gain is None or math.isinf(ch.predicted_gain)
+                    else round(ch.predicted_gain, 4),
+                )
                 new_history.append(entry)
-                events.append(Event("Normal", "StepsRecommended" if cfg.mode == "Off" else "StepsChanged",
-                                    f"bucket {label}: steps {state.steps} -> {ch.steps} ({ch.kind}: {ch.reason})"))
+                events.append(
+                    Event(
+                        "Normal",
+                        "StepsRecommended" if cfg.mode == "Off" else "StepsChanged",
+                        f"bucket {label}: steps {state.steps} -> {ch.steps} ({ch.kind}: {ch.reason})",
+                    )
+                )
                 if cfg.mode == "Live":
                     state.steps = ch.steps
                     self.changes += 1
@@ -348,8 +368,9 @@ class Tuner:
         # the other buckets' present one, which says nothing about the traffic that will bring it back.
         return {label: Aggregate(rate, n * sec / time_total) for label, (n, _, sec) in parts.items()}
 
-    def _decide_bucket(self, label: str, lo: int, now: float, positions: int, report: ObserveReport,
-                       aggregate: Aggregate | None = None) -> BucketReport | None:
+    def _decide_bucket(
+        self, label: str, lo: int, now: float, positions: int, report: ObserveReport, aggregate: Aggregate | None = None
+    ) -> BucketReport | None:
         est = self.estimator
         batch = est.batch_mean(label)
         if batch is None:
@@ -362,7 +383,13 @@ class Tuner:
         if self.config.mode == "Rollout":
             state = BucketState(steps=self.rollout_steps)  # per-bucket advice only; the rollout choice is global
         choice = choose(
-            self.config.policy, state, acc, cost, batch, est.samples(label), now,
+            self.config.policy,
+            state,
+            acc,
+            cost,
+            batch,
+            est.samples(label),
+            now,
             measured_goodput=est.measured_goodput(label, latest_only=True),
             workload_changed=label in report.changed_buckets,
             aggregate=aggregate,
@@ -373,13 +400,19 @@ class Tuner:
             # Nothing is drafted at steps=0, so acceptance goes stale; re-probe the smallest steps>0 now and then.
             old = self.remembered.get(label)
             pos = [steps for steps in self.config.policy.allowed() if steps > 0]
-            if pos and (old is None or now - old[1] > self.config.stale_acceptance_s) and now - state.last_probe >= self.config.policy.explore_every_s:
+            if (
+                pos
+                and (old is None or now - old[1] > self.config.stale_acceptance_s)
+                and now - state.last_probe >= self.config.policy.explore_every_s
+            ):
                 state.last_probe = now
                 state.probing_from = 0
                 choice = Choice(pos[0], "explore", "acceptance unknown or stale at steps=0: probing one interval")
         return BucketReport(label, lo, state.steps, choice, est.samples(label), batch, acc.alphas, acc.observed, source)
 
-    def _rollout(self, now: float, reports: dict[str, BucketReport], history: list[HistoryEntry], events: list[Event]) -> bool:
+    def _rollout(
+        self, now: float, reports: dict[str, BucketReport], history: list[HistoryEntry], events: list[Event]
+    ) -> bool:
         """One step count for all batch sizes (stock SGLang), weighted by where decode time is spent; restart only
         if the predicted extra tokens over the rollout cooldown exceed the tokens a restart loses."""
         cfg = self.config
@@ -404,19 +437,38 @@ class Tuner:
             score[steps] = s
         best = max(score, key=lambda steps: (score[steps], -steps))
         gain = score[best] - 1.0
-        if best == cur or gain <= cfg.policy.hysteresis or any(r.samples < cfg.policy.min_samples for r in reports.values()):
+        if (
+            best == cur
+            or gain <= cfg.policy.hysteresis
+            or any(r.samples < cfg.policy.min_samples for r in reports.values())
+        ):
             return False
         if now - self.rollout_last_change < cfg.rollout_cooldown_s:
             return False
         if gain * cfg.rollout_cooldown_s <= cfg.restart_s:
-            events.append(Event("Normal", "RolloutSkipped", f"steps={best} predicted {gain:+.1%}, which over "
-                                f"{cfg.rollout_cooldown_s:.0f}s does not repay a {cfg.restart_s:.0f}s restart"))
+            events.append(
+                Event(
+                    "Normal",
+                    "RolloutSkipped",
+                    f"steps={best} predicted {gain:+.1%}, which over "
+                    f"{cfg.rollout_cooldown_s:.0f}s does not repay a {cfg.restart_s:.0f}s restart",
+                )
+            )
             return False
-        history.append(HistoryEntry(time=iso(now), bucket="all", fromSteps=cur, toSteps=best,
-                                    reason=f"rollout: predicted {gain:+.1%} over {cfg.rollout_cooldown_s:.0f}s "
-                                    f"repays a {cfg.restart_s:.0f}s restart" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
-                                    predictedGain=round(gain, 4)))
-        events.append(Event("Normal", "RolloutStarted", f"--speculative-num-steps {cur} -> {best} ({gain:+.1%} predicted)"))
+        history.append(
+            HistoryEntry(
+                time=iso(now),
+                bucket="all",
+                fromSteps=cur,
+                toSteps=best,
+                reason=f"rollout: predicted {gain:+.1%} over {cfg.rollout_cooldown_s:.0f}s "
+                f"repays a {cfg.restart_s:.0f}s restart" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
+                predictedGain=round(gain, 4),
+            )
+        )
+        events.append(
+            Event("Normal", "RolloutStarted", f"--speculative-num-steps {cur} -> {best} ({gain:+.1%} predicted)")
+        )
         self.rollout_steps = best
         self.rollout_last_change = now
         self.changes += 1
@@ -432,12 +484,17 @@ class Tuner:
                 continue
             steps = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
             ref = self.refiners.get(label)
-            out.append(CostProfileEntry(
-                bucket=label, source=source, batch=round(batch, 2),
-                plainCycleMs=round(cost.cycle_ms(0, batch), 4), cycleMs=round(cost.cycle_ms(steps, batch), 4),
-                stepMs=round(cost.cycle_ms(2, batch) - cost.cycle_ms(1, batch), 4),
-                observedSteps=ref.steps_seen() if ref is not None and source in (REFINED, OVERRIDE) else None,
-            ))
+            out.append(
+                CostProfileEntry(
+                    bucket=label,
+                    source=source,
+                    batch=round(batch, 2),
+                    plainCycleMs=round(cost.cycle_ms(0, batch), 4),
+                    cycleMs=round(cost.cycle_ms(steps, batch), 4),
+                    stepMs=round(cost.cycle_ms(2, batch) - cost.cycle_ms(1, batch), 4),
+                    observedSteps=ref.steps_seen() if ref is not None and source in (REFINED, OVERRIDE) else None,
+                )
+            )
         return out
 
     def _condition(self, report: ObserveReport, snapshots: list[PodSnapshot]) -> Condition:
@@ -447,20 +504,38 @@ class Tuner:
         if report.down:
             problems.append("down: " + "; ".join(f"{p}: {e}" for p, e in sorted(report.down.items())))
         if report.invalid:
-            problems.append("invalid samples: " + "; ".join(f"{p}: {', '.join(e[:3])}" for p, e in sorted(report.invalid.items())))
+            problems.append(
+                "invalid samples: " + "; ".join(f"{p}: {', '.join(e[:3])}" for p, e in sorted(report.invalid.items()))
+            )
         if report.resets:
             problems.append("counter reset (pod restarted?): " + ", ".join(sorted(report.resets)))
         if not report.usable:
-            reason = ("MetricsDown" if report.down and not report.invalid else "MetricsInvalid" if report.invalid
-                      else "CounterReset" if report.resets else "WarmingUp")
+            reason = (
+                "MetricsDown"
+                if report.down and not report.invalid
+                else "MetricsInvalid"
+                if report.invalid
+                else "CounterReset"
+                if report.resets
+                else "WarmingUp"
+            )
             msg = "; ".join(problems) or FIRST_SCRAPE
-            return Condition(type=CONDITION_TYPE, status="False" if problems else "Unknown", reason=reason,
-                             message=f"no decision this interval: {msg}")
+            return Condition(
+                type=CONDITION_TYPE,
+                status="False" if problems else "Unknown",
+                reason=reason,
+                message=f"no decision this interval: {msg}",
+            )
         if problems:
-            return Condition(type=CONDITION_TYPE, status="True", reason="PartialMetrics",
-                             message=f"decided on {len(report.pods_used)} pod(s); " + "; ".join(problems))
-        return Condition(type=CONDITION_TYPE, status="True", reason="Scraped",
-                         message=f"{len(report.pods_used)} pod(s) scraped")
+            return Condition(
+                type=CONDITION_TYPE,
+                status="True",
+                reason="PartialMetrics",
+                message=f"decided on {len(report.pods_used)} pod(s); " + "; ".join(problems),
+            )
+        return Condition(
+            type=CONDITION_TYPE, status="True", reason="Scraped", message=f"{len(report.pods_used)} pod(s) scraped"
+        )
 
     def _status(self, now: float, report: ObserveReport, reports: dict[str, BucketReport]) -> SpeculativeStatus:
         est = self.estimator
@@ -478,8 +553,11 @@ class Tuner:
             if d.cycles > busiest_cycles:
                 busiest, busiest_cycles = label, d.cycles
         table = self.table()
-        num_steps = self.rollout_steps if self.config.mode == "Rollout" else (
-            self.states[busiest].steps if busiest else table[0][1])
+        num_steps = (
+            self.rollout_steps
+            if self.config.mode == "Rollout"
+            else (self.states[busiest].steps if busiest else table[0][1])
+        )
         profile = self._profile_status()
         source = next((e.source for e in profile if e.bucket == busiest), profile[0].source if profile else None)
         return SpeculativeStatus(

@@ -24,8 +24,16 @@ from .pods import Target
 class TablePusher:
     """``warn(reason, message)`` posts a Warning Event once per distinct message; ``clear(reason)`` re-arms it."""
 
-    def __init__(self, session: aiohttp.ClientSession, client, config, metrics, log,
-                 warn: Callable[[str, str], None], clear: Callable[[str], None]):
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        client,
+        config,
+        metrics,
+        log,
+        warn: Callable[[str, str], None],
+        clear: Callable[[str], None],
+    ):
         self.session, self.client, self.config, self.metrics, self.log = session, client, config, metrics, log
         self.warn, self.clear = warn, clear
         self.token: str | None = None
@@ -90,7 +98,9 @@ def stale_targets(tuner: Tuner, d: Decision, targets: list[Target], snaps: list)
             continue
         if d.changed or snap is None or not snap.ok:
             stale.append(t)
-        elif any(b.num_steps is not None and label in lo_of and b.num_steps != want.get(lo_of[label])
-                 for label, b in snap.buckets.items()):
+        elif any(
+            b.num_steps is not None and label in lo_of and b.num_steps != want.get(lo_of[label])
+            for label, b in snap.buckets.items()
+        ):
             stale.append(t)
     return stale

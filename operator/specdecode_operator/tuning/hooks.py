@@ -58,8 +58,12 @@ def initial_condition(body=None) -> dict:
     second write when the tuner's first interval adds it (the tuner's own answer, when the same, changes nothing)."""
     if not (((body or {}).get("status") or {}).get("readyReplicas")):
         return condition_dict(NO_PODS)
-    return {"type": CONDITION_TYPE, "status": "Unknown", "reason": "WarmingUp",
-            "message": f"no decision this interval: {FIRST_SCRAPE}"}
+    return {
+        "type": CONDITION_TYPE,
+        "status": "Unknown",
+        "reason": "WarmingUp",
+        "message": f"no decision this interval: {FIRST_SCRAPE}",
+    }
 
 
 def conditions(state: ObjectState, body=None, tuned: bool = False) -> list[dict]:

@@ -56,8 +56,14 @@ class LoopState:
 class TuningLoop:
     """One object's loop; ``tick`` runs one interval and returns the wall seconds until the next."""
 
-    def __init__(self, context, body, state: ObjectState, reconcile: Callable[[], Awaitable[None]],
-                 clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        context,
+        body,
+        state: ObjectState,
+        reconcile: Callable[[], Awaitable[None]],
+        clock: Callable[[], float] | None = None,
+    ):
         self.client = context.client
         self.config = context.config
         self.body = body
@@ -68,8 +74,15 @@ class TuningLoop:
         self.clock = clock or self._clock
         self.loop_state = LoopState()
         self.report = Reporter(body, state, context.client, context.metrics)
-        self.pusher = TablePusher(context.http, context.client, self.config, context.metrics, log,
-                                  warn=self.report.warn_once, clear=self.report.clear)
+        self.pusher = TablePusher(
+            context.http,
+            context.client,
+            self.config,
+            context.metrics,
+            log,
+            warn=self.report.warn_once,
+            clear=self.report.clear,
+        )
 
     def see(self, body) -> None:
         """The newest body of the object (the scheduler hands it over before each interval)."""
@@ -110,8 +123,11 @@ class TuningLoop:
             except ApiError as e:
                 log.warning("tuner %s: EndpointSlices not listed: %s", report.ref(), e)
                 targets = None
-        snaps, nccl = ([], {}) if targets is None else await read_counters(self.pusher.session, self.config, ns,
-                                                                          targets, now, tuner.wants_costs)
+        snaps, nccl = (
+            ([], {})
+            if targets is None
+            else await read_counters(self.pusher.session, self.config, ns, targets, now, tuner.wants_costs)
+        )
         d = tuner.step(now, snaps)
         acting = not paused
         if st.mode == "Live" and acting:
@@ -134,14 +150,20 @@ class TuningLoop:
         at = spec.speculative.autotune
         profile_ref = (self.body["metadata"].get("annotations") or {}).get(PROFILE_ANNOTATION)
         mode: Mode = "Off" if paused else at.mode
-        fingerprint = (at.model_dump_json(), spec.speculative.numSteps, spec.draft.tensorParallelSize, profile_ref,
-                       mode)
+        fingerprint = (
+            at.model_dump_json(),
+            spec.speculative.numSteps,
+            spec.draft.tensorParallelSize,
+            profile_ref,
+            mode,
+        )
         st = self.loop_state
         if st.fingerprint == fingerprint and st.tuner is not None:
             return
         first = st.tuner is None
-        st.profile = await profile.load(self.client, self.body["metadata"]["namespace"],
-                                              profile_ref, spec.draft.tensorParallelSize)
+        st.profile = await profile.load(
+            self.client, self.body["metadata"]["namespace"], profile_ref, spec.draft.tensorParallelSize
+        )
         restart_s = st.profile.scenario.restart_seconds if st.profile.scenario else self.config.tune_restart_seconds
         initial = spec.speculative.numSteps
         if at.mode == "Rollout":
@@ -161,6 +183,13 @@ class TuningLoop:
             self.report.resume()
         if st.profile.problem:
             self.report.warn_once("InvalidTunerProfile", st.profile.problem)
-        log.info("tuner %s: mode %s, %s steps, interval %ss, costs %s", self.report.ref(), mode, initial,
-                 at.intervalSeconds, f"from profile ConfigMap {profile_ref} (override)" if st.profile.cost else
-                 "from the pods' start-up probe, refined online")
+        log.info(
+            "tuner %s: mode %s, %s steps, interval %ss, costs %s",
+            self.report.ref(),
+            mode,
+            initial,
+            at.intervalSeconds,
+            f"from profile ConfigMap {profile_ref} (override)"
+            if st.profile.cost
+            else "from the pods' start-up probe, refined online",
+        )

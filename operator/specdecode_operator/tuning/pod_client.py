@@ -35,8 +35,18 @@ MAX_SCRAPE_BYTES = 4 * 1024 * 1024  # a runtime pod's /metrics is ~10-50 kB; any
 MAX_PUSH_ANSWER_BYTES = 2048
 # The counters the estimator needs, as instant vectors per pod (Prometheus keeps the raw counter values, so the
 # estimator's own deltas and reset handling apply unchanged); the cost probe is constant per pod, a few dozen series.
-PROM_METRICS = (snapshot.CYCLES, snapshot.ATTEMPTS, snapshot.ACCEPTED, snapshot.PHASE_SUM, snapshot.PHASE_COUNT,
-                snapshot.DRAFT_STEPS, snapshot.REQUESTS, snapshot.TOKENS, snapshot.NUM_STEPS, snapshot.COST)
+PROM_METRICS = (
+    snapshot.CYCLES,
+    snapshot.ATTEMPTS,
+    snapshot.ACCEPTED,
+    snapshot.PHASE_SUM,
+    snapshot.PHASE_COUNT,
+    snapshot.DRAFT_STEPS,
+    snapshot.REQUESTS,
+    snapshot.TOKENS,
+    snapshot.NUM_STEPS,
+    snapshot.COST,
+)
 PROM_KEPT_LABELS = ("bucket", "position", "phase", "simulated", "stage", "steps", "batch")
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
@@ -48,8 +58,14 @@ def open_session() -> aiohttp.ClientSession:
 
 
 # ---------------------------------------------------------------------------------------------- reading counters
-async def read_counters(session: aiohttp.ClientSession, config, ns: str, targets: list[Target],
-                        now: float, costs_for: Callable[[str], bool] | None = None) -> tuple[list, dict]:
+async def read_counters(
+    session: aiohttp.ClientSession,
+    config,
+    ns: str,
+    targets: list[Target],
+    now: float,
+    costs_for: Callable[[str], bool] | None = None,
+) -> tuple[list, dict]:
     """(snapshots, mean NCCL latencies) of the pods: their /metrics, or the same series from Prometheus
     (``config.prometheus_url``). ``costs_for(pod)`` says whether to parse the pod's start-up cost probe this time
     (``Tuner.wants_costs``)."""
@@ -71,8 +87,9 @@ async def read_counters(session: aiohttp.ClientSession, config, ns: str, targets
     return [r[0] for r in results], mean_nccl([r[1] for r in results if r[1]])
 
 
-async def scrape(session: aiohttp.ClientSession, url: str, pod: str, now: float, timeout_s: float,
-                 costs: bool = True) -> tuple[PodSnapshot, dict[str, float]]:
+async def scrape(
+    session: aiohttp.ClientSession, url: str, pod: str, now: float, timeout_s: float, costs: bool = True
+) -> tuple[PodSnapshot, dict[str, float]]:
     """GET one pod's /metrics, at most ``MAX_SCRAPE_BYTES`` within ``timeout_s``: (snapshot, NCCL latencies)."""
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
@@ -124,21 +141,22 @@ def _selector(namespace: str, pods: list[str], pod_label: str = "pod") -> str:
     return f'namespace="{_label_value(namespace)}",{pod_label}=~"{"|".join(_label_value(p) for p in pods)}"'
 
 
-async def _instant_query(session: aiohttp.ClientSession, prometheus_url: str, query: str, time: float | None,
-                         timeout_s: float) -> list[dict]:
+async def _instant_query(
+    session: aiohttp.ClientSession, prometheus_url: str, query: str, time: float | None, timeout_s: float
+) -> list[dict]:
     """The result vector of one ``/api/v1/query`` (at ``time``; None: the server's now); PrometheusError says why
     there is none."""
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     params = {"query": query} if time is None else {"query": query, "time": str(time)}
     try:
-        async with session.get(url, params=params,
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             data = await resp.json(content_type=None)
     except (*_FAILURES, ValueError) as exc:
         raise PrometheusError(f"{type(exc).__name__}: {exc}") from exc
     if resp.status != 200 or not isinstance(data, dict) or data.get("status") != "success":
-        raise PrometheusError(data.get("error", f"HTTP {resp.status}") if isinstance(data, dict)
-                              else f"HTTP {resp.status}")
+        raise PrometheusError(
+            data.get("error", f"HTTP {resp.status}") if isinstance(data, dict) else f"HTTP {resp.status}"
+        )
     result = (data.get("data") or {}).get("result") or []
     return result if isinstance(result, list) else []
 
@@ -169,12 +187,15 @@ async def query_prometheus(
             keep = {k: v for k, v in labels.items() if k in PROM_KEPT_LABELS}
             lab = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(keep.items()))
             texts[pod].append(f"{metric}{{{lab}}} {series['value'][1]}")
-    return [parse_metrics("\n".join(lines) + "\n", p, time) if lines else down(p, time, "no series in Prometheus")
-            for p, lines in texts.items()]
+    return [
+        parse_metrics("\n".join(lines) + "\n", p, time) if lines else down(p, time, "no series in Prometheus")
+        for p, lines in texts.items()
+    ]
 
 
-async def _prometheus_nccl(session: aiohttp.ClientSession, url: str, ns: str, pods: list[str],
-                           timeout_s: float) -> dict[str, float]:
+async def _prometheus_nccl(
+    session: aiohttp.ClientSession, url: str, ns: str, pods: list[str], timeout_s: float
+) -> dict[str, float]:
     """Mean NCCL latencies of the pods from Prometheus; an optional field: empty when Prometheus cannot say."""
     try:
         result = await _instant_query(session, url, f"{NCCL_LATENCY}{{{_selector(ns, pods)}}}", None, timeout_s)
@@ -182,8 +203,9 @@ async def _prometheus_nccl(session: aiohttp.ClientSession, url: str, ns: str, po
         for s in result:
             labels, value = s["metric"], float(s["value"][1])
             if value == value and value >= 0:
-                per_pod.setdefault(labels.get("pod", ""), {})[
-                    f"{labels.get('op', '?')}/{labels.get('bytes', '?')}"] = round(value * 1e6, 2)
+                per_pod.setdefault(labels.get("pod", ""), {})[f"{labels.get('op', '?')}/{labels.get('bytes', '?')}"] = (
+                    round(value * 1e6, 2)
+                )
         return mean_nccl(list(per_pod.values()))
     except (PrometheusError, KeyError, TypeError, ValueError, IndexError):
         return {}
@@ -204,8 +226,9 @@ async def push_table(
     """PUT the table to one pod's control endpoint with the bearer token from the operator's Secret."""
     url = base_url.rstrip("/") + STEPS_PATH
     try:
-        async with session.put(url, json=body, headers={"Authorization": f"Bearer {token}"},
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.put(
+            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
             text = (await resp.content.read(MAX_PUSH_ANSWER_BYTES)).decode("utf-8", "replace")
             return PushResult(pod, resp.status == 200, resp.status, text[:500])
     except _FAILURES as exc:
@@ -216,5 +239,8 @@ async def push_all(
     session: aiohttp.ClientSession, control_urls: dict[str, str], body: dict, token: str, timeout_s: float = 5.0
 ) -> list[PushResult]:
     """PUT the table to every pod concurrently (``control_urls``: pod name -> control base URL)."""
-    return list(await asyncio.gather(*(push_table(session, url, pod, body, token, timeout_s)
-                                       for pod, url in control_urls.items())))
+    return list(
+        await asyncio.gather(
+            *(push_table(session, url, pod, body, token, timeout_s) for pod, url in control_urls.items())
+        )
+    )

@@ -36,8 +36,12 @@ def targets_from_slices(slices: list[dict]) -> list[Target]:
             for ip in (ep.get("addresses") or [])[:1]:
                 pod = (ep.get("targetRef") or {}).get("name") or ip
                 http, control = ports.get("http"), ports.get("control")
-                out[pod] = Target(pod, ip, f"http://{_host(ip)}:{http}/metrics" if http else None,
-                                  f"http://{_host(ip)}:{control}" if control else None)
+                out[pod] = Target(
+                    pod,
+                    ip,
+                    f"http://{_host(ip)}:{http}/metrics" if http else None,
+                    f"http://{_host(ip)}:{control}" if control else None,
+                )
     return [out[k] for k in sorted(out)]
 
 
@@ -46,6 +50,9 @@ async def list_targets(client, ns: str, name: str) -> list[Target]:
     ``MetricsAvailable=Unknown/EndpointsUnavailable``)."""
     path = f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
     data = await client.request(
-        "GET", path, query=[("labelSelector", f"kubernetes.io/service-name={names.headless_service(name)}")],
-        verb="list")
+        "GET",
+        path,
+        query=[("labelSelector", f"kubernetes.io/service-name={names.headless_service(name)}")],
+        verb="list",
+    )
     return targets_from_slices((data or {}).get("items") or [])

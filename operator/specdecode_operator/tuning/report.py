@@ -57,7 +57,7 @@ class Reporter:
     def resume(self) -> None:
         """Start from what status holds (an operator restart keeps the history and the last measurements)."""
         status = self.body.get("status") or {}
-        self.history = [dict(h) for h in status.get("history") or []][-tuner_status.HISTORY_LIMIT:]
+        self.history = [dict(h) for h in status.get("history") or []][-tuner_status.HISTORY_LIMIT :]
         self.speculative = dict(status.get("speculative") or {})
 
     # ------------------------------------------------------------------ metrics and Events
@@ -118,8 +118,11 @@ class Reporter:
         pass when it equals the reconciler's initial or carried-over condition."""
         cond = hooks.condition_dict(d.condition)
         if not listed:
-            cond.update(status="Unknown", reason="EndpointsUnavailable",
-                        message="the headless Service's EndpointSlices could not be listed (API error)")
+            cond.update(
+                status="Unknown",
+                reason="EndpointsUnavailable",
+                message="the headless Service's EndpointSlices could not be listed (API error)",
+            )
         old = hooks.conditions(self.state, self.body, tuned=True)
         self.state.tuner_condition = cond
         return old != [cond]
@@ -142,11 +145,20 @@ class Reporter:
             if mode == "Off" and self._repeats(h):
                 continue
             self.history.append(h)
-        self.history = self.history[-tuner_status.HISTORY_LIMIT:]
+        self.history = self.history[-tuner_status.HISTORY_LIMIT :]
         self.speculative = spec
-        significant = json.dumps([{k: v for k, v in spec.items() if k in ("numSteps", "stepTable", "recommendation",
-                                                                            "ncclLatencyMicroseconds")},
-                                  self.history], sort_keys=True, default=str)
+        significant = json.dumps(
+            [
+                {
+                    k: v
+                    for k, v in spec.items()
+                    if k in ("numSteps", "stepTable", "recommendation", "ncclLatencyMicroseconds")
+                },
+                self.history,
+            ],
+            sort_keys=True,
+            default=str,
+        )
         content = json.dumps([spec, self.history], sort_keys=True, default=str)
         if content == self.written_content:
             return  # exactly what the last write put there (e.g. nothing measured without pods): nothing to do
@@ -154,12 +166,16 @@ class Reporter:
         if live.get("speculative") == spec and (live.get("history") or []) == self.history:
             self.written = (significant, now)  # already there (e.g. after an operator restart): no write
             return
-        if self.written and self.written[0] == significant and now - self.written[1] < max(
-                STATUS_REFRESH_S, float(sdd.spec.speculative.autotune.intervalSeconds)):
+        if (
+            self.written
+            and self.written[0] == significant
+            and now - self.written[1] < max(STATUS_REFRESH_S, float(sdd.spec.speculative.autotune.intervalSeconds))
+        ):
             return
         try:
             self.state.remember_own_write(
-                await tuner_status.write(self.client, md["name"], md["namespace"], spec, self.history))
+                await tuner_status.write(self.client, md["name"], md["namespace"], spec, self.history)
+            )
             self.written = (significant, now)
             self.written_content = content
         except ApiError as e:  # after the client's retries: the next interval tries again
@@ -179,8 +195,13 @@ class Reporter:
             return None
         busiest = max(d.buckets.values(), key=lambda r: r.samples)
         try:
-            p = planner.plan(scenario, list(allowed), target_tp=sdd.spec.target.tensorParallelSize,
-                             current_tp=sdd.spec.draft.tensorParallelSize, alphas=busiest.alphas or None)
+            p = planner.plan(
+                scenario,
+                list(allowed),
+                target_tp=sdd.spec.target.tensorParallelSize,
+                current_tp=sdd.spec.draft.tensorParallelSize,
+                alphas=busiest.alphas or None,
+            )
         except (ValueError, ZeroDivisionError) as e:
             log.debug("tuner %s: no recommendation: %s", self.ref(), e)
             return None

@@ -17,13 +17,23 @@ HISTORY_LIMIT = 50
 
 
 def patch(name: str, namespace: str, speculative: dict, history: list[dict]) -> dict:
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace},
-            "status": {"speculative": speculative, "history": history[-HISTORY_LIMIT:]}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "status": {"speculative": speculative, "history": history[-HISTORY_LIMIT:]},
+    }
 
 
 async def write(client, name: str, namespace: str, speculative: dict, history: list[dict]) -> dict:
     """Apply (force: these fields are the tuner's alone); ApiError after the client's retries propagates."""
     body = patch(name, namespace, speculative, history)
     path = resource_path(API_VERSION, PLURAL, namespace, name, "status")
-    return await client.request("PATCH", path, query=[("fieldManager", TUNER_MANAGER), ("force", "true")],
-                                body=body, content_type="application/apply-patch+yaml", verb="apply")
+    return await client.request(
+        "PATCH",
+        path,
+        query=[("fieldManager", TUNER_MANAGER), ("force", "true")],
+        body=body,
+        content_type="application/apply-patch+yaml",
+        verb="apply",
+    )

@@ -54,8 +54,16 @@ LIVE_REFUSED = {
 OWNED_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 
 # Refusals that are not a flag table entry (each flag of the tables above is its own rule, named by the flag).
-RULES = ("draft-tp", "split-pp", "split-dp", "split-algorithm", "algorithm-flag", "live-algorithm", "live-top-k",
-         "live-num-steps")
+RULES = (
+    "draft-tp",
+    "split-pp",
+    "split-dp",
+    "split-algorithm",
+    "algorithm-flag",
+    "live-algorithm",
+    "live-top-k",
+    "live-num-steps",
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -73,8 +81,12 @@ class ServingProblem:
 
 def rule_names() -> list[str]:
     """Every refusal rule :func:`serving_problems` applies."""
-    tables = {"always": ALWAYS_REFUSED, "split": SPLIT_REFUSED, "live": LIVE_REFUSED,
-              "owned": dict.fromkeys(OWNED_FLAGS, "")}
+    tables = {
+        "always": ALWAYS_REFUSED,
+        "split": SPLIT_REFUSED,
+        "live": LIVE_REFUSED,
+        "owned": dict.fromkeys(OWNED_FLAGS, ""),
+    }
     return [*RULES, *(f"{name}:{flag}" for name, table in tables.items() for flag in table)]
 
 
@@ -95,8 +107,10 @@ def serving_problems(cfg: RuntimeConfig, args: Sequence[str] | None = None) -> l
             out.append(ServingProblem("extraArgs", f"{flag}: {why}", f"always:{flag}"))
     target_tp, draft_tp = cfg.target.tensor_parallel_size, cfg.draft.tensor_parallel_size
     algorithm = cfg.draft.algorithm
-    out += [ServingProblem("draft.tensorParallelSize", p, "draft-tp")
-            for p in draft_tp_problems(target_tp, draft_tp, cfg.draft.ranks or None)]
+    out += [
+        ServingProblem("draft.tensorParallelSize", p, "draft-tp")
+        for p in draft_tp_problems(target_tp, draft_tp, cfg.draft.ranks or None)
+    ]
     if draft_is_split(cfg):
         split = f"with a split draft (draft TP {draft_tp} < target TP {target_tp})"
         for flag, why in SPLIT_REFUSED.items():
@@ -104,38 +118,78 @@ def serving_problems(cfg: RuntimeConfig, args: Sequence[str] | None = None) -> l
                 out.append(ServingProblem("extraArgs", f"{flag} {split}: {why}", f"split:{flag}"))
         pp = flag_value(args, "--pp-size") or flag_value(args, "--pipeline-parallel-size")
         if pp not in (None, "1"):
-            out.append(ServingProblem("extraArgs", f"pipeline parallelism {split}: PP already hosts the draft on the "
-                                      "last stage only", "split-pp"))
+            out.append(
+                ServingProblem(
+                    "extraArgs",
+                    f"pipeline parallelism {split}: PP already hosts the draft on the last stage only",
+                    "split-pp",
+                )
+            )
         dp = flag_value(args, "--dp-size") or flag_value(args, "--data-parallel-size")
         if dp not in (None, "1"):
-            out.append(ServingProblem("extraArgs", f"data parallelism (--dp-size) {split} is not supported",
-                                      "split-dp"))
+            out.append(
+                ServingProblem("extraArgs", f"data parallelism (--dp-size) {split} is not supported", "split-dp")
+            )
         if algorithm not in SPLIT_DRAFT_ALGORITHMS:
-            out.append(ServingProblem("draft.algorithm", f"{algorithm} {split}: the split draft supports "
-                                      f"{'/'.join(SPLIT_DRAFT_ALGORITHMS)} drafts only; set draft.tensorParallelSize "
-                                      f"to {target_tp} for {algorithm}", "split-algorithm"))
+            out.append(
+                ServingProblem(
+                    "draft.algorithm",
+                    f"{algorithm} {split}: the split draft supports "
+                    f"{'/'.join(SPLIT_DRAFT_ALGORITHMS)} drafts only; set draft.tensorParallelSize "
+                    f"to {target_tp} for {algorithm}",
+                    "split-algorithm",
+                )
+            )
     flag_algorithm = (flag_value(args, "--speculative-algorithm") or algorithm).upper()
     if flag_algorithm != algorithm.upper():
-        out.append(ServingProblem("extraArgs", f"--speculative-algorithm {flag_algorithm} contradicts draft.algorithm "
-                                  f"{algorithm}", "algorithm-flag"))
+        out.append(
+            ServingProblem(
+                "extraArgs",
+                f"--speculative-algorithm {flag_algorithm} contradicts draft.algorithm {algorithm}",
+                "algorithm-flag",
+            )
+        )
     for flag in OWNED_FLAGS:
         if flag_value(args, flag) is not None:
-            out.append(ServingProblem("extraArgs", f"{flag}: the runtime writes SGLang's adaptive config itself "
-                                      "(autotune mode Live, from speculative.candidateSteps); another controller "
-                                      "would change steps behind the step table", f"owned:{flag}"))
+            out.append(
+                ServingProblem(
+                    "extraArgs",
+                    f"{flag}: the runtime writes SGLang's adaptive config itself "
+                    "(autotune mode Live, from speculative.candidateSteps); another controller "
+                    "would change steps behind the step table",
+                    f"owned:{flag}",
+                )
+            )
     if live(cfg):
         spec = cfg.speculative
         if algorithm not in ADAPTIVE_ALGORITHMS:
-            out.append(ServingProblem("draft.algorithm", f"autotune Live needs SGLang's adaptive step tiers, which "
-                                      f"support {'/'.join(ADAPTIVE_ALGORITHMS)} only, not {algorithm}",
-                                      "live-algorithm"))
+            out.append(
+                ServingProblem(
+                    "draft.algorithm",
+                    f"autotune Live needs SGLang's adaptive step tiers, which "
+                    f"support {'/'.join(ADAPTIVE_ALGORITHMS)} only, not {algorithm}",
+                    "live-algorithm",
+                )
+            )
         if spec.eagle_top_k != 1:
-            out.append(ServingProblem("speculative.eagleTopK", f"autotune Live needs SGLang's adaptive step tiers, "
-                                      f"which support eagleTopK 1 only, not {spec.eagle_top_k}", "live-top-k"))
+            out.append(
+                ServingProblem(
+                    "speculative.eagleTopK",
+                    f"autotune Live needs SGLang's adaptive step tiers, "
+                    f"which support eagleTopK 1 only, not {spec.eagle_top_k}",
+                    "live-top-k",
+                )
+            )
         if spec.num_steps not in spec.candidate_steps:
-            out.append(ServingProblem("speculative.numSteps", f"numSteps {spec.num_steps} is not in candidateSteps "
-                                      f"{sorted(spec.candidate_steps)}: SGLang starts on numSteps and needs it "
-                                      "captured", "live-num-steps"))
+            out.append(
+                ServingProblem(
+                    "speculative.numSteps",
+                    f"numSteps {spec.num_steps} is not in candidateSteps "
+                    f"{sorted(spec.candidate_steps)}: SGLang starts on numSteps and needs it "
+                    "captured",
+                    "live-num-steps",
+                )
+            )
         for flag, why in LIVE_REFUSED.items():
             if _has_flag(args, flag):
                 out.append(ServingProblem("extraArgs", f"{flag} with autotune Live: {why}", f"live:{flag}"))

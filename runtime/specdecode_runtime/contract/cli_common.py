@@ -34,13 +34,28 @@ def package_version() -> str:
 class _VersionAction(argparse.Action):
     """``--version``: reads the package metadata only when asked (importlib.metadata costs ~30 ms per start)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, default: Any = argparse.SUPPRESS,
-                 help: str | None = None) -> None:
-        super().__init__(option_strings, dest=dest, default=default, nargs=0,
-                         help=help or "show the program's version number and exit")
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str = argparse.SUPPRESS,
+        default: Any = argparse.SUPPRESS,
+        help: str | None = None,
+    ) -> None:
+        super().__init__(
+            option_strings,
+            dest=dest,
+            default=default,
+            nargs=0,
+            help=help or "show the program's version number and exit",
+        )
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         sys.stdout.write(f"{parser.prog} {package_version()}\n")
         parser.exit()
 
@@ -51,8 +66,10 @@ def add_version(parser: argparse.ArgumentParser) -> None:
 
 def add_completion_command(subparsers: Any, prog: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "completion", help="print the shell completion script",
-        description=f"Print a completion script for {prog}; e.g. `eval \"$({prog} completion bash)\"` in ~/.bashrc.")
+        "completion",
+        help="print the shell completion script",
+        description=f'Print a completion script for {prog}; e.g. `eval "$({prog} completion bash)"` in ~/.bashrc.',
+    )
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     p.set_defaults(func=lambda args: _print_completion(prog, args.shell))
     return p
@@ -70,8 +87,12 @@ def command_in(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def add_lazy_commands(subparsers: Any, commands: dict[str, tuple[str, str]], wanted: str | None,
-                      register: Callable[[Any, str, str], object]) -> None:
+def add_lazy_commands(
+    subparsers: Any,
+    commands: dict[str, tuple[str, str]],
+    wanted: str | None,
+    register: Callable[[Any, str, str], object],
+) -> None:
     """Declare every command of ``commands`` (name -> (module path, help)) by name, and import only the module of
     ``wanted`` (``"*"``: all of them) to ``register(module, name, help)`` its arguments: ``--help`` and a single
     command never pay for the imports of the others."""

@@ -117,9 +117,13 @@ class RuntimeConfig(_Model):
 
 def _validate(data: object, source: str) -> RuntimeConfig:
     if isinstance(data, dict) and (data.get("kind") == "SpecDecodeDeployment" or "spec" in data):
-        raise InputError(source, [
-            f"this is a {data.get('kind') or 'Kubernetes object'}, not a runtime config; runtime.yaml is rendered "
-            "from a SpecDecodeDeployment into its <name>-runtime ConfigMap (`specdecode render -f SDD -o runtime-config` prints it)"])
+        raise InputError(
+            source,
+            [
+                f"this is a {data.get('kind') or 'Kubernetes object'}, not a runtime config; runtime.yaml is rendered "
+                "from a SpecDecodeDeployment into its <name>-runtime ConfigMap (`specdecode render -f SDD -o runtime-config` prints it)"
+            ],
+        )
     if isinstance(data, list):
         raise InputError(source, [f"holds {len(data)} YAML documents; expected one runtime config"])
     return validate_model(RuntimeConfig, data, source, what="runtime config")

@@ -69,8 +69,16 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
         eb = max(eb + da, 0.0)
     overhead = statistics.median(ms(p) for p in by["overhead"]) if by["overhead"] else 0.0
     bcast = statistics.median(ms(p) for p in by["broadcast"]) if by["broadcast"] else 0.0
-    return CycleCost(verify_base=vb, verify_per_token=vpt, draft_base=draft, draft_per_seq=0.0, extend_base=eb,
-                     extend_per_token=ept, overhead=overhead, broadcast=bcast)
+    return CycleCost(
+        verify_base=vb,
+        verify_per_token=vpt,
+        draft_base=draft,
+        draft_per_seq=0.0,
+        extend_base=eb,
+        extend_per_token=ept,
+        overhead=overhead,
+        broadcast=bcast,
+    )
 
 
 def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:
@@ -86,8 +94,10 @@ def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:
     return out
 
 
-
 def points_from_samples(samples: Mapping[tuple[str, int, str, int], float]) -> list[ProbePoint]:
     """``ProbePoint``s from scraped ``(stage, steps, bucket, batch) -> seconds`` (the tuner's side of the metric)."""
-    return [ProbePoint(st, k, bucket, b, sec) for (st, k, bucket, b), sec in samples.items()
-            if st in STAGES and sec >= 0 and sec == sec]
+    return [
+        ProbePoint(st, k, bucket, b, sec)
+        for (st, k, bucket, b), sec in samples.items()
+        if st in STAGES and sec >= 0 and sec == sec
+    ]

@@ -38,8 +38,9 @@ def draft_tp_problems(target_tp: int, draft_tp: int, ranks: Sequence[int] | None
     if target_tp < 1 or draft_tp < 1:
         return [f"tp sizes must be >= 1 (target {target_tp}, draft {draft_tp})"]
     if draft_tp > target_tp:
-        return [f"draft TP {draft_tp} is larger than target TP {target_tp}: the draft group must be inside the "
-                "target group"]
+        return [
+            f"draft TP {draft_tp} is larger than target TP {target_tp}: the draft group must be inside the target group"
+        ]
     if target_tp % draft_tp:
         return [f"draft TP {draft_tp} must divide target TP {target_tp}"]
     if ranks is None:
@@ -51,8 +52,10 @@ def draft_tp_problems(target_tp: int, draft_tp: int, ranks: Sequence[int] | None
         return [f"draft.ranks {chosen} has duplicates"]
     outside = [r for r in chosen if not 0 <= r < target_tp]
     if outside:
-        return [f"draft.ranks {outside} are not inside the target TP group 0..{target_tp - 1}: a draft outside the "
-                "target group would need the verify hidden states moved every step"]
+        return [
+            f"draft.ranks {outside} are not inside the target TP group 0..{target_tp - 1}: a draft outside the "
+            "target group would need the verify hidden states moved every step"
+        ]
     return []
 
 

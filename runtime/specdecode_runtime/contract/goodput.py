@@ -92,9 +92,7 @@ def goodput(alphas: Sequence[float], cost: CostModel, steps: int, batch: float) 
     return tokens / cost.cycle_ms(steps, batch) * 1000.0
 
 
-def best_steps(
-    alphas: Sequence[float], cost: CostModel, batch: float, candidates: Iterable[int]
-) -> tuple[int, float]:
+def best_steps(alphas: Sequence[float], cost: CostModel, batch: float, candidates: Iterable[int]) -> tuple[int, float]:
     """The candidate step count with the highest goodput (ties go to the smaller one: less draft work, same tokens)."""
     chosen, best_g = -1, -math.inf
     for steps in sorted(set(candidates)):

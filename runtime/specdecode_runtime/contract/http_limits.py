@@ -87,8 +87,9 @@ def _no_constant(name: str) -> Any:
     raise BodyError(400, f"{name} is not JSON")
 
 
-async def read_json(request: Any, *, max_bytes: int = MAX_BODY_BYTES, timeout: float | None = None,
-                    max_depth: int = MAX_JSON_DEPTH) -> Any:
+async def read_json(
+    request: Any, *, max_bytes: int = MAX_BODY_BYTES, timeout: float | None = None, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
     """The JSON body of an aiohttp request, bounded in content type, size, time (default
     ``REQUEST_DEADLINE_SECONDS``), depth and integer length."""
     timeout = REQUEST_DEADLINE_SECONDS if timeout is None else timeout

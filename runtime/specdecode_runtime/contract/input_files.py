@@ -65,8 +65,7 @@ class BoundedLoader(yaml.SafeLoader):
         try:
             if self._depth > self.max_depth:
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"nested deeper than {self.max_depth} levels", mark)
+                raise yaml.constructor.ConstructorError(None, None, f"nested deeper than {self.max_depth} levels", mark)
             node: Any = super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -79,7 +78,8 @@ class BoundedLoader(yaml.SafeLoader):
             weight = 1 + sum(self._weight.get(id(c), 1) for c in children)
             if weight > self.max_nodes:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"expands to more than {self.max_nodes} values (aliases included)", node.start_mark)
+                    None, None, f"expands to more than {self.max_nodes} values (aliases included)", node.start_mark
+                )
             self._weight[id(node)] = weight
         return node
 
@@ -97,7 +97,8 @@ class BoundedLoader(yaml.SafeLoader):
                     continue  # an unhashable key; the base constructor reports it
                 if first is not None:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark)
+                        None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark
+                    )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -122,8 +123,10 @@ def read_text(path: str, *, max_bytes: int = MAX_BYTES, stdin: Any = None) -> st
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise InputError(_name(path), [f"line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
-                                       f"{e.start}); save the file as UTF-8"]) from None
+        raise InputError(
+            _name(path),
+            [f"line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); save the file as UTF-8"],
+        ) from None
 
 
 def _name(path: str) -> str:
@@ -181,8 +184,14 @@ def load_single(path: str, *, what: str, max_bytes: int = MAX_BYTES) -> dict[str
 
 
 def _type_name(value: Any) -> str:
-    return {type(None): "nothing (an empty document)", list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
-        type(value), type(value).__name__)
+    return {
+        type(None): "nothing (an empty document)",
+        list: "a list",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+    }.get(type(value), type(value).__name__)
 
 
 def format_loc(loc: Iterable[Any], aliases: dict[str, str] | None = None) -> str:
@@ -230,8 +239,7 @@ def format_validation_error(err: ValidationError, aliases: dict[str, str] | None
     return sorted(set(lines), key=lines.index)
 
 
-def validate_model(model: type[M], data: Any, source: str, *, what: str,
-                   error: type[InputError] = InputError) -> M:
+def validate_model(model: type[M], data: Any, source: str, *, what: str, error: type[InputError] = InputError) -> M:
     """``data`` as ``model``, or ``error`` (an :class:`InputError`) with one ``field.path: message`` line per
     problem."""
     if not isinstance(data, dict):

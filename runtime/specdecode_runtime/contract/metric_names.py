@@ -39,31 +39,71 @@ def _metric(name: str, kind: Kind, labels: tuple[str, ...], unit: str, help: str
     return name
 
 
-VERIFY_CYCLES = _metric("specdecode_verify_cycles", "counter", ("bucket",), "cycles",
-                        "Verify (decode) cycles per batch-size bucket")
-POSITION_ATTEMPTS = _metric("specdecode_position_attempts", "counter", ("bucket", "position"), "requests",
-                            "Requests whose draft position was attempted (1..min(accepted+1, steps))")
-POSITION_ACCEPTED = _metric("specdecode_position_accepted", "counter", ("bucket", "position"), "requests",
-                            "Requests whose draft position was accepted (1..accepted)")
-CYCLE_SECONDS = _metric("specdecode_cycle_seconds", "summary", ("bucket", "phase"), "seconds",
-                        "Time per cycle spent in each phase (draft|verify|draft_extend|other)")
-DRAFT_STEPS = _metric("specdecode_draft_steps", "counter", ("bucket",), "steps",
-                      "Draft steps run (sum of steps over cycles)")
-REQUESTS_VERIFIED = _metric("specdecode_requests_verified", "counter", ("bucket",), "requests",
-                            "Requests verified (sum of batch size over cycles)")
-NUM_STEPS = _metric("specdecode_num_steps", "gauge", ("bucket",), "steps",
-                    "Active speculative steps for the bucket (0 = no speculation)")
-CANDIDATE_STEPS = _metric("specdecode_candidate_steps", "gauge", ("steps",), "info",
-                          "Info: 1 for every captured candidate step count")
-DRAFT_TP = _metric("specdecode_draft_tp", "gauge", (), "ranks",
-                   "Tensor-parallel size of the draft model's process group")
-TOKENS_GENERATED = _metric("specdecode_tokens_generated", "counter", (), "tokens",
-                           "Tokens emitted by decode cycles (accepted drafts + bonus)")
-NCCL_LATENCY = _metric("specdecode_nccl_latency_seconds", "gauge", ("op", "bytes"), "seconds",
-                       "Startup preflight: mean latency of one collective on the TP group")
-COST_SECONDS = _metric("specdecode_cost_seconds", "gauge", ("stage", "steps", "bucket", "batch"), "seconds",
-                       "Start-up cost probe: median seconds of one stage (draft_step|verify|draft_extend|overhead|"
-                       "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture")
+VERIFY_CYCLES = _metric(
+    "specdecode_verify_cycles", "counter", ("bucket",), "cycles", "Verify (decode) cycles per batch-size bucket"
+)
+POSITION_ATTEMPTS = _metric(
+    "specdecode_position_attempts",
+    "counter",
+    ("bucket", "position"),
+    "requests",
+    "Requests whose draft position was attempted (1..min(accepted+1, steps))",
+)
+POSITION_ACCEPTED = _metric(
+    "specdecode_position_accepted",
+    "counter",
+    ("bucket", "position"),
+    "requests",
+    "Requests whose draft position was accepted (1..accepted)",
+)
+CYCLE_SECONDS = _metric(
+    "specdecode_cycle_seconds",
+    "summary",
+    ("bucket", "phase"),
+    "seconds",
+    "Time per cycle spent in each phase (draft|verify|draft_extend|other)",
+)
+DRAFT_STEPS = _metric(
+    "specdecode_draft_steps", "counter", ("bucket",), "steps", "Draft steps run (sum of steps over cycles)"
+)
+REQUESTS_VERIFIED = _metric(
+    "specdecode_requests_verified",
+    "counter",
+    ("bucket",),
+    "requests",
+    "Requests verified (sum of batch size over cycles)",
+)
+NUM_STEPS = _metric(
+    "specdecode_num_steps",
+    "gauge",
+    ("bucket",),
+    "steps",
+    "Active speculative steps for the bucket (0 = no speculation)",
+)
+CANDIDATE_STEPS = _metric(
+    "specdecode_candidate_steps", "gauge", ("steps",), "info", "Info: 1 for every captured candidate step count"
+)
+DRAFT_TP = _metric(
+    "specdecode_draft_tp", "gauge", (), "ranks", "Tensor-parallel size of the draft model's process group"
+)
+TOKENS_GENERATED = _metric(
+    "specdecode_tokens_generated", "counter", (), "tokens", "Tokens emitted by decode cycles (accepted drafts + bonus)"
+)
+NCCL_LATENCY = _metric(
+    "specdecode_nccl_latency_seconds",
+    "gauge",
+    ("op", "bytes"),
+    "seconds",
+    "Startup preflight: mean latency of one collective on the TP group",
+)
+COST_SECONDS = _metric(
+    "specdecode_cost_seconds",
+    "gauge",
+    ("stage", "steps", "bucket", "batch"),
+    "seconds",
+    "Start-up cost probe: median seconds of one stage (draft_step|verify|draft_extend|overhead|"
+    "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture",
+)
 
 PHASES = ("draft", "verify", "draft_extend", "other")
 SIMULATED_LABELS = {"simulated": "true"}

@@ -83,15 +83,19 @@ def parse(model: str, field: str = "model") -> ModelSource:
     """The source ``model`` names; :class:`ModelSourceError` naming ``field`` and the accepted forms otherwise."""
     if model.startswith(PVC_SCHEME):
         if not re.match(PVC_PATTERN, model):
-            raise ModelSourceError(f"{field}: {model!r} is not pvc://CLAIM/PATH (CLAIM a PersistentVolumeClaim name, "
-                                   "PATH segments of letters, digits, '-', '_' and '.', none starting with '.')")
-        claim, _, path = model[len(PVC_SCHEME):].partition("/")
+            raise ModelSourceError(
+                f"{field}: {model!r} is not pvc://CLAIM/PATH (CLAIM a PersistentVolumeClaim name, "
+                "PATH segments of letters, digits, '-', '_' and '.', none starting with '.')"
+            )
+        claim, _, path = model[len(PVC_SCHEME) :].partition("/")
         return PvcSource(claim, path.strip("/"))
     if model.startswith(HF_SCHEME):
         if not re.match(HF_PATTERN, model):
-            raise ModelSourceError(f"{field}: {model!r} is not hf://ORG/NAME[@REVISION] (a Hugging Face Hub "
-                                   "repository id, optionally a branch, tag or commit after '@')")
-        repo_id, _, revision = model[len(HF_SCHEME):].partition("@")
+            raise ModelSourceError(
+                f"{field}: {model!r} is not hf://ORG/NAME[@REVISION] (a Hugging Face Hub "
+                "repository id, optionally a branch, tag or commit after '@')"
+            )
+        repo_id, _, revision = model[len(HF_SCHEME) :].partition("@")
         return HubSource(repo_id, revision or DEFAULT_REVISION)
     if re.match(SCHEME_PATTERN, model):
         raise ModelSourceError(f"{field}: {model!r} has a scheme that is not supported; use {FORMS}")

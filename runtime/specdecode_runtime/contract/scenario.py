@@ -55,8 +55,9 @@ class CostModel(_Model):
     draft_step: DraftStepCost = Field(alias="draftStep")
     draft_extend: LinearCost = Field(alias="draftExtend")
     overhead: float = Field(default=0.0, ge=0, le=MAX_COST_MS)
-    broadcast: float = Field(default=0.0, ge=0, le=MAX_COST_MS,
-                             description="proposal broadcast per cycle (draft on a subset)")
+    broadcast: float = Field(
+        default=0.0, ge=0, le=MAX_COST_MS, description="proposal broadcast per cycle (draft on a subset)"
+    )
 
 
 class DraftTpModel(_Model):
@@ -68,8 +69,11 @@ class DraftTpModel(_Model):
     current: int = Field(ge=1, le=1024)
     target_tp: int = Field(ge=1, le=1024, alias="targetTp")
     compute_ms: DraftStepCost = Field(alias="computeMs")
-    extend_ms: LinearCost | None = Field(default=None, alias="extendMs", description="draft-extend forward at TP1 "
-                                         "(base, perToken); defaults to computeMs")
+    extend_ms: LinearCost | None = Field(
+        default=None,
+        alias="extendMs",
+        description="draft-extend forward at TP1 (base, perToken); defaults to computeMs",
+    )
     collectives_per_step: int = Field(ge=0, le=1024, alias="collectivesPerStep")
     all_reduce_us: dict[int, float] = Field(default_factory=dict, alias="allReduceUs")
     broadcast_us: float = Field(default=0.0, ge=0, le=MAX_COST_MS * 1000, alias="broadcastUs")
@@ -168,15 +172,18 @@ class Scenario(_Model):
     cost: CostModel
     draft_tp: DraftTpModel | None = Field(default=None, alias="draftTp")
     interconnect: Literal["PCIe", "NVLink"] | None = Field(
-        default=None, description="the box's GPU interconnect; `specdecode plan` refuses a deployment that differs")
+        default=None, description="the box's GPU interconnect; `specdecode plan` refuses a deployment that differs"
+    )
     restart_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS, alias="restartSeconds")
     replicas: int = Field(default=1, ge=1, le=10_000)
     phases: list[Phase] = Field(min_length=1, max_length=10_000)
     seed: int = Field(default=0, ge=0, lt=2**63)
     buckets: list[int] = Field(default=list(DEFAULT_BUCKETS), min_length=1, max_length=64)
     provenance: dict[str, Provenance] = Field(
-        default_factory=dict, max_length=64,
-        description="what each input rests on, keyed by its path (e.g. draftTp.computeMs); `specdecode plan` prints it")
+        default_factory=dict,
+        max_length=64,
+        description="what each input rests on, keyed by its path (e.g. draftTp.computeMs); `specdecode plan` prints it",
+    )
 
     @field_validator("buckets")
     @classmethod
@@ -215,9 +222,11 @@ class Scenario(_Model):
             raise ValueError("cost: verify.base + verify.perToken + overhead must be > 0 ms (a decode step takes time)")
         cycles = self.duration * 1000.0 / plain
         if cycles > MAX_CYCLES:
-            raise ValueError(f"phases: {self.duration:g} simulated seconds at {plain:g} ms per decode step is about "
-                             f"{cycles:.2g} cycles, more than the {MAX_CYCLES:.0e} a simulation may run; shorten the "
-                             "phases")
+            raise ValueError(
+                f"phases: {self.duration:g} simulated seconds at {plain:g} ms per decode step is about "
+                f"{cycles:.2g} cycles, more than the {MAX_CYCLES:.0e} a simulation may run; shorten the "
+                "phases"
+            )
         return self
 
     def plain_step_ms(self) -> float:

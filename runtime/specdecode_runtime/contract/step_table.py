@@ -74,8 +74,11 @@ class StepTable(BaseModel):
 
     def check_candidates(self, candidates: Iterable[int]) -> None:
         allowed = sorted(set(int(c) for c in candidates))
-        bad = [f"table[{i}].steps: {e.steps} is not a captured candidate" for i, e in enumerate(self.table)
-               if e.steps not in allowed]
+        bad = [
+            f"table[{i}].steps: {e.steps} is not a captured candidate"
+            for i, e in enumerate(self.table)
+            if e.steps not in allowed
+        ]
         if bad:
             raise StepTableError(bad + [f"allowed steps: {allowed}"], allowed)
 

@@ -16,8 +16,15 @@ from typing import Any, Sequence
 
 from . import DEVICE_ENV, install
 
-SPEC_META_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
-                  "spec_num_proposed_drafts", "spec_correct_drafts_histogram", "completion_tokens")
+SPEC_META_KEYS = (
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_correct_drafts_histogram",
+    "completion_tokens",
+)
 
 
 def cpu_thread_binding(tp: int, cores: Sequence[int] | None = None) -> str:
@@ -38,23 +45,46 @@ def prepare_environment(tp: int, environ: dict[str, str] | os._Environ | None = 
     env.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 
-def server_kwargs(model_dir: str, draft_dir: str | None = None, *, tp: int = 1, algorithm: str | None = None,
-                  steps: int = 3, topk: int = 1, num_draft_tokens: int | None = None,
-                  max_total_tokens: int = 4096, seed: int = 0, extra: dict[str, Any] | None = None) -> dict:
+def server_kwargs(
+    model_dir: str,
+    draft_dir: str | None = None,
+    *,
+    tp: int = 1,
+    algorithm: str | None = None,
+    steps: int = 3,
+    topk: int = 1,
+    num_draft_tokens: int | None = None,
+    max_total_tokens: int = 4096,
+    seed: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> dict:
     """``ServerArgs`` keyword arguments for a CPU run; ``algorithm=None`` runs without speculation."""
     kw: dict[str, Any] = dict(
-        model_path=model_dir, device="cpu", attention_backend="torch_native", disable_cuda_graph=True,
-        sampling_backend="pytorch", disable_overlap_schedule=True, dtype="float32", tp_size=tp,
-        max_total_tokens=max_total_tokens, random_seed=seed, skip_server_warmup=True, log_level="error",
+        model_path=model_dir,
+        device="cpu",
+        attention_backend="torch_native",
+        disable_cuda_graph=True,
+        sampling_backend="pytorch",
+        disable_overlap_schedule=True,
+        dtype="float32",
+        tp_size=tp,
+        max_total_tokens=max_total_tokens,
+        random_seed=seed,
+        skip_server_warmup=True,
+        log_level="error",
     )
     if algorithm is not None:
         if draft_dir is None:
             raise ValueError(f"speculative algorithm {algorithm} needs a draft model directory")
         if num_draft_tokens is None:
             num_draft_tokens = steps + 1 if topk == 1 else min(topk * steps, 2 * steps) + 1
-        kw.update(speculative_algorithm=algorithm, speculative_draft_model_path=draft_dir,
-                  speculative_num_steps=steps, speculative_eagle_topk=topk,
-                  speculative_num_draft_tokens=num_draft_tokens)
+        kw.update(
+            speculative_algorithm=algorithm,
+            speculative_draft_model_path=draft_dir,
+            speculative_num_steps=steps,
+            speculative_eagle_topk=topk,
+            speculative_num_draft_tokens=num_draft_tokens,
+        )
     kw.update(extra or {})
     return kw
 
@@ -63,9 +93,20 @@ def server_kwargs(model_dir: str, draft_dir: str | None = None, *, tp: int = 1, 
 # launcher's own flags, e.g. --tp-size, come first; argparse keeps the last occurrence of a flag).
 # SGLang sizes the KV pool from free host memory on a CPU (17M tokens, 8 GB here): a bounded pool instead, which
 # extraArgs can raise.
-CLI_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
-             "--sampling-backend", "pytorch", "--disable-overlap-schedule", "--dtype", "float32",
-             "--max-total-tokens", "4096")
+CLI_FLAGS = (
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--disable-cuda-graph",
+    "--sampling-backend",
+    "pytorch",
+    "--disable-overlap-schedule",
+    "--dtype",
+    "float32",
+    "--max-total-tokens",
+    "4096",
+)
 
 
 def prepare_launch(tp: int) -> None:
@@ -76,8 +117,12 @@ def prepare_launch(tp: int) -> None:
 
 
 # Imported once by the forkserver of :func:`share_preloaded_children`; every scheduler and detokenizer forks from it.
-PRELOAD = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager",
-           "sglang.srt.speculative.eagle_worker_v2", "specdecode_runtime.cpu.patches")
+PRELOAD = (
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.managers.detokenizer_manager",
+    "sglang.srt.speculative.eagle_worker_v2",
+    "specdecode_runtime.cpu.patches",
+)
 
 
 def share_preloaded_children() -> None:
@@ -161,7 +206,9 @@ class CpuSGLang:
         return GenerateResult(
             tokens=[list(o["output_ids"]) for o in out],
             meta=[{k: o["meta_info"].get(k) for k in SPEC_META_KEYS if k in o["meta_info"]} for o in out],
-            generate_s=elapsed, startup_s=self.startup_s, kwargs=dict(self.kwargs),
+            generate_s=elapsed,
+            startup_s=self.startup_s,
+            kwargs=dict(self.kwargs),
         )
 
     def close(self) -> None:
@@ -176,8 +223,9 @@ class CpuSGLang:
         self.close()
 
 
-def run_generate(model_dir: str, draft_dir: str | None, prompts: Sequence[Sequence[int]], max_new_tokens: int = 16,
-                 **kwargs: Any) -> GenerateResult:
+def run_generate(
+    model_dir: str, draft_dir: str | None, prompts: Sequence[Sequence[int]], max_new_tokens: int = 16, **kwargs: Any
+) -> GenerateResult:
     """Start an engine, generate greedily, shut it down."""
     with CpuSGLang(model_dir, draft_dir, **kwargs) as engine:
         return engine.generate(prompts, max_new_tokens)

@@ -18,8 +18,19 @@ import sys
 import traceback
 from typing import Any, TextIO
 
-RUN_KEYS = ("name", "model_dir", "draft_dir", "tp", "algorithm", "steps", "topk", "num_draft_tokens", "prompts",
-            "max_new_tokens", "extra")
+RUN_KEYS = (
+    "name",
+    "model_dir",
+    "draft_dir",
+    "tp",
+    "algorithm",
+    "steps",
+    "topk",
+    "num_draft_tokens",
+    "prompts",
+    "max_new_tokens",
+    "extra",
+)
 MAX_RUNS = 64
 MAX_INPUT_BYTES = 1 << 20
 
@@ -35,8 +46,13 @@ def run_one(run: dict[str, Any]) -> dict[str, Any]:
     kwargs = {k: run[k] for k in ("tp", "algorithm", "steps", "topk", "num_draft_tokens", "extra") if k in run}
     with CpuSGLang(run["model_dir"], run.get("draft_dir"), **kwargs) as engine:
         result = engine.generate(run["prompts"], int(run.get("max_new_tokens", 16)))
-    return {"name": run.get("name"), "tokens": result.tokens, "meta": result.meta,
-            "startup_s": round(result.startup_s, 3), "generate_s": round(result.generate_s, 3)}
+    return {
+        "name": run.get("name"),
+        "tokens": result.tokens,
+        "meta": result.meta,
+        "startup_s": round(result.startup_s, 3),
+        "generate_s": round(result.generate_s, 3),
+    }
 
 
 def main(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
@@ -64,8 +80,14 @@ def main(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
         try:
             _emit(stdout, run_one(run))
         except Exception as e:  # noqa: BLE001 - reported per run; the next run still starts
-            _emit(stdout, {"name": run.get("name"), "error": f"{type(e).__name__}: {e}",
-                           "traceback": traceback.format_exc()[-4000:]})
+            _emit(
+                stdout,
+                {
+                    "name": run.get("name"),
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                },
+            )
     _emit(stdout, {"done": True})
     return 0
 

@@ -13,8 +13,7 @@ import ctypes
 import torch
 
 
-def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-                                  batch_size):
+def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
     """``sglang.srt.mem_cache.allocation.assign_req_to_token_pool_func``: request ``i`` gets the next
     ``end-start`` entries of ``out_cache_loc`` at columns ``start..end`` of its ``req_to_token`` row."""
     starts, ends = start_offset[:batch_size].tolist(), end_offset[:batch_size].tolist()
@@ -23,7 +22,7 @@ def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, 
     for row, s, e in zip(rows, starts, ends):
         n = e - s
         if n > 0:
-            req_to_token[row, s:e] = out_cache_loc[pos:pos + n].to(req_to_token.dtype)
+            req_to_token[row, s:e] = out_cache_loc[pos : pos + n].to(req_to_token.dtype)
         pos += max(n, 0)
 
 
@@ -45,25 +44,37 @@ def copy_all_layer_kv_cache_func(data_ptrs, strides, tgt_loc, src_loc, num_locs,
         view[tgt] = view[src].clone()
 
 
-def assign_draft_cache_locs_contiguous_func(req_pool_indices, req_to_token, seq_lens, out_cache_loc, topk,
-                                            num_cols, positions=None, mrope=None):
+def assign_draft_cache_locs_contiguous_func(
+    req_pool_indices, req_to_token, seq_lens, out_cache_loc, topk, num_cols, positions=None, mrope=None
+):
     """``sglang.kernels.ops.speculative.cache_locs.assign_draft_cache_locs_contiguous_func``: request ``i``'s
     ``topk * num_cols`` slots from column ``seq_lens[i]`` on go to ``out_cache_loc[i*topk*num_cols:]``;
     with ``positions``, each of its ``topk`` entries gets ``seq_lens[i]`` (and each mrope axis likewise)."""
     width = topk * num_cols
     bs = seq_lens.shape[0]
     for i, (row, start) in enumerate(zip(req_pool_indices[:bs].tolist(), seq_lens.tolist())):
-        out_cache_loc[i * width:(i + 1) * width] = req_to_token[row, start:start + width].to(out_cache_loc.dtype)
+        out_cache_loc[i * width : (i + 1) * width] = req_to_token[row, start : start + width].to(out_cache_loc.dtype)
         if positions is not None:
-            positions[i * topk:(i + 1) * topk] = start
+            positions[i * topk : (i + 1) * topk] = start
             if mrope is not None:
                 for axis in range(3):
-                    mrope.view(-1)[axis * bs * topk + i * topk: axis * bs * topk + (i + 1) * topk] = start
+                    mrope.view(-1)[axis * bs * topk + i * topk : axis * bs * topk + (i + 1) * topk] = start
 
 
-def build_tree_kernel_efficient_func(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve_index,
-                                     retrieve_next_token, retrieve_next_sibling, topk, spec_steps,
-                                     num_verify_tokens, tree_mask_mode):
+def build_tree_kernel_efficient_func(
+    parent_list,
+    top_scores_index,
+    seq_lens,
+    tree_mask,
+    positions,
+    retrieve_index,
+    retrieve_next_token,
+    retrieve_next_sibling,
+    topk,
+    spec_steps,
+    num_verify_tokens,
+    tree_mask_mode,
+):
     """``sglang.kernels.ops.speculative.spec_tree.build_tree_kernel_efficient_func`` (SGLang's Triton
     ``sgl_build_tree_kernel_efficient_triton``): the draft tree's retrieve links, mask and positions."""
     mode = int(tree_mask_mode)
@@ -107,7 +118,7 @@ def build_tree_kernel_efficient_func(parent_list, top_scores_index, seq_lens, tr
             else:
                 tok = n * n * b + n * x + 1
             mask[tok - 1] = True
-            mask[tok:tok + n - 1] = False
+            mask[tok : tok + n - 1] = False
             if x > 0:
                 cur, depth_pos = x - 1, 0
                 for _ in range(spec_steps):
@@ -126,8 +137,17 @@ def build_tree_kernel_efficient_func(parent_list, top_scores_index, seq_lens, tr
                 pos[base + x] = depth_pos + seq_len
 
 
-def verify_tree_greedy_func(predicts, accept_index, accept_token_num, candidates, retrieve_index,
-                            retrieve_next_token, retrieve_next_sibling, target_predict, topk=-1):
+def verify_tree_greedy_func(
+    predicts,
+    accept_index,
+    accept_token_num,
+    candidates,
+    retrieve_index,
+    retrieve_next_token,
+    retrieve_next_sibling,
+    target_predict,
+    topk=-1,
+):
     """``sglang.kernels.ops.speculative.spec_tree.verify_tree_greedy_func``: walk the tree from the root,
     accepting at each level the first child (in sibling order) whose token is the target's prediction."""
     bs, n = candidates.shape
@@ -175,16 +195,18 @@ def fill_accept_out_cache_loc_func(accept_index, out_cache_loc, accept_out_cache
     accept_out_cache_loc[: keep.numel()] = out_cache_loc[keep]
 
 
-def assign_extend_cache_locs_func(req_pool_indices, req_to_token, start_offset, end_offset, batch_size,
-                                  draft_token_num, device):
+def assign_extend_cache_locs_func(
+    req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device
+):
     """``sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_func``: request ``i``'s
     ``req_to_token`` columns ``start..end`` (its slots), concatenated in request order."""
     out = torch.empty((batch_size * draft_token_num,), dtype=torch.int64, device=device)
     pos = 0
-    for row, s, e in zip(req_pool_indices[:batch_size].tolist(), start_offset[:batch_size].tolist(),
-                         end_offset[:batch_size].tolist()):
+    for row, s, e in zip(
+        req_pool_indices[:batch_size].tolist(), start_offset[:batch_size].tolist(), end_offset[:batch_size].tolist()
+    ):
         n = max(e - s, 0)
-        out[pos:pos + n] = req_to_token[row, s:e]
+        out[pos : pos + n] = req_to_token[row, s:e]
         pos += n
     return out
 
@@ -196,5 +218,5 @@ def fill_front_out_cache_loc_func(num_front, out_cache_loc, front_out_cache_loc)
     window = out_cache_loc.view(bs, -1)
     pos = 0
     for i, n in enumerate(num_front.tolist()):
-        front_out_cache_loc[pos:pos + n] = window[i, :n]
+        front_out_cache_loc[pos : pos + n] = window[i, :n]
         pos += n

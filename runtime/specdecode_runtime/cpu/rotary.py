@@ -12,8 +12,14 @@ from __future__ import annotations
 import torch
 
 
-def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                     cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+) -> None:
     """vllm's contract: rotate the first ``rotary_dim`` (= cache width) features of every head of ``query`` and
     ``key`` (``[tokens, heads * head_size]`` or ``[tokens, heads, head_size]``) in place, by the angles at
     ``positions``."""
@@ -27,9 +33,9 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
         part = v[..., :rot]
         c, s = cos.unsqueeze(1).to(x.dtype), sin.unsqueeze(1).to(x.dtype)
         if is_neox:
-            x1, x2 = part[..., : rot // 2].clone(), part[..., rot // 2:].clone()
+            x1, x2 = part[..., : rot // 2].clone(), part[..., rot // 2 :].clone()
             part[..., : rot // 2] = x1 * c - x2 * s
-            part[..., rot // 2:] = x2 * c + x1 * s
+            part[..., rot // 2 :] = x2 * c + x1 * s
         else:
             x1, x2 = part[..., 0::2].clone(), part[..., 1::2].clone()
             part[..., 0::2] = x1 * c - x2 * s

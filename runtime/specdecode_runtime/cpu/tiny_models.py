@@ -68,15 +68,19 @@ def validate_shape(shape: Mapping[str, Any] | None, dummy: bool = False) -> dict
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ShapeError(f"{key} must be a positive integer, got {value!r}")
         if value > limit:
-            raise ShapeError(f"{key} must be at most {limit} for a {'dummy-weight' if dummy else 'tiny'} model, "
-                             f"got {value}")
+            raise ShapeError(
+                f"{key} must be at most {limit} for a {'dummy-weight' if dummy else 'tiny'} model, got {value}"
+            )
         out[key] = value
     if out["hidden_size"] % out["num_attention_heads"]:
-        raise ShapeError(f"hidden_size {out['hidden_size']} must be divisible by num_attention_heads "
-                         f"{out['num_attention_heads']}")
+        raise ShapeError(
+            f"hidden_size {out['hidden_size']} must be divisible by num_attention_heads {out['num_attention_heads']}"
+        )
     if out["num_attention_heads"] % out["num_key_value_heads"]:
-        raise ShapeError(f"num_attention_heads {out['num_attention_heads']} must be divisible by "
-                         f"num_key_value_heads {out['num_key_value_heads']}")
+        raise ShapeError(
+            f"num_attention_heads {out['num_attention_heads']} must be divisible by "
+            f"num_key_value_heads {out['num_key_value_heads']}"
+        )
     if (out["hidden_size"] // out["num_attention_heads"]) % 2:
         raise ShapeError("hidden_size / num_attention_heads (the head size) must be even for rotary embeddings")
     if out["vocab_size"] < len(SPECIAL_TOKENS) + 8:
@@ -194,10 +198,19 @@ def _save(path: Path, config, weights: dict[str, Any] | None, vocab_size: int) -
 
 
 def _layer_keys(prefix: str) -> tuple[str, ...]:
-    return tuple(prefix + k for k in (
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "post_attention_layernorm.weight",
-    ))
+    return tuple(
+        prefix + k
+        for k in (
+            "self_attn.q_proj.weight",
+            "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp.down_proj.weight",
+            "post_attention_layernorm.weight",
+        )
+    )
 
 
 def eagle_weights(shape: dict[str, int], target: dict[str, Any], seed: int, agree: bool) -> tuple[int, dict]:
@@ -207,8 +220,11 @@ def eagle_weights(shape: dict[str, int], target: dict[str, Any], seed: int, agre
     h = shape["hidden_size"]
     if agree:
         layers = shape["num_hidden_layers"]
-        w = {"embed_tokens.weight": target["model.embed_tokens.weight"].clone(),
-             "fc.weight": torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1), "fc.bias": torch.zeros(h)}
+        w = {
+            "embed_tokens.weight": target["model.embed_tokens.weight"].clone(),
+            "fc.weight": torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1),
+            "fc.bias": torch.zeros(h),
+        }
         for i in range(layers):
             for k in _layer_keys(f"model.layers.{i}."):
                 w[k.removeprefix("model.")] = target[k].clone()
@@ -216,8 +232,11 @@ def eagle_weights(shape: dict[str, int], target: dict[str, Any], seed: int, agre
                 w[f"layers.{i}.input_layernorm.weight"] = target[f"model.layers.{i}.input_layernorm.weight"].clone()
         return layers, w
     own = target_weights({**shape, "num_hidden_layers": 1}, seed)
-    w = {k.removeprefix("model."): t for k, t in own.items()
-         if k.startswith("model.layers.0.") and "input_layernorm" not in k}
+    w = {
+        k.removeprefix("model."): t
+        for k, t in own.items()
+        if k.startswith("model.layers.0.") and "input_layernorm" not in k
+    }
     w["embed_tokens.weight"] = own["model.embed_tokens.weight"]
     w["fc.weight"] = _normal(torch.Generator().manual_seed(seed + 1), h, 2 * h)
     w["fc.bias"] = torch.zeros(h)
@@ -231,9 +250,11 @@ def eagle3_weights(shape: dict[str, int], target: dict[str, Any], seed: int, agr
     h, n_aux = shape["hidden_size"], len(aux_layer_ids(shape["num_hidden_layers"]))
     if agree:
         layers = shape["num_hidden_layers"]
-        w: dict[str, Any] = {"fc.weight": torch.zeros(h, n_aux * h),
-                             "norm.weight": target["model.norm.weight"] * FINAL_NORM_SCALE,
-                             "lm_head.weight": target["lm_head.weight"].clone()}
+        w: dict[str, Any] = {
+            "fc.weight": torch.zeros(h, n_aux * h),
+            "norm.weight": target["model.norm.weight"] * FINAL_NORM_SCALE,
+            "lm_head.weight": target["lm_head.weight"].clone(),
+        }
         for i in range(layers):
             src = f"model.layers.{i}."
             for k in _layer_keys(src):
@@ -267,8 +288,9 @@ def aux_layer_ids(layers: int) -> list[int]:
     return sorted({-1, (layers - 2) // 2, max(layers - 2, -1)})
 
 
-def make_tiny_models(root: str | Path, shape: Mapping[str, Any] | None = None, seed: int = 0,
-                     weights: bool = True) -> TinyModels:
+def make_tiny_models(
+    root: str | Path, shape: Mapping[str, Any] | None = None, seed: int = 0, weights: bool = True
+) -> TinyModels:
     """Write a target and four drafts (EAGLE / EAGLE-3, random / agreeing) under ``root``; deterministic in
     ``seed`` and ``shape``. ``weights=False`` writes configs and tokenizers only, for SGLang's ``--load-format
     dummy`` at production shapes (every draft is then a one-layer head of random weights)."""

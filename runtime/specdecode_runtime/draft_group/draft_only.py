@@ -34,7 +34,9 @@ class _DraftOnlyScope:
 
 @contextlib.contextmanager
 def draft_only_scope(
-    draft_ranks: Sequence[int], what: str = "a draft-only phase", allow: Callable[[str, tuple[int, ...]], bool] | None = None
+    draft_ranks: Sequence[int],
+    what: str = "a draft-only phase",
+    allow: Callable[[str, tuple[int, ...]], bool] | None = None,
 ) -> Iterator[None]:
     """Inside, any torch.distributed collective over a group that is not inside S raises SubsetCollectiveError."""
     install_wrappers()

@@ -74,8 +74,10 @@ class ProposalLayout:
         bs = draft_tokens.shape[0]
         if tuple(draft_tokens.shape) != (bs, self.token_cols):
             raise ValueError(f"draft_tokens shape {tuple(draft_tokens.shape)} != ({bs}, {self.token_cols})")
-        buf = out[: self.numel(bs)] if out is not None else torch.empty(
-            self.numel(bs), dtype=torch.int64, device=draft_tokens.device
+        buf = (
+            out[: self.numel(bs)]
+            if out is not None
+            else torch.empty(self.numel(bs), dtype=torch.int64, device=draft_tokens.device)
         )
         rows = buf.view(bs, self.row_cols)
         rows[:, : self.token_cols].copy_(draft_tokens)

@@ -29,8 +29,12 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 def add_parser(sub) -> argparse.ArgumentParser:
     from .options import add_arguments
 
-    p = sub.add_parser("selftest", help="run real SGLang with a layout and compare greedy tokens across layouts",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "selftest",
+        help="run real SGLang with a layout and compare greedy tokens across layouts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     p.set_defaults(func=run_from_namespace)
     return p
@@ -47,8 +51,9 @@ def _models(opts, root: Path):
         return Models(target=opts.model_path, draft=opts.draft_model_path, vocab=vocab, prompt_pool=pool)
     from ..cpu.tiny_models import make_tiny_models
 
-    tiny = make_tiny_models(root / "models", opts.model_config or default_shape(opts.tp), seed=0,
-                            weights=opts.load_format != "dummy")
+    tiny = make_tiny_models(
+        root / "models", opts.model_config or default_shape(opts.tp), seed=0, weights=opts.load_format != "dummy"
+    )
     return Models(target=tiny.target, draft=tiny.draft(opts.algorithm, opts.agree), vocab=tiny.shape["vocab_size"])
 
 
@@ -66,7 +71,7 @@ def prompt_pool(opts) -> list[list[int]]:
     for doc in text.split("<|endoftext|>"):
         ids = tok(doc, add_special_tokens=False)["input_ids"]
         if len(ids) >= opts.prompt_tokens:
-            pool.append([int(i) for i in ids[:opts.prompt_tokens]])
+            pool.append([int(i) for i in ids[: opts.prompt_tokens]])
         if len(pool) >= MAX_PROMPTS:
             break
     return pool
@@ -79,8 +84,11 @@ def default_shape(tp: int) -> dict[str, int]:
     from ..cpu.tiny_models import DEFAULT_SHAPE
 
     heads = max(DEFAULT_SHAPE["num_attention_heads"], tp)
-    return {"num_attention_heads": heads, "num_key_value_heads": max(DEFAULT_SHAPE["num_key_value_heads"], tp),
-            "hidden_size": max(DEFAULT_SHAPE["hidden_size"], 16 * heads)}
+    return {
+        "num_attention_heads": heads,
+        "num_key_value_heads": max(DEFAULT_SHAPE["num_key_value_heads"], tp),
+        "hidden_size": max(DEFAULT_SHAPE["hidden_size"], 16 * heads),
+    }
 
 
 def _kill_children() -> None:

@@ -73,4 +73,4 @@ def describe(gone: list, rank_dir: Path) -> str:
     for name, lines in logs.items():
         if lines:
             parts.append(f"last lines of {name}.log:\n    " + "\n    ".join(lines))
-    return "; ".join(parts[:len(gone)]) + ("\n" + "\n".join(parts[len(gone):]) if logs else "")
+    return "; ".join(parts[: len(gone)]) + ("\n" + "\n".join(parts[len(gone) :]) if logs else "")

@@ -53,8 +53,12 @@ class Cycle:
         return self.tokens[1:]
 
 
-def greedy_accepted(candidates: Sequence[int], target: Sequence[int], next_token: Sequence[int] | None,
-                    next_sibling: Sequence[int] | None) -> int:
+def greedy_accepted(
+    candidates: Sequence[int],
+    target: Sequence[int],
+    next_token: Sequence[int] | None,
+    next_sibling: Sequence[int] | None,
+) -> int:
     """Drafts a greedy verify accepts for one request, from the target's argmax at every verify position.
 
     ``candidates[j]`` is verify token j (0 is the last committed token), ``target[j]`` the target's argmax after
@@ -88,8 +92,14 @@ def cycles(events: Iterable[dict]) -> list[Cycle]:
         n = len(ids) // bs
         acc = e.get("accepted")
         for b in range(bs):
-            out.append(Cycle(int(pools[b]), int(pos[b * n]), tuple(int(t) for t in ids[b * n:(b + 1) * n]),
-                             int(acc[b]) if acc is not None else None))
+            out.append(
+                Cycle(
+                    int(pools[b]),
+                    int(pos[b * n]),
+                    tuple(int(t) for t in ids[b * n : (b + 1) * n]),
+                    int(acc[b]) if acc is not None else None,
+                )
+            )
     return out
 
 
@@ -118,43 +128,68 @@ def compare_drafts(opts: Options, split: Sequence[Cycle], sharded: Sequence[Cycl
     """(name, ok, detail) for the drafted ids and the accepted drafts of the split run against the sharded run."""
     chain = opts.topk == 1
     a, b = _unique(split), _unique(sharded)
-    pairs = [(a[k], b[k], w) for k in sorted(a.keys() & b.keys())
-             if (w := _comparable(a[k], b[k], chain)) is not None and w > 0]
+    pairs = [
+        (a[k], b[k], w)
+        for k in sorted(a.keys() & b.keys())
+        if (w := _comparable(a[k], b[k], chain)) is not None and w > 0
+    ]
     need = opts.prompts
     requests = {c.pool_index for c, _, _ in pairs}
     tol = allowed_flips(len(pairs), opts.device)
-    why = (f"at most {tol} of {len(pairs)} may differ ({int(FLIP_FRACTION.get(opts.device, 0.2) * 100)} %, at "
-           f"least 1): draft TP {opts.draft_tp} and draft TP {opts.tp} sum in a different order, which can flip a "
-           "near-tied argmax")
+    why = (
+        f"at most {tol} of {len(pairs)} may differ ({int(FLIP_FRACTION.get(opts.device, 0.2) * 100)} %, at "
+        f"least 1): draft TP {opts.draft_tp} and draft TP {opts.tp} sum in a different order, which can flip a "
+        "near-tied argmax"
+    )
     if len(requests) < need:
-        short = (f"only {len(pairs)} cycles of {len(requests)} requests were in the same state in both runs "
-                 f"(split {len(a)}, sharded {len(b)} request cycles); every one of the {need} requests must be "
-                 "compared at least once")
+        short = (
+            f"only {len(pairs)} cycles of {len(requests)} requests were in the same state in both runs "
+            f"(split {len(a)}, sharded {len(b)} request cycles); every one of the {need} requests must be "
+            "compared at least once"
+        )
         return [(DRAFTS_CHECK, False, short), (ACCEPT_CHECK, False, short)]
     bad = [(c, d, w) for c, d, w in pairs if c.drafts[:w] != d.drafts[:w]]
     first = ""
     if bad:
         c, d, w = bad[0]
-        first = (f"; first at request slot {c.pool_index}, position {c.start}: split drafted {list(c.drafts[:w])}, "
-                 f"sharded {list(d.drafts[:w])}")
-    out = [(DRAFTS_CHECK, len(bad) <= tol,
-            f"{len(pairs) - len(bad)} of {len(pairs)} same-state cycles drafted identical ids; {why}{first}")]
+        first = (
+            f"; first at request slot {c.pool_index}, position {c.start}: split drafted {list(c.drafts[:w])}, "
+            f"sharded {list(d.drafts[:w])}"
+        )
+    out = [
+        (
+            DRAFTS_CHECK,
+            len(bad) <= tol,
+            f"{len(pairs) - len(bad)} of {len(pairs)} same-state cycles drafted identical ids; {why}{first}",
+        )
+    ]
     counted = [(c, d, w) for c, d, w in pairs if c.accepted is not None and d.accepted is not None]
     if not counted:
-        out.append((ACCEPT_CHECK, False, "no recounted acceptance in the verify records (rank 0 recounts it from "
-                    "the target's greedy logits)"))
+        out.append(
+            (
+                ACCEPT_CHECK,
+                False,
+                "no recounted acceptance in the verify records (rank 0 recounts it from the target's greedy logits)",
+            )
+        )
         return out
     acc_s = sum(min(c.accepted or 0, w) for c, _, w in counted)  # counted: both recounted (never None)
     acc_h = sum(min(d.accepted or 0, w) for _, d, w in counted)
     differ = sum(1 for c, d, w in counted if min(c.accepted or 0, w) != min(d.accepted or 0, w))
-    out.append((ACCEPT_CHECK, differ <= tol,
-                f"accepted drafts in {len(counted)} same-state cycles: split {acc_s}, sharded {acc_h}; "
-                f"{differ} cycles differ, {why}"))
+    out.append(
+        (
+            ACCEPT_CHECK,
+            differ <= tol,
+            f"accepted drafts in {len(counted)} same-state cycles: split {acc_s}, sharded {acc_h}; "
+            f"{differ} cycles differ, {why}",
+        )
+    )
     return out
 
 
-def counters(acceptance: dict, cs: Sequence[Cycle], overlap: bool = False, requests: int = 0,
-             max_steps: int = 0) -> tuple[str, bool, str]:
+def counters(
+    acceptance: dict, cs: Sequence[Cycle], overlap: bool = False, requests: int = 0, max_steps: int = 0
+) -> tuple[str, bool, str]:
     """The exported counters against two counts: SGLang's own per-request ``spec_num_correct_drafts`` /
     ``spec_verify_ct``, and the acceptance recounted from the target's verify logits on rank 0 (independent of
     SGLang's accept list, which feeds both SGLang's counts and the exporter).
@@ -176,9 +211,15 @@ def counters(acceptance: dict, cs: Sequence[Cycle], overlap: bool = False, reque
         engine_ok = 0 <= extra_req <= requests and 0 <= extra_acc <= extra_req * max_steps
     else:
         engine_ok = extra_req == 0 and extra_acc == 0
-    note = (f"; overlap scheduler: SGLang's counts may miss one in-flight cycle per finished request ({requests})"
-            if overlap else "")
-    return (COUNTERS_CHECK, bool(exact and engine_ok),
-            f"accepted drafts: exported {acc}, SGLang {eng['correct_drafts']}, recounted from the target's logits "
-            f"{re_acc}; requests verified: exported {req}, SGLang {eng['verify_ct']}, target verify forwards "
-            f"{len(recount)}" + (f"; {missing} request cycles without a recount" if missing else "") + note)
+    note = (
+        f"; overlap scheduler: SGLang's counts may miss one in-flight cycle per finished request ({requests})"
+        if overlap
+        else ""
+    )
+    return (
+        COUNTERS_CHECK,
+        bool(exact and engine_ok),
+        f"accepted drafts: exported {acc}, SGLang {eng['correct_drafts']}, recounted from the target's logits "
+        f"{re_acc}; requests verified: exported {req}, SGLang {eng['verify_ct']}, target verify forwards "
+        f"{len(recount)}" + (f"; {missing} request cycles without a recount" if missing else "") + note,
+    )

@@ -17,11 +17,29 @@ from pathlib import Path
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _COLLECTIVE_FILES = ("torch/distributed/", "sglang/srt/distributed/")
 _CALLER_HINTS = ("specdecode_runtime/", "sglang/srt/")
-_COLLECTIVE_NAMES = frozenset({
-    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-    "all_to_all_single", "barrier", "monitored_barrier", "broadcast_object_list", "all_gather_object", "reduce",
-    "gather", "scatter", "send", "recv", "new_group", "broadcast_pyobj", "broadcast_object",
-})
+_COLLECTIVE_NAMES = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all_single",
+        "barrier",
+        "monitored_barrier",
+        "broadcast_object_list",
+        "all_gather_object",
+        "reduce",
+        "gather",
+        "scatter",
+        "send",
+        "recv",
+        "new_group",
+        "broadcast_pyobj",
+        "broadcast_object",
+    }
+)
 
 
 def _in_distributed(frame: dict) -> bool:
@@ -56,8 +74,10 @@ def summarize_stack(text: str) -> dict:
     threads = _threads(text)
     if not threads:
         return {"waiting_in": None, "detail": "no stack dump (the process did not answer SIGUSR1)"}
-    main = next((t for t in threads if any("scheduler" in f["file"] or f["func"] == "run_scheduler_process"
-                                             for f in t)), threads[-1])
+    main = next(
+        (t for t in threads if any("scheduler" in f["file"] or f["func"] == "run_scheduler_process" for f in t)),
+        threads[-1],
+    )
     for i, f in enumerate(main):
         if _in_distributed(f):
             j = i  # the distributed block: [i, j]
@@ -65,16 +85,20 @@ def summarize_stack(text: str) -> dict:
                 j += 1
             block = main[i : j + 1]
             op = next((g for g in block if g["func"] in _COLLECTIVE_NAMES), block[0])
-            caller = next((g for g in main[j + 1 :] if any(k in g["file"] for k in _CALLER_HINTS)),
-                          main[j + 1] if j + 1 < len(main) else None)
+            caller = next(
+                (g for g in main[j + 1 :] if any(k in g["file"] for k in _CALLER_HINTS)),
+                main[j + 1] if j + 1 < len(main) else None,
+            )
             return {
                 "waiting_in": op["func"],
-                "where": f'{op["file"]}:{op["line"]}',
-                "called_from": f'{caller["func"]} ({caller["file"]}:{caller["line"]})' if caller else None,
+                "where": f"{op['file']}:{op['line']}",
+                "called_from": f"{caller['func']} ({caller['file']}:{caller['line']})" if caller else None,
             }
     top = main[0] if main else None
-    return {"waiting_in": None, "detail": f'innermost frame {top["func"]} ({top["file"]}:{top["line"]})'
-            if top else "empty stack"}
+    return {
+        "waiting_in": None,
+        "detail": f"innermost frame {top['func']} ({top['file']}:{top['line']})" if top else "empty stack",
+    }
 
 
 def diagnose(directory: str | os.PathLike[str], wait: float = 2.0) -> dict[int, dict]:

@@ -103,8 +103,10 @@ def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
         if not key or not flag[2:] or " " in flag:
             raise OptionError(f"--sglang-arg {item!r}: expected KEY[=VALUE], e.g. attention-backend=triton")
         if flag in MANAGED_FLAGS or flag in SELFTEST_FLAGS:
-            raise OptionError(f"--sglang-arg {flag}: set by the self-test from its own options (--tp, --steps, "
-                              "--topk, --algorithm, --model-path, --load-format, --device); not allowed here")
+            raise OptionError(
+                f"--sglang-arg {flag}: set by the self-test from its own options (--tp, --steps, "
+                "--topk, --algorithm, --model-path, --load-format, --device); not allowed here"
+            )
         if known and flag not in actions:
             near = [k for k in known if k.startswith(flag)] or difflib.get_close_matches(flag, known, n=3)
             hint = f"; did you mean {', '.join(near[:4])}?" if near else ""
@@ -119,6 +121,8 @@ def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
             many = flag in actions and actions[flag].nargs in ("+", "*")
             argv.extend(value.replace(",", " ").split() if many else [value])
     return tuple(argv)
+
+
 def head_split_problem(heads: int, kv_heads: int, tp: int, device: str = "cuda") -> str | None:
     """Whether SGLang 0.5.23 can load a Llama with these heads at TP ``tp`` on ``device``.
 
@@ -130,14 +134,20 @@ def head_split_problem(heads: int, kv_heads: int, tp: int, device: str = "cuda")
     if heads % tp:
         return f"num_attention_heads {heads} must be divisible by --tp {tp} (every rank holds whole heads)"
     if kv_heads >= tp and kv_heads % tp:
-        return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} (at least as many KV heads as "
-                "ranks are split evenly)")
+        return (
+            f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} (at least as many KV heads as "
+            "ranks are split evenly)"
+        )
     if kv_heads < tp and device == "cpu":
-        return (f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} on --device cpu (SGLang pads KV "
-                "heads on a CPU instead of replicating them, and the padded heads do not load)")
+        return (
+            f"num_key_value_heads {kv_heads} must be divisible by --tp {tp} on --device cpu (SGLang pads KV "
+            "heads on a CPU instead of replicating them, and the padded heads do not load)"
+        )
     if kv_heads < tp and tp % kv_heads:
-        return (f"num_key_value_heads {kv_heads} must divide --tp {tp} (fewer KV heads than ranks are replicated, "
-                "each on the same number of ranks)")
+        return (
+            f"num_key_value_heads {kv_heads} must divide --tp {tp} (fewer KV heads than ranks are replicated, "
+            "each on the same number of ranks)"
+        )
     return None
 
 
@@ -154,46 +164,93 @@ def _int_list(flag: str, text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu (torch stand-ins, gloo) or cuda (the runtime image)")
     p.add_argument("--tp", type=int, default=2, help="target tensor-parallel size (processes)")
-    p.add_argument("--draft-tp", type=int, default=None, help="draft TP size of the split layout (default: "
-                   "the length of --draft-ranks, else 1)")
+    p.add_argument(
+        "--draft-tp",
+        type=int,
+        default=None,
+        help="draft TP size of the split layout (default: the length of --draft-ranks, else 1)",
+    )
     p.add_argument("--draft-ranks", default=None, help="TP ranks of the split draft, comma-separated (e.g. 1 or 2,3)")
     p.add_argument("--algorithm", default="EAGLE", help="EAGLE or EAGLE3")
     p.add_argument("--steps", type=int, default=3, help="speculative steps at start")
     p.add_argument("--topk", type=int, default=1, help="EAGLE top-k (a tree when > 1)")
     p.add_argument("--num-draft-tokens", type=int, default=None, help="verify tree size (topk > 1)")
-    p.add_argument("--live-steps", default=None, help="step counts PUT to the control API one after another "
-                   "during generation, e.g. 1,5 (autotune Live: every value is captured as a tier)")
-    p.add_argument("--model-config", default=None, help="YAML with the tiny target's shape (transformers config "
-                   "keys: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, "
-                   "intermediate_size, vocab_size)")
+    p.add_argument(
+        "--live-steps",
+        default=None,
+        help="step counts PUT to the control API one after another "
+        "during generation, e.g. 1,5 (autotune Live: every value is captured as a tier)",
+    )
+    p.add_argument(
+        "--model-config",
+        default=None,
+        help="YAML with the tiny target's shape (transformers config "
+        "keys: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, "
+        "intermediate_size, vocab_size)",
+    )
     p.add_argument("--model-path", default=None, help="a real target model instead of the tiny one (cuda)")
     p.add_argument("--draft-model-path", default=None, help="its draft (with --model-path)")
     p.add_argument("--prompts", type=int, default=2, help="prompts generated together (batch size)")
     p.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens per prompt")
-    p.add_argument("--random-draft", action="store_true", help="a random draft instead of one that agrees with "
-                   "the target (exercises rejections; acceptance lengths stay near 1)")
-    p.add_argument("--layouts", default="nospec,sharded,split", help="runs to compare (nospec,sharded,split; at "
-                   "least two to compare tokens, and split needs sharded: its proposals are checked against the sharded "
-                   "draft's; stock: the sharded layout's SGLang arguments on SGLang with no runtime patch, for a "
-                   "patched-vs-stock speed comparison; one layout alone is a measurement: its checks and costs are "
-                   "reported, tokens are not compared)")
-    p.add_argument("--sglang-arg", action="append", default=None, metavar="KEY[=VALUE]",
-                   help="an SGLang argument for every engine started, e.g. attention-backend=triton (repeatable; "
-                   "full option names only)")
-    p.add_argument("--load-format", default=None, choices=LOAD_FORMATS, help="dummy: realistic shapes from "
-                   "--model-config without weights (SGLang fills them at random; acceptance is then ~0)")
+    p.add_argument(
+        "--random-draft",
+        action="store_true",
+        help="a random draft instead of one that agrees with "
+        "the target (exercises rejections; acceptance lengths stay near 1)",
+    )
+    p.add_argument(
+        "--layouts",
+        default="nospec,sharded,split",
+        help="runs to compare (nospec,sharded,split; at "
+        "least two to compare tokens, and split needs sharded: its proposals are checked against the sharded "
+        "draft's; stock: the sharded layout's SGLang arguments on SGLang with no runtime patch, for a "
+        "patched-vs-stock speed comparison; one layout alone is a measurement: its checks and costs are "
+        "reported, tokens are not compared)",
+    )
+    p.add_argument(
+        "--sglang-arg",
+        action="append",
+        default=None,
+        metavar="KEY[=VALUE]",
+        help="an SGLang argument for every engine started, e.g. attention-backend=triton (repeatable; "
+        "full option names only)",
+    )
+    p.add_argument(
+        "--load-format",
+        default=None,
+        choices=LOAD_FORMATS,
+        help="dummy: realistic shapes from "
+        "--model-config without weights (SGLang fills them at random; acceptance is then ~0)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed generations before the timed one (default 1)")
-    p.add_argument("--measure-cycles", default=None, metavar="BATCHES", help="after the timed generation, the "
-                   "served decode cycle per batch size (e.g. 1,8,32) and tier, next to the start-up cost probe's "
-                   "prediction")
-    p.add_argument("--prompt-file", default=None, help="with --model-path: UTF-8 text (at most 16 MiB) whose "
-                   "documents, split at <|endoftext|>, give the prompts (held-out text for a trained model); "
-                   "default: synthetic token ids")
+    p.add_argument(
+        "--measure-cycles",
+        default=None,
+        metavar="BATCHES",
+        help="after the timed generation, the "
+        "served decode cycle per batch size (e.g. 1,8,32) and tier, next to the start-up cost probe's "
+        "prediction",
+    )
+    p.add_argument(
+        "--prompt-file",
+        default=None,
+        help="with --model-path: UTF-8 text (at most 16 MiB) whose "
+        "documents, split at <|endoftext|>, give the prompts (held-out text for a trained model); "
+        "default: synthetic token ids",
+    )
     p.add_argument("--prompt-tokens", type=int, default=64, help="tokens per prompt from --prompt-file (default 64)")
-    p.add_argument("--measure-tokens", type=int, default=64, help="decode tokens per request a served cycle is "
-                   "timed over (default 64)")
-    p.add_argument("--corrupt-draft", action="store_true", help="negative control: S's leader proposes one constant "
-                   "token in the split run; the draft checks must fail (exit 1)")
+    p.add_argument(
+        "--measure-tokens",
+        type=int,
+        default=64,
+        help="decode tokens per request a served cycle is timed over (default 64)",
+    )
+    p.add_argument(
+        "--corrupt-draft",
+        action="store_true",
+        help="negative control: S's leader proposes one constant "
+        "token in the split run; the draft checks must fail (exit 1)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before ranks are reported hung")
     p.add_argument("--keep", default=None, help="directory to keep models, configs and rank records in")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -253,15 +310,18 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if "stock" in layouts and live:
         raise OptionError("--layouts stock cannot take --live-steps: stock SGLang has no step-control API")
     if len(set(layouts)) < 2 and "split" in layouts:
-        raise OptionError(f"--layouts with split must include sharded: the split draft's proposals and acceptance "
-                          f"are compared with the sharded draft's in the same states, got {ns.layouts!r}")
+        raise OptionError(
+            f"--layouts with split must include sharded: the split draft's proposals and acceptance "
+            f"are compared with the sharded draft's in the same states, got {ns.layouts!r}"
+        )
     if "split" in layouts and "sharded" not in layouts:
-        raise OptionError(f"--layouts with split must include sharded: the split draft's proposals and acceptance "
-                          f"are compared with the sharded draft's in the same states, got {ns.layouts!r}")
+        raise OptionError(
+            f"--layouts with split must include sharded: the split draft's proposals and acceptance "
+            f"are compared with the sharded draft's in the same states, got {ns.layouts!r}"
+        )
     if getattr(ns, "corrupt_draft", False) and "split" not in layouts:
         raise OptionError("--corrupt-draft corrupts the split run's draft: --layouts must include split")
     if "split" in layouts:
-
         if ns.tp < 2:
             raise OptionError("the split layout needs --tp 2 or more (the draft on a subset of the target's ranks)")
         if not (draft_tp >= 1 and is_split_draft(draft_tp, ns.tp)):
@@ -272,13 +332,14 @@ def from_namespace(ns: argparse.Namespace) -> Options:
             raise OptionError(f"{flag}: {problems[0]}")
     ndt = ns.num_draft_tokens
     if ndt is not None:
-
         chain = draft_tokens_per_cycle(ns.steps, ns.topk)
         if ns.topk == 1 and ndt != chain:
             raise OptionError(f"--num-draft-tokens must be --steps + 1 = {chain} with --topk 1, got {ndt}")
         if ns.topk > 1 and not 2 <= ndt <= ns.topk * ns.steps + 1:
-            raise OptionError(f"--num-draft-tokens must be within 2..{ns.topk * ns.steps + 1} with --topk "
-                              f"{ns.topk} and --steps {ns.steps}, got {ndt}")
+            raise OptionError(
+                f"--num-draft-tokens must be within 2..{ns.topk * ns.steps + 1} with --topk "
+                f"{ns.topk} and --steps {ns.steps}, got {ndt}"
+            )
     if not 1 <= ns.prompts <= 16:
         raise OptionError(f"--prompts must be within 1..16, got {ns.prompts}")
     if not 1 <= ns.max_new_tokens <= 4096:
@@ -322,11 +383,32 @@ def from_namespace(ns: argparse.Namespace) -> Options:
             raise OptionError(f"--prompt-file {prompt_file} is larger than {MAX_PROMPT_FILE_BYTES} bytes")
     if not 4 <= prompt_tokens <= 2048:
         raise OptionError(f"--prompt-tokens must be within 4..2048, got {prompt_tokens}")
-    return Options(device=device, tp=ns.tp, draft_tp=draft_tp, draft_ranks=ranks, algorithm=algorithm,
-                   steps=ns.steps, topk=ns.topk, num_draft_tokens=ndt, live_steps=live, model_config=shape,
-                   model_path=ns.model_path, draft_model_path=ns.draft_model_path, prompts=ns.prompts,
-                   max_new_tokens=ns.max_new_tokens, timeout=float(ns.timeout), json=bool(ns.json),
-                   agree=not ns.random_draft, layouts=tuple(dict.fromkeys(layouts)), keep=ns.keep,
-                   corrupt_draft=bool(getattr(ns, "corrupt_draft", False)), sglang_args=sglang_args,
-                   load_format=load_format, warmup=warmup, measure_batches=tuple(sorted(set(batches))),
-                   measure_tokens=measure_tokens, prompt_file=prompt_file, prompt_tokens=prompt_tokens)
+    return Options(
+        device=device,
+        tp=ns.tp,
+        draft_tp=draft_tp,
+        draft_ranks=ranks,
+        algorithm=algorithm,
+        steps=ns.steps,
+        topk=ns.topk,
+        num_draft_tokens=ndt,
+        live_steps=live,
+        model_config=shape,
+        model_path=ns.model_path,
+        draft_model_path=ns.draft_model_path,
+        prompts=ns.prompts,
+        max_new_tokens=ns.max_new_tokens,
+        timeout=float(ns.timeout),
+        json=bool(ns.json),
+        agree=not ns.random_draft,
+        layouts=tuple(dict.fromkeys(layouts)),
+        keep=ns.keep,
+        corrupt_draft=bool(getattr(ns, "corrupt_draft", False)),
+        sglang_args=sglang_args,
+        load_format=load_format,
+        warmup=warmup,
+        measure_batches=tuple(sorted(set(batches))),
+        measure_tokens=measure_tokens,
+        prompt_file=prompt_file,
+        prompt_tokens=prompt_tokens,
+    )

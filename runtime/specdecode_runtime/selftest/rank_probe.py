@@ -123,8 +123,12 @@ def _record_memory() -> None:
         if not torch.cuda.is_available():
             return
         free, total = torch.cuda.mem_get_info()
-        record("memory", used_bytes=int(total - free), allocated_bytes=int(torch.cuda.memory_allocated()),
-               reserved_bytes=int(torch.cuda.memory_reserved()))
+        record(
+            "memory",
+            used_bytes=int(total - free),
+            allocated_bytes=int(torch.cuda.memory_allocated()),
+            reserved_bytes=int(torch.cuda.memory_reserved()),
+        )
     except Exception:  # noqa: BLE001 - observation only
         return
 
@@ -170,9 +174,13 @@ def _wrap_sglang() -> None:
             held = 0
             if st is not None:
                 held = sum(int(t.numel() * t.element_size()) for t in st.gathered if t is not None)
-            record("kv_profile", gathered_bytes=held, split=st is not None,
-                   head_gathered=bool(st.head_gathered) if st is not None else None,
-                   in_draft=bool(st.groups.in_draft) if st is not None else None)
+            record(
+                "kv_profile",
+                gathered_bytes=held,
+                split=st is not None,
+                head_gathered=bool(st.head_gathered) if st is not None else None,
+                in_draft=bool(st.groups.in_draft) if st is not None else None,
+            )
             return orig(self, *a, **k)
 
         return _profile_available_bytes
@@ -184,11 +192,16 @@ def _wrap_sglang() -> None:
             out = orig(self, forward_batch, *a, **k)
             loc, pools = forward_batch.out_cache_loc, forward_batch.req_pool_indices
             ids = forward_batch.input_ids.tolist() if forward_batch.input_ids is not None else None
-            record("verify", round=_decode_round, bs=int(forward_batch.batch_size),
-                   out_cache_loc=loc.tolist() if loc is not None else None,
-                   positions=forward_batch.positions.tolist() if forward_batch.positions is not None else None,
-                   input_ids=ids, req_pool_indices=pools.tolist() if pools is not None else None,
-                   accepted=_recount(forward_batch, out, ids) if _rank == 0 else None)
+            record(
+                "verify",
+                round=_decode_round,
+                bs=int(forward_batch.batch_size),
+                out_cache_loc=loc.tolist() if loc is not None else None,
+                positions=forward_batch.positions.tolist() if forward_batch.positions is not None else None,
+                input_ids=ids,
+                req_pool_indices=pools.tolist() if pools is not None else None,
+                accepted=_recount(forward_batch, out, ids) if _rank == 0 else None,
+            )
             return out
 
         return forward_
@@ -211,8 +224,14 @@ def _wrap_sglang() -> None:
             if before != self.speculative_num_steps:
                 import time
 
-                record("switch", round=_decode_round, frm=before, to=self.speculative_num_steps, t=time.time(),
-                       measuring=quiet())
+                record(
+                    "switch",
+                    round=_decode_round,
+                    frm=before,
+                    to=self.speculative_num_steps,
+                    t=time.time(),
+                    measuring=quiet(),
+                )
             return out
 
         return apply_runtime_state
@@ -232,8 +251,9 @@ def _wrap_sglang() -> None:
 
                 import torch
 
-                if kind == "target_verify" and (type(self) is not DecodeCudaGraphRunner
-                                                or getattr(a[0] if a else None, "is_draft_worker", False)):
+                if kind == "target_verify" and (
+                    type(self) is not DecodeCudaGraphRunner or getattr(a[0] if a else None, "is_draft_worker", False)
+                ):
                     return orig(self, *a, **k)  # a draft runner's base-class init: recorded by its own wrapper
 
                 steps = k.get("speculative_num_steps")
@@ -249,8 +269,13 @@ def _wrap_sglang() -> None:
                 t0 = time.perf_counter()
                 orig(self, *a, **k)
                 free1 = torch.cuda.mem_get_info()[0] if cuda else 0
-                record("graph_capture", kind=kind, steps=steps, seconds=round(time.perf_counter() - t0, 3),
-                       bytes=int(free0 - free1))
+                record(
+                    "graph_capture",
+                    kind=kind,
+                    steps=steps,
+                    seconds=round(time.perf_counter() - t0, 3),
+                    bytes=int(free0 - free1),
+                )
 
             return __init__
 
@@ -294,8 +319,12 @@ def _recount(forward_batch, out, ids: list[int] | None) -> list[int] | None:
     chain = int(getattr(info, "topk", 1) or 1) == 1
     nxt = None if chain else info.retrieve_next_token.tolist()
     sib = None if chain else info.retrieve_next_sibling.tolist()
-    return [greedy_accepted(ids[b * n:(b + 1) * n], target[b * n:(b + 1) * n], None if chain else nxt[b],
-                            None if chain else sib[b]) for b in range(bs)]
+    return [
+        greedy_accepted(
+            ids[b * n : (b + 1) * n], target[b * n : (b + 1) * n], None if chain else nxt[b], None if chain else sib[b]
+        )
+        for b in range(bs)
+    ]
 
 
 CORRUPT_ENV = "SPECDECODE_SELFTEST_CORRUPT_DRAFT"

@@ -60,13 +60,22 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
         out.append(Check("every rank reported", False, f"records from ranks {ranks}, expected 0..{opts.tp - 1}"))
     # D1: the target's attention backends (start-up and every step tier) built with the target's TP group.
     backends = _by_rank(r, "target_backend")
-    wrong = [(rk, e["tp_group"], e["steps"]) for rk, evs in backends.items() for e in evs
-             if e["tp_group"] != opts.tp or e["tp_size"] != opts.tp]
+    wrong = [
+        (rk, e["tp_group"], e["steps"])
+        for rk, evs in backends.items()
+        for e in evs
+        if e["tp_group"] != opts.tp or e["tp_size"] != opts.tp
+    ]
     tiers = sum(1 for evs in backends.values() for e in evs if e.get("tier"))
-    out.append(Check("target state built with the target TP group", not wrong,
-                     f"{sum(len(v) for v in backends.values())} target backends ({tiers} step-tier) on "
-                     f"{len(backends)} ranks" + (f"; wrong group size on (rank, size, steps) {wrong[:4]}"
-                                                  if wrong else f", all TP {opts.tp}")))
+    out.append(
+        Check(
+            "target state built with the target TP group",
+            not wrong,
+            f"{sum(len(v) for v in backends.values())} target backends ({tiers} step-tier) on "
+            f"{len(backends)} ranks"
+            + (f"; wrong group size on (rank, size, steps) {wrong[:4]}" if wrong else f", all TP {opts.tp}"),
+        )
+    )
     # D3: every rank writes the same KV slots for every verify batch.
     verifies = _by_rank(r, "verify")
     counts = {rk: len(v) for rk, v in verifies.items()}
@@ -86,21 +95,32 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
             if mismatch:
                 break
     n_verify = counts.get(ranks[0], 0)
-    out.append(Check("verify KV slots identical on every rank", mismatch is None and n_verify > 0,
-                     mismatch or f"{n_verify} verify batches, same out_cache_loc / positions / input ids on "
-                     f"{len(ranks)} ranks"))
+    out.append(
+        Check(
+            "verify KV slots identical on every rank",
+            mismatch is None and n_verify > 0,
+            mismatch or f"{n_verify} verify batches, same out_cache_loc / positions / input ids on {len(ranks)} ranks",
+        )
+    )
     # Live: the same switches at the same decode round on every rank, and every requested tier reached.
     if opts.live_steps:
         # switches made by --measure-cycles (after the checked generation) are the measurement's, not the table's
-        sw = {rk: [(e["round"], e["frm"], e["to"]) for e in evs if not e.get("measuring")]
-              for rk, evs in _by_rank(r, "switch").items()}
+        sw = {
+            rk: [(e["round"], e["frm"], e["to"]) for e in evs if not e.get("measuring")]
+            for rk, evs in _by_rank(r, "switch").items()
+        }
         same = len({json.dumps(v) for v in sw.values()}) == 1
         reached = [e[2] for e in sw.get(ranks[0], [])]
         expected = [steps for i, steps in enumerate(opts.live_steps) if steps != ([opts.steps, *opts.live_steps][i])]
         ok = same and reached == expected and len(sw) == len(ranks)
-        out.append(Check("step tier switched on every rank", ok,
-                         f"rank 0 switches (round, from, to) {sw.get(ranks[0], [])}; expected tiers {expected}"
-                         + ("" if same else f"; ranks differ: {sw}")))
+        out.append(
+            Check(
+                "step tier switched on every rank",
+                ok,
+                f"rank 0 switches (round, from, to) {sw.get(ranks[0], [])}; expected tiers {expected}"
+                + ("" if same else f"; ranks differ: {sw}"),
+            )
+        )
     # D2: on the split layout the gathered vocabulary is resident when the KV pool is sized.
     if r.layout == "split":
         prof = _by_rank(r, "kv_profile")
@@ -121,23 +141,41 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
         if len({json.dumps(v) for v in cells.values()}) > 1:
             bad.append(f"KV bytes per token differ across ranks {cells}")
         held = {rk: evs[0]["gathered_bytes"] for rk, evs in prof.items() if evs}
-        out.append(Check("KV pool sized with the draft's gathered vocabulary resident", not bad,
-                         "; ".join(bad) or f"bytes held at KV sizing per rank {held}; KV bytes per token "
-                         f"{next(iter(cells.values()), None)} on every rank"))
+        out.append(
+            Check(
+                "KV pool sized with the draft's gathered vocabulary resident",
+                not bad,
+                "; ".join(bad)
+                or f"bytes held at KV sizing per rank {held}; KV bytes per token "
+                f"{next(iter(cells.values()), None)} on every rank",
+            )
+        )
     # An agreeing draft must have drafts accepted: verify keeps the tokens right whatever the draft proposes, so
     # identical tokens alone cannot tell a working draft from a broken one.
     eng_acc = r.acceptance.get("engine") if r.acceptance else None
     if opts.agree and opts.load_format != "dummy" and eng_acc and r.layout in ("sharded", "split"):
-        out.append(Check("the agreeing draft's proposals are accepted", eng_acc["correct_drafts"] > 0,
-                         f"{eng_acc['correct_drafts']} drafts accepted over {eng_acc['verify_ct']} request "
-                         f"verifies (accept length {eng_acc['accept_length']})"))
+        out.append(
+            Check(
+                "the agreeing draft's proposals are accepted",
+                eng_acc["correct_drafts"] > 0,
+                f"{eng_acc['correct_drafts']} drafts accepted over {eng_acc['verify_ct']} request "
+                f"verifies (accept length {eng_acc['accept_length']})",
+            )
+        )
     # Metrics: the exported specdecode_* counters against SGLang's counts and a recount from the target's logits.
     if r.acceptance:
         eng = r.acceptance.get("engine") or {}
-        out.append(Check(*draft_checks.counters(r.acceptance, draft_checks.cycles(r.ranks.get(ranks[0], [])),
-                                                overlap=overlap_scheduled(opts),
-                                                requests=int(eng.get("requests") or 0),
-                                                max_steps=max(opts.candidate_steps))))
+        out.append(
+            Check(
+                *draft_checks.counters(
+                    r.acceptance,
+                    draft_checks.cycles(r.ranks.get(ranks[0], [])),
+                    overlap=overlap_scheduled(opts),
+                    requests=int(eng.get("requests") or 0),
+                    max_steps=max(opts.candidate_steps),
+                )
+            )
+        )
     return out
 
 
@@ -146,6 +184,7 @@ def draft_comparison(opts: Options, split: RunResult, sharded: RunResult | None)
     if sharded is None or sharded.error is not None or sharded.hang is not None or not sharded.ranks:
         why = "the sharded run did not finish" if sharded is not None else "no sharded run to compare with"
         return [Check(draft_checks.DRAFTS_CHECK, False, why), Check(draft_checks.ACCEPT_CHECK, False, why)]
+
     def timed(r: RunResult) -> list[dict]:
         # the timed generation's records only: the warm-up decodes the same prompts into the same request slots
         # and positions, and a state seen twice cannot be compared
@@ -153,15 +192,20 @@ def draft_comparison(opts: Options, split: RunResult, sharded: RunResult | None)
         skip = r.warmup_records.get(rank0, 0)
         return r.ranks.get(rank0, [])[skip:]
 
-    return [Check(*c) for c in draft_checks.compare_drafts(
-        opts, draft_checks.cycles(timed(split)) if split.ranks else [], draft_checks.cycles(timed(sharded)))]
+    return [
+        Check(*c)
+        for c in draft_checks.compare_drafts(
+            opts, draft_checks.cycles(timed(split)) if split.ranks else [], draft_checks.cycles(timed(sharded))
+        )
+    ]
 
 
 def build(opts: Options, results: list[RunResult]) -> Report:
     rep = Report(options={k: v for k, v in asdict(opts).items()})
     # The reference: the target alone, else stock EAGLE (its tokens are the target's own); never a run itself.
-    ref = next((r for layout in ("nospec", "sharded") for r in results if r.layout == layout and r.tokens is not None),
-               None)
+    ref = next(
+        (r for layout in ("nospec", "sharded") for r in results if r.layout == layout and r.tokens is not None), None
+    )
     measure_only = len(set(opts.layouts)) == 1  # a measurement run (--measure-cycles): nothing to judge tokens by
     sharded = next((r for r in results if r.layout == "sharded"), None)
     all_ok = len(results) == len(opts.layouts)
@@ -169,18 +213,31 @@ def build(opts: Options, results: list[RunResult]) -> Report:
         checks = rank_checks(opts, r) if r.hang is None and r.error is None else []
         if r.layout == "split" and r.hang is None and r.error is None:
             checks += draft_comparison(opts, r, sharded)
-        div = (first_divergence(ref.tokens, r.tokens)
-               if (ref is not None and ref.tokens is not None and r.tokens is not None and not measure_only) else None)
+        div = (
+            first_divergence(ref.tokens, r.tokens)
+            if (ref is not None and ref.tokens is not None and r.tokens is not None and not measure_only)
+            else None
+        )
         if ref is None and not measure_only:
             checks.append(Check("tokens compared with a reference", False, "no nospec or sharded run finished"))
         ok = r.error is None and r.hang is None and r.tokens is not None and div is None and all(c.ok for c in checks)
         all_ok &= ok
         entry: dict[str, Any] = {
-            "layout": r.layout, "title": LAYOUT_TITLES[r.layout], "ok": ok,
+            "layout": r.layout,
+            "title": LAYOUT_TITLES[r.layout],
+            "ok": ok,
             "tokens_equal_reference": (r.tokens is not None and div is None) if not measure_only else None,
-            "first_divergence": div, "error": r.error, "timings": r.timings, "acceptance": r.acceptance,
-            "draft_ranks": r.draft_ranks, "puts": r.puts, "checks": [asdict(c) for c in checks],
-            "cost_profile": r.cost_profile, "cost_mode": r.cost_mode, "served": r.served, "graphs": r.graphs,
+            "first_divergence": div,
+            "error": r.error,
+            "timings": r.timings,
+            "acceptance": r.acceptance,
+            "draft_ranks": r.draft_ranks,
+            "puts": r.puts,
+            "checks": [asdict(c) for c in checks],
+            "cost_profile": r.cost_profile,
+            "cost_mode": r.cost_mode,
+            "served": r.served,
+            "graphs": r.graphs,
             "memory_gb": {str(k): v for k, v in r.memory_gb.items()},
         }
         if r.hang is not None:
@@ -190,21 +247,27 @@ def build(opts: Options, results: list[RunResult]) -> Report:
         entry["tokens"] = r.tokens  # every run's, so a caller can compare them with a reference of its own
         rep.runs.append(entry)
     rep.ok = all_ok
-    bad = [e["layout"] + "".join(f" [{c['name']}]" for c in e["checks"] if not c["ok"])
-           for e in rep.runs if not e["ok"]]
-    rep.summary = (("PASS: measured " + ", ".join(e["layout"] for e in rep.runs) + " (one layout: tokens not compared)")
-                   if all_ok and measure_only else
-                   "PASS: identical greedy tokens across " + ", ".join(e["layout"] for e in rep.runs)
-                   + ("; the split draft's proposals and acceptance match the sharded draft's"
-                      if "split" in opts.layouts else "")
-                   if all_ok else "FAIL: " + ("; ".join(bad) if bad else "not every layout ran"))
+    bad = [
+        e["layout"] + "".join(f" [{c['name']}]" for c in e["checks"] if not c["ok"]) for e in rep.runs if not e["ok"]
+    ]
+    rep.summary = (
+        ("PASS: measured " + ", ".join(e["layout"] for e in rep.runs) + " (one layout: tokens not compared)")
+        if all_ok and measure_only
+        else "PASS: identical greedy tokens across "
+        + ", ".join(e["layout"] for e in rep.runs)
+        + ("; the split draft's proposals and acceptance match the sharded draft's" if "split" in opts.layouts else "")
+        if all_ok
+        else "FAIL: " + ("; ".join(bad) if bad else "not every layout ran")
+    )
     return rep
 
 
 def to_text(rep: Report) -> str:
     o = rep.options
-    lines = [f"specdecode-runtime selftest: {o['device']}, TP {o['tp']}, {o['algorithm']}, steps {o['steps']}, "
-             f"topk {o['topk']}" + (f", live steps {list(o['live_steps'])}" if o["live_steps"] else "")]
+    lines = [
+        f"specdecode-runtime selftest: {o['device']}, TP {o['tp']}, {o['algorithm']}, steps {o['steps']}, "
+        f"topk {o['topk']}" + (f", live steps {list(o['live_steps'])}" if o["live_steps"] else "")
+    ]
     for e in rep.runs:
         mark = "ok  " if e["ok"] else "FAIL"
         where = f" on ranks {e['draft_ranks']}" if e.get("draft_ranks") else ""
@@ -219,31 +282,41 @@ def to_text(rep: Report) -> str:
             lines.append("       tokens equal the reference")
         t = e["timings"]
         if t:
-            lines.append(f"       start {t.get('start_s')} s, generate {t.get('generate_s')} s, "
-                         f"{t.get('tokens')} tokens ({t.get('tokens_per_s')} tok/s)"
-                         + (f", phases {t['phases_s']}" if t.get("phases_s") else ""))
+            lines.append(
+                f"       start {t.get('start_s')} s, generate {t.get('generate_s')} s, "
+                f"{t.get('tokens')} tokens ({t.get('tokens_per_s')} tok/s)"
+                + (f", phases {t['phases_s']}" if t.get("phases_s") else "")
+            )
         acc = e.get("acceptance") or {}
         if acc.get("engine"):
-            lines.append(f"       acceptance length {acc['engine']['accept_length']} (engine), accepted drafts "
-                         f"{acc['engine']['correct_drafts']} engine / {int(acc['exported']['accepted_drafts'])} "
-                         "exported")
+            lines.append(
+                f"       acceptance length {acc['engine']['accept_length']} (engine), accepted drafts "
+                f"{acc['engine']['correct_drafts']} engine / {int(acc['exported']['accepted_drafts'])} "
+                "exported"
+            )
         note = " (CPU timings prove the plumbing, not GPU speed)" if o["device"] == "cpu" else ""
         for label, c in (e.get("cost_profile") or {}).items():
-            lines.append(f"       cost profile {label}: verify {c['verify_base']:.3f} + {c['verify_per_token']:.4f}/token, "
-                         f"draft step {c['draft_base']:.3f}, extend {c['extend_base']:.3f} + "
-                         f"{c['extend_per_token']:.4f}/token, overhead {c['overhead']:.3f}, "
-                         f"broadcast {c['broadcast']:.3f} ms{note}")
+            lines.append(
+                f"       cost profile {label}: verify {c['verify_base']:.3f} + {c['verify_per_token']:.4f}/token, "
+                f"draft step {c['draft_base']:.3f}, extend {c['extend_base']:.3f} + "
+                f"{c['extend_per_token']:.4f}/token, overhead {c['overhead']:.3f}, "
+                f"broadcast {c['broadcast']:.3f} ms{note}"
+            )
         if e.get("cost_mode"):
-            lines.append(f"       cost probe launched its stages as {e['cost_mode']} "
-                         + ("(CUDA graph replays, CUDA events)" if e["cost_mode"] == "graph" else "(eager forwards)"))
+            lines.append(
+                f"       cost probe launched its stages as {e['cost_mode']} "
+                + ("(CUDA graph replays, CUDA events)" if e["cost_mode"] == "graph" else "(eager forwards)")
+            )
         for tier, g in sorted((e.get("graphs") or {}).items()):
             lines.append(f"       tier {tier} graphs: captured in {g['capture_s']} s, {g['mem_gb']} GiB")
         for row in e.get("served") or []:
             pred = row.get("predicted_cycle_ms")
-            lines.append(f"       served steps={row['steps']} batch={row['batch']}: cycle {row['served_cycle_ms']} ms, "
-                         f"{row['tokens_per_s']} tok/s, accept length {row['accept_length']}"
-                         + (f"; probe predicted {pred} ms ({row.get('probe_over_served')}x)" if pred else "")
-                         + (f"; switch {row['switch_latency_ms']} ms" if row.get("switch_latency_ms") else ""))
+            lines.append(
+                f"       served steps={row['steps']} batch={row['batch']}: cycle {row['served_cycle_ms']} ms, "
+                f"{row['tokens_per_s']} tok/s, accept length {row['accept_length']}"
+                + (f"; probe predicted {pred} ms ({row.get('probe_over_served')}x)" if pred else "")
+                + (f"; switch {row['switch_latency_ms']} ms" if row.get("switch_latency_ms") else "")
+            )
         for p in e.get("puts") or []:
             lines.append(f"       PUT steps={p['steps']}: {p.get('status')} {p.get('error') or p.get('note') or ''}")
         for c in e["checks"]:

@@ -91,18 +91,35 @@ def device_args(opts: Options) -> list[str]:
         # kernels, and bfloat16 rounding can flip a greedy argmax between them). Real and dummy models keep theirs.
         dtype = ["--dtype", "float32"] if not (opts.model_path or opts.load_format == "dummy") else []
         return ["--mem-fraction-static", "0.6", "--random-seed", "0", *dtype, *load, *opts.sglang_args]
-    return ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
-            "--disable-cuda-graph", "--disable-overlap-schedule", "--dtype", "float32", "--max-total-tokens", "4096",
-            "--max-running-requests", "8", "--chunked-prefill-size", "-1", "--random-seed", "0", *load,
-            *opts.sglang_args]
+    return [
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch_native",
+        "--sampling-backend",
+        "pytorch",
+        "--disable-cuda-graph",
+        "--disable-overlap-schedule",
+        "--dtype",
+        "float32",
+        "--max-total-tokens",
+        "4096",
+        "--max-running-requests",
+        "8",
+        "--chunked-prefill-size",
+        "-1",
+        "--random-seed",
+        "0",
+        *load,
+        *opts.sglang_args,
+    ]
 
 
 def device_env(opts: Options) -> dict[str, str]:
     if opts.device != "cpu":
         return {}
     cores = max(os.cpu_count() or 1, 1)
-    return {"SGLANG_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(opts.tp)),
-            "OMP_NUM_THREADS": "1"}
+    return {"SGLANG_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(opts.tp)), "OMP_NUM_THREADS": "1"}
 
 
 def runtime_yaml(opts: Options, layout: str, models: Models, control_port: int, token_file: str) -> str:
@@ -114,8 +131,11 @@ def runtime_yaml(opts: Options, layout: str, models: Models, control_port: int, 
     if opts.topk > 1:
         spec["numDraftTokens"] = opts.draft_tokens
     if opts.live_steps:
-        spec["autotune"] = {"mode": "Live", "minSteps": min(opts.candidate_steps),
-                            "maxSteps": max(opts.candidate_steps)}
+        spec["autotune"] = {
+            "mode": "Live",
+            "minSteps": min(opts.candidate_steps),
+            "maxSteps": max(opts.candidate_steps),
+        }
     doc = {
         "apiVersion": "specdecode.io/runtime/v1",
         "name": f"selftest-{layout}",
@@ -143,8 +163,9 @@ def _engine_class(opts: Options):
     return SelftestEngine
 
 
-def _server_args(opts: Options, layout: str, models: Models, work: Path, result: RunResult,
-                 control: dict[str, Any]) -> Any:
+def _server_args(
+    opts: Options, layout: str, models: Models, work: Path, result: RunResult, control: dict[str, Any]
+) -> Any:
     from sglang.srt.server_args import prepare_server_args
 
     from ..launch import METRICS_DIR_ENV, STATE_DIR_ENV, plan_launch, write_launch_files
@@ -155,8 +176,7 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
         os.environ.pop("SPECDECODE_RUNTIME_CONFIG", None)
         metrics_dir.mkdir(parents=True, exist_ok=True)
         os.environ.update(env)
-        return prepare_server_args(["--model-path", models.target, "--tp-size", str(opts.tp),
-                                    *device_args(opts)])
+        return prepare_server_args(["--model-path", models.target, "--tp-size", str(opts.tp), *device_args(opts)])
     token = secrets.token_hex(16)
     token_file = work / "token"
     token_file.write_text(token)
@@ -184,8 +204,9 @@ def _server_args(opts: Options, layout: str, models: Models, work: Path, result:
 _events = events  # rank records of one event kind, as the live-step driver reads them
 
 
-def _drive_live_steps(opts: Options, rank_dir: Path, control: dict[str, Any], done: threading.Event,
-                      result: RunResult) -> None:
+def _drive_live_steps(
+    opts: Options, rank_dir: Path, control: dict[str, Any], done: threading.Event, result: RunResult
+) -> None:
     """PUT each live step table once rank 0 has verified two batches since the previous change, then wait until
     rank 0 runs the new tier (or the generation has ended)."""
     current = opts.steps
@@ -237,8 +258,12 @@ def _cost_profile(metrics_dir: Path) -> tuple[dict[str, dict[str, float]], str |
 
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(metrics_dir))
-    samples = {(s.labels["stage"], int(s.labels["steps"]), s.labels["bucket"], int(s.labels["batch"])): s.value
-               for m in reg.collect() for s in m.samples if s.name == COST_SECONDS}
+    samples = {
+        (s.labels["stage"], int(s.labels["steps"]), s.labels["bucket"], int(s.labels["batch"])): s.value
+        for m in reg.collect()
+        for s in m.samples
+        if s.name == COST_SECONDS
+    }
     fitted = cost_probe.fit_profile(cost_probe.points_from_samples(samples))
     mode = None
     if samples:  # the graph probe times each tier's whole draft phase ("draft"), the eager one a single step
@@ -267,8 +292,9 @@ def _acceptance(outputs: list[dict], metrics: dict[str, float]) -> dict[str, Any
         engine["verify_ct"] += int(mi.get("spec_verify_ct", 0) or 0)
         engine["correct_drafts"] += int(mi.get("spec_num_correct_drafts", 0) or 0)
         engine["completion_tokens"] += int(mi.get("completion_tokens", 0) or 0)
-    engine["accept_length"] = (round(engine["completion_tokens"] / engine["verify_ct"], 3)
-                               if engine["verify_ct"] else None)
+    engine["accept_length"] = (
+        round(engine["completion_tokens"] / engine["verify_ct"], 3) if engine["verify_ct"] else None
+    )
     exported = {
         "requests_verified": metrics.get("specdecode_requests_verified_total", 0.0),
         "accepted_drafts": sum(v for k, v in metrics.items() if k.startswith("specdecode_position_accepted_total")),
@@ -352,7 +378,9 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         if opts.warmup:
             tw = time.perf_counter()
             for _ in range(opts.warmup):  # graphs warmed, kernels compiled: the timed run measures serving
-                warm_outputs += generate_n(prompts(opts, models.vocab, models.prompt_pool), min(8, params["max_new_tokens"]))
+                warm_outputs += generate_n(
+                    prompts(opts, models.vocab, models.prompt_pool), min(8, params["max_new_tokens"])
+                )
             result.timings["warmup_s"] = round(time.perf_counter() - tw, 2)
             result.warmup_records = {rk: len(evs) for rk, evs in read_records(rank_dir).items()}
             t1 = time.perf_counter()
@@ -362,8 +390,9 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
 
         def generate() -> None:
             try:
-                outputs.extend(engine.generate(input_ids=prompts(opts, models.vocab, models.prompt_pool),
-                                               sampling_params=params))
+                outputs.extend(
+                    engine.generate(input_ids=prompts(opts, models.vocab, models.prompt_pool), sampling_params=params)
+                )
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
             finally:
@@ -379,8 +408,9 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         t2 = time.perf_counter()
         result.tokens = [list(map(int, o.get("output_ids") or [])) for o in outputs]
         n = sum(len(t) for t in result.tokens)
-        result.timings.update(generate_s=round(t2 - t1, 2), tokens=n,
-                              tokens_per_s=round(n / (t2 - t1), 2) if t2 > t1 else None)
+        result.timings.update(
+            generate_s=round(t2 - t1, 2), tokens=n, tokens_per_s=round(n / (t2 - t1), 2) if t2 > t1 else None
+        )
         if layout not in ("nospec", "stock"):
             metrics = _read_metrics(work / "metrics")
             # the exporter counted the warm-up's cycles too: compare it with the engine's counts of every request
@@ -392,17 +422,30 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
             result.cost_profile, result.cost_mode = _cost_profile(work / "metrics")
         records = read_records(rank_dir)
         result.graphs = graph_costs(records)
-        result.memory_gb = {rk: round(e["used_bytes"] / 2**30, 3) for rk, evs in records.items() for e in evs
-                            if e.get("event") == "memory"}
+        result.memory_gb = {
+            rk: round(e["used_bytes"] / 2**30, 3)
+            for rk, evs in records.items()
+            for e in evs
+            if e.get("event") == "memory"
+        }
         if opts.measure_batches:
             from .served import measure
 
             speculative = layout != "nospec"
             tiers = (opts.candidate_steps if opts.live_steps else [opts.steps]) if speculative else [0]
-            result.served = measure(generate_n, tiers=tiers, batches=opts.measure_batches,
-                                    measure_tokens=opts.measure_tokens, vocab=models.vocab, speculative=speculative,
-                                    initial_steps=opts.steps, control=control if opts.live_steps else None,
-                                    rank_dir=rank_dir, profile=result.cost_profile, pool=models.prompt_pool)
+            result.served = measure(
+                generate_n,
+                tiers=tiers,
+                batches=opts.measure_batches,
+                measure_tokens=opts.measure_tokens,
+                vocab=models.vocab,
+                speculative=speculative,
+                initial_steps=opts.steps,
+                control=control if opts.live_steps else None,
+                rank_dir=rank_dir,
+                profile=result.cost_profile,
+                pool=models.prompt_pool,
+            )
     except Exception as e:  # noqa: BLE001 - every failure is reported, never a traceback
         import traceback
 

@@ -47,9 +47,12 @@ def put_steps(control: dict[str, Any], steps: int) -> dict:
     """PUT a one-tier step table to the pod's control API: the status and the answer's body."""
 
     body = json.dumps(StepTable.single(steps).to_json()).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{control['port']}{STEPS_PATH}", data=body, method="PUT",
-                                 headers={"Authorization": f"Bearer {control['token']}",
-                                          "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{control['port']}{STEPS_PATH}",
+        data=body,
+        method="PUT",
+        headers={"Authorization": f"Bearer {control['token']}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback control port
         return {"steps": steps, "status": r.status, "body": json.loads(r.read(65536) or b"{}")}
 
@@ -66,10 +69,21 @@ def predicted_cycle_ms(profile: dict[str, dict[str, float]], steps: int, batch: 
     return CycleCost(**cost).cycle_ms(steps, batch) if cost else None
 
 
-def measure(generate: Callable[[list[list[int]], int], list[dict]], *, tiers: list[int], batches: tuple[int, ...],
-            measure_tokens: int, vocab: int, speculative: bool, initial_steps: int | None,
-            control: dict[str, Any] | None, rank_dir: Path, profile: dict[str, dict[str, float]],
-            pool: list[list[int]] | None = None, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
+def measure(
+    generate: Callable[[list[list[int]], int], list[dict]],
+    *,
+    tiers: list[int],
+    batches: tuple[int, ...],
+    measure_tokens: int,
+    vocab: int,
+    speculative: bool,
+    initial_steps: int | None,
+    control: dict[str, Any] | None,
+    rank_dir: Path,
+    profile: dict[str, dict[str, float]],
+    pool: list[list[int]] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[dict]:
     """One row per (steps, batch): served cycle and tok/s, the probe's prediction and their ratio. Tiers are
     switched through the control API (Live pods); a static pod measures its one tier."""
     quiet = Path(rank_dir) / "quiet"
@@ -100,10 +114,14 @@ def measure(generate: Callable[[list[list[int]], int], list[dict]], *, tiers: li
                 cycles = _cycles(o2, speculative) - _cycles(o1, speculative)
                 tokens = _tokens(o2) - _tokens(o1)
                 dt = (t2 - t1) - (t1 - t0)
-                row: dict[str, Any] = {"steps": steps if speculative else 0, "batch": b, "cycles": cycles,
-                                       "served_cycle_ms": round(1000.0 * dt / cycles, 4) if cycles > 0 else None,
-                                       "tokens_per_s": round(tokens / dt, 2) if dt > 0 else None,
-                                       "accept_length": round(tokens / (b * cycles), 3) if cycles > 0 else None}
+                row: dict[str, Any] = {
+                    "steps": steps if speculative else 0,
+                    "batch": b,
+                    "cycles": cycles,
+                    "served_cycle_ms": round(1000.0 * dt / cycles, 4) if cycles > 0 else None,
+                    "tokens_per_s": round(tokens / dt, 2) if dt > 0 else None,
+                    "accept_length": round(tokens / (b * cycles), 3) if cycles > 0 else None,
+                }
                 if switch_ms is not None:
                     row["switch_latency_ms"] = switch_ms
                     switch_ms = None

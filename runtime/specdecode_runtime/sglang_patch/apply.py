@@ -69,13 +69,20 @@ def _install_split_draft(ps: PatchSet, split: SplitConfig) -> None:
     ps.wrap(f"{EW2}.EAGLEWorkerV2.__init__", draft_layout.wrap_worker_init(split, real, remote))
     ps.wrap(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", draft_layout.wrap_tier_build)
     for meth, what in draft_layout.DRAFT_ONLY_METHODS:
-        kind = (draft_layout.draft_tier if meth in draft_layout.TIER_METHODS
-                else draft_layout.draft_graphs_then_detach if meth == "init_cuda_graphs"
-                else draft_layout.draft_pool_in_group if meth == "alloc_memory_pool" else draft_layout.draft_only)
+        kind = (
+            draft_layout.draft_tier
+            if meth in draft_layout.TIER_METHODS
+            else draft_layout.draft_graphs_then_detach
+            if meth == "init_cuda_graphs"
+            else draft_layout.draft_pool_in_group
+            if meth == "alloc_memory_pool"
+            else draft_layout.draft_only
+        )
         ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", lambda orig, what=what, kind=kind: kind(orig, what))
     ps.wrap(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", draft_layout.wrap_embed)
-    ps.wrap("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.__init__",
-            draft_layout.wrap_pool_sizing)
+    ps.wrap(
+        "sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.__init__", draft_layout.wrap_pool_sizing
+    )
     ps.wrap(f"{EW2}.resolve_draft_parallel_layout", draft_layout.wrap_layout)
     ps.wrap(f"{EW2}.build_eagle_verify_input", wrap_build)
     ps.rebind_everywhere("sglang.srt.utils.common.get_available_gpu_memory", draft_layout.local_memory_probe)

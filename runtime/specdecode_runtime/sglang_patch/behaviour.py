@@ -94,20 +94,40 @@ def check_behaviour() -> list[BehaviourResult]:
 
     checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
         ("proposal widths match SGLang's tree code", _proposal_widths),
-        ("draft worker built before the target KV pool is sized",
-         lambda: _in_order(Scheduler.init_model_worker, "maybe_init_draft_worker()", "init_memory_pools()")),
-        ("target KV pool sized before the draft's",
-         lambda: _in_order(Scheduler.init_memory_pools, "init_target_memory_pool()", "draft_worker.alloc_memory_pool(")),
-        ("step tiers built after the draft's own graphs",
-         lambda: _in_order(EAGLEWorkerV2.init_cuda_graphs, "super().init_cuda_graphs()",
-                           "draft_tp_context(self._draft_worker.parallel_layout)", "init_states(")),
-        ("a tier's draft half is the re-entered methods",
-         lambda: _in_order(EAGLEWorkerV2.build_adaptive_runtime_state,
-                           *(f"self._draft_worker.{m}()" for m in TIER_METHODS), "_get_attention_backend(")),
+        (
+            "draft worker built before the target KV pool is sized",
+            lambda: _in_order(Scheduler.init_model_worker, "maybe_init_draft_worker()", "init_memory_pools()"),
+        ),
+        (
+            "target KV pool sized before the draft's",
+            lambda: _in_order(
+                Scheduler.init_memory_pools, "init_target_memory_pool()", "draft_worker.alloc_memory_pool("
+            ),
+        ),
+        (
+            "step tiers built after the draft's own graphs",
+            lambda: _in_order(
+                EAGLEWorkerV2.init_cuda_graphs,
+                "super().init_cuda_graphs()",
+                "draft_tp_context(self._draft_worker.parallel_layout)",
+                "init_states(",
+            ),
+        ),
+        (
+            "a tier's draft half is the re-entered methods",
+            lambda: _in_order(
+                EAGLEWorkerV2.build_adaptive_runtime_state,
+                *(f"self._draft_worker.{m}()" for m in TIER_METHODS),
+                "_get_attention_backend(",
+            ),
+        ),
         ("a detached draft layout swaps no TP group", _detached_layout_is_inert),
-        ("S plans the verify window from the draft cache-loc window",
-         lambda: _in_order(common.prepare_for_draft, "assign_draft_cache_locs_contiguous_func(",
-                           "target_translator.plan(")),
+        (
+            "S plans the verify window from the draft cache-loc window",
+            lambda: _in_order(
+                common.prepare_for_draft, "assign_draft_cache_locs_contiguous_func(", "target_translator.plan("
+            ),
+        ),
     ]
     out = []
     for name, fn in checks:

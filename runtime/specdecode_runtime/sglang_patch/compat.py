@@ -75,8 +75,14 @@ def _static_check(p: PatchPoint, blocked: _ImportBlocked) -> CheckResult:
     body: list[ast.stmt] = tree.body
     node: ast.AST | None = None
     for name in rest:
-        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                     and n.name == name), None)
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
+            ),
+            None,
+        )
         if node is None:
             return CheckResult(p, False, f"{name} not defined in {spec.origin} (static check)")
         body = getattr(node, "body", [])

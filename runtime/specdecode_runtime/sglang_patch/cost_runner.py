@@ -113,8 +113,9 @@ class SGLangStageRunner:
         it would measure a batch the pod never runs (``cost_probe.probe_batch`` caps at this)."""
         sizes = [getattr(getattr(self.target_runner, "eager_runner", None), "_eager_max_bs", None)]
         draft = getattr(self.worker, "_draft_worker", None)
-        sizes.append(getattr(getattr(getattr(draft, "draft_runner", None), "eager_runner", None), "_eager_max_bs",
-                             None))
+        sizes.append(
+            getattr(getattr(getattr(draft, "draft_runner", None), "eager_runner", None), "_eager_max_bs", None)
+        )
         if state.split is not None:
             sizes.append(getattr(state.split.broadcaster, "max_bs", None))
         if getattr(self, "mode", "eager") == "graph":  # above the largest graph SGLang serves eagerly: not probed
@@ -188,7 +189,9 @@ class SGLangStageRunner:
 
         layout = self.draft_worker.parallel_layout
         if state.split is not None and state.split.draft_layout is not None:
-            layout = state.split.draft_layout  # S's own layout, detached while the ready hook runs inside the tier build
+            layout = (
+                state.split.draft_layout
+            )  # S's own layout, detached while the ready hook runs inside the tier build
         with draft_tp_context(layout), speculative_moe_backend_context(), speculative_moe_a2a_backend_context():
             yield
 
@@ -252,13 +255,23 @@ class SGLangStageRunner:
         width, dtype = get_draft_recurrent_hidden_state_spec(runner)
         hidden = torch.zeros((rows, width), dtype=dtype, device=runner.device) if width is not None else None
         mode = CaptureHiddenMode.NULL if runner.spec_algorithm.is_standalone() else CaptureHiddenMode.LAST
-        spec = EagleDraftInput(topk_p=torch.ones((batch, topk), dtype=torch.float32, device=runner.device),
-                               topk_index=torch.zeros((batch, topk), dtype=torch.int64, device=runner.device),
-                               hidden_states=hidden, capture_hidden_mode=mode)
-        fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch, return_logprob=False,
-                          spec_algorithm=runner.spec_algorithm, spec_info=spec, capture_hidden_mode=mode,
-                          extend_seq_lens=torch.ones((batch,), dtype=torch.int32, device=runner.device),
-                          extend_seq_lens_cpu=[1] * batch, **slots)
+        spec = EagleDraftInput(
+            topk_p=torch.ones((batch, topk), dtype=torch.float32, device=runner.device),
+            topk_index=torch.zeros((batch, topk), dtype=torch.int64, device=runner.device),
+            hidden_states=hidden,
+            capture_hidden_mode=mode,
+        )
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.DECODE,
+            batch_size=batch,
+            return_logprob=False,
+            spec_algorithm=runner.spec_algorithm,
+            spec_info=spec,
+            capture_hidden_mode=mode,
+            extend_seq_lens=torch.ones((batch,), dtype=torch.int32, device=runner.device),
+            extend_seq_lens_cpu=[1] * batch,
+            **slots,
+        )
         translator = getattr(runner, "kv_index_translator", None)
         if translator is not None:
             translator.bind_runner_slots(fb)
@@ -304,22 +317,34 @@ class SGLangStageRunner:
             slots = self._dummy_slots(batch, rows, width)
             hidden = None
             if not runner.spec_algorithm.is_standalone():
-                hidden = torch.zeros((rows, get_draft_input_from_target_hidden_dim(runner)),
-                                     dtype=runner.model_config.dtype, device=dev)
+                hidden = torch.zeros(
+                    (rows, get_draft_input_from_target_hidden_dim(runner)), dtype=runner.model_config.dtype, device=dev
+                )
             spec = EagleDraftExtendInput(
                 hidden_states=hidden,
                 num_correct_drafts=torch.full((batch,), width - 1, dtype=torch.int32, device=dev),
                 num_accept_tokens=torch.full((batch,), width, dtype=torch.int32, device=dev),
-                num_tokens_per_req=width, num_tokens_for_logprob_per_req=width)
-            fb = self._buffers[key] = (ForwardBatch(
-                forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=batch, return_logprob=False,
-                spec_algorithm=runner.spec_algorithm, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
-                extend_num_tokens=rows,
-                extend_seq_lens=torch.full((batch,), width, dtype=torch.int32, device=dev),
-                extend_prefix_lens=torch.zeros((batch,), dtype=torch.int32, device=dev),
-                extend_start_loc=torch.arange(0, rows, width, dtype=torch.int32, device=dev),
-                extend_seq_lens_cpu=[width] * batch, extend_prefix_lens_cpu=[0] * batch, **slots),
-                torch.arange(width - 1, rows, width, dtype=torch.int64, device=dev))
+                num_tokens_per_req=width,
+                num_tokens_for_logprob_per_req=width,
+            )
+            fb = self._buffers[key] = (
+                ForwardBatch(
+                    forward_mode=ForwardMode.DRAFT_EXTEND_V2,
+                    batch_size=batch,
+                    return_logprob=False,
+                    spec_algorithm=runner.spec_algorithm,
+                    spec_info=spec,
+                    capture_hidden_mode=CaptureHiddenMode.LAST,
+                    extend_num_tokens=rows,
+                    extend_seq_lens=torch.full((batch,), width, dtype=torch.int32, device=dev),
+                    extend_prefix_lens=torch.zeros((batch,), dtype=torch.int32, device=dev),
+                    extend_start_loc=torch.arange(0, rows, width, dtype=torch.int32, device=dev),
+                    extend_seq_lens_cpu=[width] * batch,
+                    extend_prefix_lens_cpu=[0] * batch,
+                    **slots,
+                ),
+                torch.arange(width - 1, rows, width, dtype=torch.int64, device=dev),
+            )
         fb, select = fb
         fb.forward_metadata_ready = False  # the runner plans the extend on the tier's backend, as the eager path does
         running = runner.attn_backend
@@ -344,10 +369,11 @@ class SGLangStageRunner:
         dw = self.draft_worker
         from types import SimpleNamespace
 
-        return SimpleNamespace(target_graph_runner=getattr(self.target_runner, "decode_cuda_graph_runner", None),
-                               cuda_graph_runner=getattr(dw, "cuda_graph_runner", None),
-                               cuda_graph_runner_for_draft_extend=getattr(dw, "cuda_graph_runner_for_draft_extend",
-                                                                          None))
+        return SimpleNamespace(
+            target_graph_runner=getattr(self.target_runner, "decode_cuda_graph_runner", None),
+            cuda_graph_runner=getattr(dw, "cuda_graph_runner", None),
+            cuda_graph_runner_for_draft_extend=getattr(dw, "cuda_graph_runner_for_draft_extend", None),
+        )
 
     def _replay(self, runner: Any, what: str, batch: int, tokens_per_req: int = 1) -> None:
         """One replay of ``runner``'s graph at the smallest captured size that holds ``batch`` (what serving pads
@@ -356,8 +382,9 @@ class SGLangStageRunner:
         keys = _graph_keys(runner)
         fits = [k for k in keys if k.size >= size]
         if not fits:
-            raise StageUnavailable(f"no {what} graph holds batch {batch} (captured sizes "
-                                   f"{sorted({k.size for k in keys})})")
+            raise StageUnavailable(
+                f"no {what} graph holds batch {batch} (captured sizes {sorted({k.size for k in keys})})"
+            )
         key = min(fits, key=lambda k: k.size)
         runner.backend.replay(key, None)
 
@@ -407,10 +434,20 @@ class SGLangStageRunner:
                 top_ps=torch.ones((batch,), dtype=torch.float, device=dev),
                 top_ks=torch.ones((batch,), dtype=torch.int32, device=dev),
                 min_ps=torch.zeros((batch,), dtype=torch.float, device=dev),
-                is_all_greedy=True, is_any_greedy=True, need_top_p_sampling=False, need_top_k_sampling=False,
-                need_min_p_sampling=False, vocab_size=vocab)
-            fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch, return_logprob=False,
-                              sampling_info=info, **self._dummy_slots(batch, batch, 1))
+                is_all_greedy=True,
+                is_any_greedy=True,
+                need_top_p_sampling=False,
+                need_top_k_sampling=False,
+                need_min_p_sampling=False,
+                vocab_size=vocab,
+            )
+            fb = ForwardBatch(
+                forward_mode=ForwardMode.DECODE,
+                batch_size=batch,
+                return_logprob=False,
+                sampling_info=info,
+                **self._dummy_slots(batch, batch, 1),
+            )
             got = self._buffers[key] = (fb, torch.zeros((batch, vocab), dtype=torch.float32, device=dev))
         fb, logits = got
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -431,9 +468,13 @@ class SGLangStageRunner:
             split.broadcaster.broadcast(batch, layout=layout)
             return
         zeros = lambda cols: torch.zeros((batch, cols), dtype=torch.int64, device=split.broadcaster.device)  # noqa: E731
-        split.broadcaster.broadcast(batch, zeros(layout.token_cols),
-                                    zeros(layout.parent_cols) if layout.topk > 1 else None,
-                                    zeros(layout.score_cols) if layout.topk > 1 else None, layout=layout)
+        split.broadcaster.broadcast(
+            batch,
+            zeros(layout.token_cols),
+            zeros(layout.parent_cols) if layout.topk > 1 else None,
+            zeros(layout.score_cols) if layout.topk > 1 else None,
+            layout=layout,
+        )
 
     def close(self) -> None:
         """Drop the dummy batches and buffers once the probe is done (the runner outlives it in the engine)."""
@@ -443,13 +484,21 @@ class SGLangStageRunner:
     def __call__(self, stage: str, steps: int, batch: int) -> None:
         steps, batch = int(steps), int(batch)
         if self.mode == "graph":
-            run = {"verify": lambda: self._graph_verify(steps, batch), "draft": lambda: self._graph_draft(steps, batch),
-                   "draft_extend": lambda: self._graph_draft_extend(steps, batch),
-                   "overhead": lambda: self._overhead(batch), "broadcast": lambda: self._broadcast(steps, batch)}.get(stage)
+            run = {
+                "verify": lambda: self._graph_verify(steps, batch),
+                "draft": lambda: self._graph_draft(steps, batch),
+                "draft_extend": lambda: self._graph_draft_extend(steps, batch),
+                "overhead": lambda: self._overhead(batch),
+                "broadcast": lambda: self._broadcast(steps, batch),
+            }.get(stage)
         else:
-            run = {"verify": lambda: self._verify(steps, batch), "draft_step": lambda: self._draft_step(batch),
-                   "draft_extend": lambda: self._draft_extend(steps, batch), "overhead": lambda: self._overhead(batch),
-                   "broadcast": lambda: self._broadcast(steps, batch)}.get(stage)
+            run = {
+                "verify": lambda: self._verify(steps, batch),
+                "draft_step": lambda: self._draft_step(batch),
+                "draft_extend": lambda: self._draft_extend(steps, batch),
+                "overhead": lambda: self._overhead(batch),
+                "broadcast": lambda: self._broadcast(steps, batch),
+            }.get(stage)
         if run is None:
             raise StageUnavailable(f"unknown stage {stage!r}; the SGLang runner measures {', '.join(SUPPORTED_STAGES)}")
         try:
@@ -460,8 +509,9 @@ class SGLangStageRunner:
             import traceback
 
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            raise RuntimeError(f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} "
-                               f"in {where.name})") from exc
+            raise RuntimeError(
+                f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} in {where.name})"
+            ) from exc
 
 
 def _graph_keys(runner: Any) -> list:
@@ -470,8 +520,14 @@ def _graph_keys(runner: Any) -> list:
     graphs = getattr(getattr(runner, "backend", None), "_graphs", None)
     if not isinstance(graphs, dict):
         return []
-    return [k for k in graphs if getattr(k, "size", None) is not None and getattr(k, "stream_idx", None) is None
-            and getattr(k, "variant_label", None) is None and getattr(k, "attention_variant", None) is None]
+    return [
+        k
+        for k in graphs
+        if getattr(k, "size", None) is not None
+        and getattr(k, "stream_idx", None) is None
+        and getattr(k, "variant_label", None) is None
+        and getattr(k, "attention_variant", None) is None
+    ]
 
 
 def _graph_sizes(runner: Any) -> list[int]:

@@ -46,8 +46,11 @@ class CycleClock:
             return {}
         vs = stamp.t_verify_start if stamp.t_verify_start is not None else stamp.t_end
         ve = stamp.t_verify_end if stamp.t_verify_end is not None else vs
-        launch = {"draft": max(vs - stamp.t_start, 0.0), "verify": max(ve - vs, 0.0),
-                  "draft_extend": max(stamp.t_end - ve, 0.0)}
+        launch = {
+            "draft": max(vs - stamp.t_start, 0.0),
+            "verify": max(ve - vs, 0.0),
+            "draft_extend": max(stamp.t_end - ve, 0.0),
+        }
         busy = done - (stamp.t_start if prev is None else max(stamp.t_start, prev))
         launch["other"] = max(busy - sum(launch.values()), 0.0)
         return launch

@@ -119,8 +119,9 @@ def draft_graphs_then_detach(orig: Callable, what: str) -> Callable:
             from sglang.srt.runtime_context import get_parallel
 
             st.draft_layout = self.parallel_layout
-            self.parallel_layout = msgspec.structs.replace(self.parallel_layout, tp_group=None,
-                                                           attn_tp_size=get_parallel().attn_tp_size)
+            self.parallel_layout = msgspec.structs.replace(
+                self.parallel_layout, tp_group=None, attn_tp_size=get_parallel().attn_tp_size
+            )
         return out
 
     return method
@@ -179,8 +180,12 @@ def wrap_worker_init(split: SplitConfig, real_draft_worker: type, remote_draft_w
                 else (None, None)
             )
             gather_shared_vocab(self, state.split)
-            logger.info("specdecode: draft on ranks %s of %s (this rank %s S)", groups.placement.draft_ranks,
-                        groups.placement.target_ranks, "in" if groups.in_draft else "outside")
+            logger.info(
+                "specdecode: draft on ranks %s of %s (this rank %s S)",
+                groups.placement.draft_ranks,
+                groups.placement.target_ranks,
+                "in" if groups.in_draft else "outside",
+            )
 
         return __init__
 
@@ -226,8 +231,10 @@ def gather_shared_vocab(worker: Any, st: _SplitState) -> None:
     st.gathered = (gathered[0], gathered[1])
     st.head_gathered = bool(use_head)
     gc.collect()  # the all-gather's per-rank parts are temporaries: gone before the KV pool is profiled
-    logger.info("specdecode: target vocab gathered for the draft (embedding%s) before KV-pool sizing",
-                " and head" if use_head else "; the draft has its own head")
+    logger.info(
+        "specdecode: target vocab gathered for the draft (embedding%s) before KV-pool sizing",
+        " and head" if use_head else "; the draft has its own head",
+    )
 
 
 def wrap_pool_sizing(orig):
@@ -245,8 +252,11 @@ def wrap_pool_sizing(orig):
         extra = draft_pool_extra_bytes_per_token(self, kvc, st.groups.placement.draft_tp)
         if extra > 0:
             self._cell_size += extra
-            logger.info("specdecode: KV cell size +%d B/token for the draft pool at TP %d on S",
-                        extra, st.groups.placement.draft_tp)
+            logger.info(
+                "specdecode: KV cell size +%d B/token for the draft pool at TP %d on S",
+                extra,
+                st.groups.placement.draft_tp,
+            )
 
     return __init__
 
@@ -285,8 +295,10 @@ def wrap_embed(orig):
         embed, head = st.gathered
         import torch
 
-        return (torch.nn.Parameter(embed, requires_grad=False) if embed is not None else None,
-                torch.nn.Parameter(head, requires_grad=False) if head is not None else None)
+        return (
+            torch.nn.Parameter(embed, requires_grad=False) if embed is not None else None,
+            torch.nn.Parameter(head, requires_grad=False) if head is not None else None,
+        )
 
     return _resolve_shared_embed_and_head
 
@@ -336,18 +348,34 @@ def create_groups(split: SplitConfig, target_worker: Any):
     tp = par.tp_group
     target_ranks = tuple(tp.ranks)
     # S is decided on the first TP rank alone and broadcast: a rank whose nvidia-smi failed must not choose another S.
-    local = decide_draft_ranks(len(target_ranks), split.draft_tp, split.draft_ranks, group=tp.cpu_group,
-                               src=target_ranks[0], detect=detect_topology if split.use_topology else (lambda: None))
+    local = decide_draft_ranks(
+        len(target_ranks),
+        split.draft_tp,
+        split.draft_ranks,
+        group=tp.cpu_group,
+        src=target_ranks[0],
+        detect=detect_topology if split.use_topology else (lambda: None),
+    )
     placement = DraftPlacement.from_tp_ranks(target_ranks, local)
     blocks = [list(b) for b in DraftGroups.partition(placement)]
     backend = dist.get_backend(tp.device_group)
     coordinator = init_model_parallel_group(
-        blocks, tp.local_rank, backend, use_pynccl=placement.draft_tp > 1 and backend == "nccl",
-        use_message_queue_broadcaster=False, group_name="specdecode_draft",
+        blocks,
+        tp.local_rank,
+        backend,
+        use_pynccl=placement.draft_tp > 1 and backend == "nccl",
+        use_message_queue_broadcaster=False,
+        group_name="specdecode_draft",
     )
     bcast = dist.new_group(ranks=list(target_ranks), backend=backend)
-    groups = DraftGroups(placement=placement, rank=dist.get_rank(), draft_group=coordinator, bcast_group=bcast,
-                         draft_backend=backend, bcast_backend=backend)
+    groups = DraftGroups(
+        placement=placement,
+        rank=dist.get_rank(),
+        draft_group=coordinator,
+        bcast_group=bcast,
+        draft_backend=backend,
+        bcast_backend=backend,
+    )
     from sglang.srt.runtime_context import get_exec, get_schedule, get_spec
 
     graph_max = getattr(getattr(get_exec().graph, "cuda_graph_config", None), "decode", None)
@@ -358,9 +386,13 @@ def create_groups(split: SplitConfig, target_worker: Any):
         from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
 
         steps = max([steps, *resolve_candidate_steps_from_config(spec.speculative_adaptive_config)])
-    widest = ProposalLayout(max(steps, 1), spec.speculative_eagle_topk,
-                            max(spec.speculative_num_draft_tokens, steps + 1) if spec.speculative_eagle_topk == 1
-                            else spec.speculative_num_draft_tokens)
+    widest = ProposalLayout(
+        max(steps, 1),
+        spec.speculative_eagle_topk,
+        max(spec.speculative_num_draft_tokens, steps + 1)
+        if spec.speculative_eagle_topk == 1
+        else spec.speculative_num_draft_tokens,
+    )
     device = tp.device if hasattr(tp, "device") else torch.device("cuda", torch.cuda.current_device())
     bcaster = ProposalBroadcaster(groups, widest, max_bs=max_bs, device=device)
     return groups, bcaster

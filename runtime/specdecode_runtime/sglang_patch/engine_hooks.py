@@ -72,8 +72,7 @@ def wrap_forward(orig):
     from .cycle_clock import CycleStamp
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
-        decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) \
-            and not batch.forward_mode.is_idle()
+        decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) and not batch.forward_mode.is_idle()
         if state.verify_cb is None or not decode:
             return orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
         stamp = state.cycle = CycleStamp(t_start=_time.perf_counter())
@@ -161,5 +160,8 @@ def install_engine_hooks(ps: PatchSet) -> None:
     ps.wrap(f"{EW2}.EAGLEWorkerV2.verify", wrap_verify_launch)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", wrap_ready)
     ps.wrap("sglang.srt.managers.scheduler.Scheduler.ingest_requests", wrap_ingest)
-    ps.wrap("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
-            "._resolve_spec_v2_tokens", wrap_resolve)
+    ps.wrap(
+        "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+        "._resolve_spec_v2_tokens",
+        wrap_resolve,
+    )

@@ -59,4 +59,3 @@ cycle: Any = None  # CycleStamp of the decode cycle being launched (between forw
 result_cycle: Any = None  # CycleStamp of the result being processed (inside _resolve_spec_v2_tokens)
 clock: Any = None  # cycle_clock.CycleClock, one per process
 original_build_verify_input: Callable | None = None  # SGLang's build_eagle_verify_input, before the rebind
-

@@ -113,9 +113,17 @@ def _make_remote_draft_worker_cls() -> type:
                 if batch.seq_lens_sum is None and batch.seq_lens_cpu is not None:
                     batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
             verify_input = state.original_build_verify_input(
-                batch, draft_input, parents, scores, tokens, None,
-                target_worker=self.target_worker, topk=self.topk, num_steps=self.speculative_num_steps,
-                num_draft_tokens=self.speculative_num_draft_tokens, tree_mask_mode=self.tree_mask_mode,
+                batch,
+                draft_input,
+                parents,
+                scores,
+                tokens,
+                None,
+                target_worker=self.target_worker,
+                topk=self.topk,
+                num_steps=self.speculative_num_steps,
+                num_draft_tokens=self.speculative_num_draft_tokens,
+                tree_mask_mode=self.tree_mask_mode,
                 device=self.device,
             )
             if kv_loc_plan is not None:  # as EagleDraftWorker.draft does with the plan prepare_for_draft made
@@ -138,19 +146,35 @@ def _make_remote_draft_worker_cls() -> type:
                 return None
             window = torch.empty((batch.seq_lens.shape[0] * n,), dtype=torch.int64, device=batch.device)
             common.assign_draft_cache_locs_contiguous_func(
-                batch.req_pool_indices, self.req_to_token_pool.req_to_token, batch.seq_lens, window, 1, n,
-                positions=None, mrope=None,
+                batch.req_pool_indices,
+                self.req_to_token_pool.req_to_token,
+                batch.seq_lens,
+                window,
+                1,
+                n,
+                positions=None,
+                mrope=None,
             )
-            return translator.plan(req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens,
-                                   seq_lens_cpu=batch.seq_lens_cpu, write_virtual=window, read_extent=n)
+            return translator.plan(
+                req_pool_indices=batch.req_pool_indices,
+                seq_lens=batch.seq_lens,
+                seq_lens_cpu=batch.seq_lens_cpu,
+                write_virtual=window,
+                read_extent=n,
+            )
 
-        def _draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None,
-                                      kv_loc_plan=None):
+        def _draft_extend_for_prefill(
+            self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None, kv_loc_plan=None
+        ):
             bs = next_token_ids.shape[0]
             topk_p, topk_index, hs = self._placeholders(bs)
             return EagleDraftInput(
-                topk_p=topk_p, topk_index=topk_index, hidden_states=hs, bonus_tokens=next_token_ids,
-                num_tokens_per_req=1, num_tokens_for_logprob_per_req=1,
+                topk_p=topk_p,
+                topk_index=topk_index,
+                hidden_states=hs,
+                bonus_tokens=next_token_ids,
+                num_tokens_per_req=1,
+                num_tokens_for_logprob_per_req=1,
             )
 
         def _draft_extend_for_decode(self, batch, batch_result, *, kv_loc_plan=None):

@@ -12,8 +12,7 @@ from . import process_state as state
 
 
 def wrap_build(orig):
-    def build_eagle_verify_input(batch, draft_input, parent_list, top_scores_index, draft_tokens, draft_probs,
-                                 **kw):
+    def build_eagle_verify_input(batch, draft_input, parent_list, top_scores_index, draft_tokens, draft_probs, **kw):
         st = state.split
         if st is None or batch.forward_mode.is_idle():
             return orig(batch, draft_input, parent_list, top_scores_index, draft_tokens, draft_probs, **kw)
@@ -23,7 +22,10 @@ def wrap_build(orig):
         layout = ProposalLayout(kw["num_steps"], topk, kw["num_draft_tokens"])
         bs = batch.seq_lens.shape[0]
         tokens, p, s = st.broadcaster.broadcast(
-            bs, draft_tokens, parent_list if topk > 1 else None, top_scores_index if topk > 1 else None,
+            bs,
+            draft_tokens,
+            parent_list if topk > 1 else None,
+            top_scores_index if topk > 1 else None,
             layout=layout,
         )
         if topk > 1:

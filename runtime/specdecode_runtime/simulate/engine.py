@@ -60,8 +60,14 @@ class _PhaseArrays:
 class SimEngine:
     """See docs/scenarios.md. Steps 0 means plain decoding (no speculation); that is also the initial table."""
 
-    def __init__(self, scenario: Scenario, seed: int | None = None, draft_tp: int | None = None,
-                 probe_bias: float | None = DEFAULT_BIAS, probe_noise: float = DEFAULT_NOISE) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int | None = None,
+        draft_tp: int | None = None,
+        probe_bias: float | None = DEFAULT_BIAS,
+        probe_noise: float = DEFAULT_NOISE,
+    ) -> None:
         """``probe_bias``/``probe_noise``: the start-up cost probe's systematic error per stage and noise per sample
         (simulate/probe.py); ``probe_bias=None`` serves no probe (a runtime without one)."""
         self.scenario = scenario
@@ -99,14 +105,23 @@ class SimEngine:
 
     def _new_metrics(self) -> None:
         self.registry = CollectorRegistry()
-        self.metrics = SpecMetrics(self.registry, buckets=self.scenario.buckets, const_labels=SIMULATED_LABELS,
-                                   max_positions=64)
+        self.metrics = SpecMetrics(
+            self.registry, buckets=self.scenario.buckets, const_labels=SIMULATED_LABELS, max_positions=64
+        )
         labels = tuple(SIMULATED_LABELS)
-        self._accept_length = Gauge("sglang:spec_accept_length", "Simulated: mean accepted tokens per request per "
-                                    f"verify over the last {WINDOW_CYCLES} cycles (bonus included)", labels,
-                                    registry=self.registry).labels(*SIMULATED_LABELS.values())
-        self._gen_throughput = Gauge("sglang:gen_throughput", f"Simulated: tokens/s over the last {WINDOW_CYCLES} "
-                                     "cycles", labels, registry=self.registry).labels(*SIMULATED_LABELS.values())
+        self._accept_length = Gauge(
+            "sglang:spec_accept_length",
+            "Simulated: mean accepted tokens per request per "
+            f"verify over the last {WINDOW_CYCLES} cycles (bonus included)",
+            labels,
+            registry=self.registry,
+        ).labels(*SIMULATED_LABELS.values())
+        self._gen_throughput = Gauge(
+            "sglang:gen_throughput",
+            f"Simulated: tokens/s over the last {WINDOW_CYCLES} cycles",
+            labels,
+            registry=self.registry,
+        ).labels(*SIMULATED_LABELS.values())
         self.metrics.set_draft_tp(self.draft_tp or (self.scenario.draft_tp.current if self.scenario.draft_tp else 0))
 
     @property
@@ -125,8 +140,14 @@ class SimEngine:
         # Its own stream (seed, restarts): the probe must not shift the batch and acceptance draws, which policies
         # compared on one seed share.
         seed = np.random.SeedSequence([self.seed, 7919, self.restarts])
-        self.probe_points = simulated_probe(self.cost, self._candidates, self.scenario.buckets,
-                                            int(seed.generate_state(1)[0]), self.probe_bias, self.probe_noise)
+        self.probe_points = simulated_probe(
+            self.cost,
+            self._candidates,
+            self.scenario.buckets,
+            int(seed.generate_state(1)[0]),
+            self.probe_bias,
+            self.probe_noise,
+        )
         for p in self.probe_points:
             self.metrics.set_cost(p.stage, p.steps, p.bucket, p.batch, p.seconds)
 
@@ -223,8 +244,11 @@ class SimEngine:
         steps = self._steps_for(batch)
         b = batch.astype(float)
         spec = steps > 0
-        verify = np.where(spec, cost.verify_base + cost.verify_per_token * b * (steps + 1),
-                          cost.verify_base + cost.verify_per_token * b)
+        verify = np.where(
+            spec,
+            cost.verify_base + cost.verify_per_token * b * (steps + 1),
+            cost.verify_base + cost.verify_per_token * b,
+        )
         draft = steps * (cost.draft_base + cost.draft_per_seq * b)
         extend = np.where(spec, cost.extend_base + cost.extend_per_token * b * (steps + 1), 0.0)
         other = np.where(spec, cost.overhead + cost.broadcast, cost.overhead)

@@ -22,8 +22,9 @@ DEFAULT_NOISE = 0.05
 class SimulatedStages:
     """A ``run_step`` callable and a clock: running a stage advances the clock by its biased, noisy duration."""
 
-    def __init__(self, cost: CycleCost, rng: np.random.Generator, bias: float = DEFAULT_BIAS,
-                 noise: float = DEFAULT_NOISE) -> None:
+    def __init__(
+        self, cost: CycleCost, rng: np.random.Generator, bias: float = DEFAULT_BIAS, noise: float = DEFAULT_NOISE
+    ) -> None:
         if not 0 <= bias < 1:
             raise ValueError(f"bias must be within 0..1 (relative systematic error per stage), got {bias}")
         if noise < 0:
@@ -56,9 +57,9 @@ class SimulatedStages:
         return self.t
 
 
-def simulated_probe(cost: CycleCost, captured, buckets, seed: int, bias: float = DEFAULT_BIAS,
-                    noise: float = DEFAULT_NOISE) -> list[ProbePoint]:
+def simulated_probe(
+    cost: CycleCost, captured, buckets, seed: int, bias: float = DEFAULT_BIAS, noise: float = DEFAULT_NOISE
+) -> list[ProbePoint]:
     """The points a pod with this true cost would measure at start-up (its own error drawn from ``seed``)."""
     stages = SimulatedStages(cost, np.random.default_rng(seed), bias, noise)
-    return run_probe(stages.run, captured, buckets, split_draft=cost.broadcast > 0, clock=stages.clock,
-                     budget_s=0.0)
+    return run_probe(stages.run, captured, buckets, split_draft=cost.broadcast > 0, clock=stages.clock, budget_s=0.0)

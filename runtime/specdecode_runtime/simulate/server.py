@@ -40,8 +40,14 @@ class EngineSink:
         return {"appliedAtSimSeconds": round(self.engine.now, 6), "simulated": True}
 
 
-def create_app(engine: SimEngine, candidates: Sequence[int], token_file: str | None, speed: float = 1.0,
-               tick: float = 0.05, model: str = "simulated") -> web.Application:
+def create_app(
+    engine: SimEngine,
+    candidates: Sequence[int],
+    token_file: str | None,
+    speed: float = 1.0,
+    tick: float = 0.05,
+    model: str = "simulated",
+) -> web.Application:
     if speed <= 0:
         raise ValueError(f"speed must be > 0 (simulated seconds per wall second), got {speed}")
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -52,18 +58,27 @@ def create_app(engine: SimEngine, candidates: Sequence[int], token_file: str | N
         return web.Response(text="")
 
     async def model_info(_: web.Request) -> web.Response:
-        return web.json_response({"model_path": model, "is_generation": True, "simulated": True,
-                                  "scenario": engine.scenario.name})
+        return web.json_response(
+            {"model_path": model, "is_generation": True, "simulated": True, "scenario": engine.scenario.name}
+        )
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=engine.metrics_text().encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def sim_status(_: web.Request) -> web.Response:
-        return web.json_response({
-            "simulated": True, "scenario": engine.scenario.name, "simSeconds": engine.now,
-            "phase": engine.phase_index, "phaseName": engine.phase.name, "finished": engine.finished,
-            "tokensTotal": engine.tokens_total, "cycles": engine.cycles_total, "speed": speed,
-        })
+        return web.json_response(
+            {
+                "simulated": True,
+                "scenario": engine.scenario.name,
+                "simSeconds": engine.now,
+                "phase": engine.phase_index,
+                "phaseName": engine.phase.name,
+                "finished": engine.finished,
+                "tokensTotal": engine.tokens_total,
+                "cycles": engine.cycles_total,
+                "speed": speed,
+            }
+        )
 
     async def clock(app: web.Application):
         async def run() -> None:

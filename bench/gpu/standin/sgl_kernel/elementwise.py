@@ -4,7 +4,6 @@ Signatures, in-place semantics and argument checks follow the real ``sgl_kernel.
 float32 and is cast back once, as the real kernels do. ``enable_pdl`` is accepted and ignored (it is a launch hint).
 """
 
-
 import torch
 import torch.nn.functional as F
 

@@ -4,14 +4,15 @@ Both return float32 probabilities, as the real ops do, and accept either one thr
 per row.
 """
 
-
 import torch
 
 
 def _per_row(value: torch.Tensor | int | float, rows: int, dtype, device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
-        return value.to(device=device, dtype=dtype).reshape(-1).expand(rows) if value.numel() == 1 else value.to(
-            device=device, dtype=dtype
+        return (
+            value.to(device=device, dtype=dtype).reshape(-1).expand(rows)
+            if value.numel() == 1
+            else value.to(device=device, dtype=dtype)
         )
     return torch.full((rows,), value, dtype=dtype, device=device)
 
