@@ -20,8 +20,8 @@ import sys
 
 from aiohttp import web
 
+from specdecode_runtime.contract.capabilities import step_candidates
 from specdecode_runtime.contract.config import RuntimeConfig
-from specdecode_runtime.contract.derived import captured_steps
 from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.contract.step_table import StepTable
 from specdecode_runtime.simulate.engine import SimEngine
@@ -35,7 +35,7 @@ async def serve(args: argparse.Namespace) -> None:
         pathlib.Path(os.environ[METRICS_DIR_ENV]).mkdir(parents=True, exist_ok=True)
     cfg = RuntimeConfig.from_yaml(pathlib.Path(args.config).read_text())
     engine = SimEngine(load_scenario(args.scenario), seed=0, draft_tp=cfg.draft.tensor_parallel_size)
-    app = create_app(engine, captured_steps(cfg), args.token_file, speed=args.speed, model=cfg.target.model)
+    app = create_app(engine, step_candidates(cfg), args.token_file, speed=args.speed, model=cfg.target.model)
     engine.set_step_table(StepTable.single(cfg.speculative.num_steps))
     runner = web.AppRunner(app, access_log=logging.getLogger("aiohttp.access"), access_log_format="%r %s")
     await runner.setup()

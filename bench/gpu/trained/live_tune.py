@@ -205,6 +205,8 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
     elif a.server == "live":
         import yaml
 
+        from specdecode_runtime.contract.capabilities import autotune_steps
+
         token = secrets.token_urlsafe(24)
         token_file = work / "control-token"
         token_file.write_text(token)
@@ -217,7 +219,8 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
             "speculative": {
                 "numSteps": a.initial_steps,
                 "eagleTopK": 1,
-                "candidateSteps": LIVE_TIERS,
+                # the tiers the operator renders for Live 1..7 (steps 0 included), not a hand-made list
+                "candidateSteps": autotune_steps("Live", 1, 7, a.initial_steps)[1],
                 "autotune": {"mode": "Live", "minSteps": 1, "maxSteps": 7},
             },
             "nccl": {"profile": "None", "preflight": False},

@@ -201,6 +201,14 @@ def markdown(s: dict) -> str:
             + " | ".join(f"{c}x" if c != "-" else c for c in cells)
             + " |"
         )
+    if s["refused"]:
+        steps_refused = sorted({k.split("_k")[1] for k in s["refused"]})
+        out += [
+            "",
+            f"Not measured: steps {', '.join(steps_refused)}, refused by the pod "
+            f"({next(iter(s['refused'].values()))[:160]}): the run's runtime.yaml listed the tiers 1..7 without the "
+            "steps-0 tier the operator renders for Live; `live_tune.py` now takes the tiers from the contract.",
+        ]
     out += [
         "",
         "## The operator's tuner driving the pod (Live) vs the best static step count",
