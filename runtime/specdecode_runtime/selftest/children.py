@@ -43,6 +43,9 @@ class ChildWatch:
         self._thread = threading.Thread(target=self._run, name="selftest-child-watch", daemon=True)
 
     def start(self) -> ChildWatch:
+        # The children alive now are known before the first poll: one that dies within the first ``poll_s`` (a
+        # scheduler failing on an import) would otherwise never have been seen alive, and never be reported.
+        self.dead()
         self._thread.start()
         return self
 
