@@ -226,9 +226,9 @@ def test_a_child_that_dies_is_reported_with_its_exit_code_and_last_log_lines(tmp
     (tmp_path / "rank0.log").write_text("".join(f"line {i}\n" for i in range(40)) + "ModuleNotFoundError: cutlass\n")
     reports: list[str] = []
     ctx = multiprocessing.get_context("spawn")
+    watch = ChildWatch(tmp_path, reports.append).start()  # as the self-test does: the watch first, then the engine
     child = ctx.Process(target=_die, args=(3,), name="scheduler_TP0")
     child.start()
-    watch = ChildWatch(tmp_path, reports.append).start()
     # Timed from the child's death, not from its start: a spawned child first imports this module in a fresh
     # interpreter, which takes seconds on a busy machine and is not what the watch is answerable for.
     died = reported = None
@@ -252,15 +252,29 @@ def test_a_child_that_dies_before_the_first_poll_is_still_reported(tmp_path):
     from specdecode_runtime.selftest.children import ChildWatch
 
     reports: list[str] = []
+    watch = ChildWatch(tmp_path, reports.append, poll_s=2.0).start()  # first poll 2 s after start; death at ~0.3 s
     child = multiprocessing.get_context("fork").Process(target=_die, args=(5,), name="scheduler_TP1")
     child.start()
-    watch = ChildWatch(tmp_path, reports.append, poll_s=2.0).start()  # first poll 2 s after start; death at ~0.3 s
-    child.join(timeout=30)
     deadline = time.monotonic() + 2.0 + 5.0  # one poll period, 5 s slack for a busy machine
     while not reports and time.monotonic() < deadline:
         time.sleep(0.05)
     watch.stop()
     assert reports and "scheduler_TP1" in reports[0] and "exited with code 5" in reports[0]
+
+
+def test_children_alive_before_the_watch_started_are_not_reported(tmp_path):
+    """A previous engine's children, still shutting down when the next layout starts, are not this engine's."""
+    from specdecode_runtime.selftest.children import ChildWatch
+
+    old = multiprocessing.get_context("fork").Process(target=_die, args=(9,), name="previous_engine")
+    old.start()
+    reports: list[str] = []
+    watch = ChildWatch(tmp_path, reports.append, poll_s=0.05).start()
+    while old.exitcode is None:
+        time.sleep(0.02)
+    time.sleep(0.3)  # six polls after its death
+    watch.stop()
+    assert reports == []
 
 
 def test_a_stopped_watch_stays_quiet(tmp_path):

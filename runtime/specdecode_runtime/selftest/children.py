@@ -40,12 +40,13 @@ class ChildWatch:
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._seen: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._ignored: set[int] = set()
         self._thread = threading.Thread(target=self._run, name="selftest-child-watch", daemon=True)
 
     def start(self) -> ChildWatch:
-        # The children alive now are known before the first poll: one that dies within the first ``poll_s`` (a
-        # scheduler failing on an import) would otherwise never have been seen alive, and never be reported.
-        self.dead()
+        # Children alive now are not the ones to watch (a previous engine's, still shutting down): only children
+        # started after this call are reported.
+        self._ignored = {p.pid for p in multiprocessing.active_children() if p.pid is not None}
         self._thread.start()
         return self
 
@@ -53,10 +54,15 @@ class ChildWatch:
         self._stop.set()
 
     def dead(self) -> list[multiprocessing.process.BaseProcess]:
-        """Children seen alive before that are no longer alive (``active_children`` reaps them)."""
+        """Children seen before that are no longer alive (``active_children`` reaps them). Every child this process
+        started and has not reaped yet counts as seen, dead or alive: one that dies between two polls (a scheduler
+        failing on an import within ``poll_s``) would otherwise be reaped before it was ever seen, and never
+        reported. multiprocessing keeps that set in ``multiprocessing.process._children`` (CPython 3.8-3.13)."""
+        started = list(getattr(multiprocessing.process, "_children", ()))
+        self._seen.update({p.pid: p for p in started if p.pid is not None and p.pid not in self._ignored})
         alive = {p.pid: p for p in multiprocessing.active_children() if p.pid is not None}
         gone = [p for pid, p in self._seen.items() if pid not in alive]
-        self._seen.update(alive)
+        self._seen.update({pid: p for pid, p in alive.items() if pid not in self._ignored})
         for p in gone:
             if p.pid is not None:
                 self._seen.pop(p.pid, None)
