@@ -671,6 +671,18 @@ def test_managed_flags_pattern_refuses_each_managed_flag_and_only_those():
         assert validate_object(with_("spec.runtime.extraArgs", [flag])) == [], flag
 
 
+def test_every_spelling_of_every_contract_managed_flag_is_refused_in_extra_args():
+    """The CRD's pattern is built from the runtime contract's one list: each flag and alias the runtime sets is
+    refused, bare and with a value, and a flag that merely starts like one is not."""
+    from specdecode_runtime.contract.server_args import MANAGED_FLAG_ALIASES, MANAGED_FLAG_FAMILY, MANAGED_FLAGS
+
+    for flag in (*MANAGED_FLAGS, *MANAGED_FLAG_ALIASES):
+        for arg in (flag, f"{flag}=1"):
+            assert paths(validate_object(with_("spec.runtime.extraArgs", [arg]))) == ["spec.runtime.extraArgs"], arg
+        if not flag.startswith(MANAGED_FLAG_FAMILY):  # the whole speculative family is refused
+            assert validate_object(with_("spec.runtime.extraArgs", [f"{flag}x"])) == [], flag
+
+
 # ---------------------------------------------------------------- parse
 
 

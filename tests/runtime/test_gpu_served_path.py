@@ -133,6 +133,8 @@ def test_ragged_verify_graphs_are_keyed_by_tokens():
         ("cuda-graph-max-bs=32", "did you mean --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
         ("tp-size=2", "set by the self-test"),
         ("--speculative-num-steps=4", "set by the self-test"),  # KEY may keep its dashes (--sglang-arg=--KEY=V)
+        ("tensor-parallel-size=2", "set by the self-test"),  # another spelling of --tp-size
+        ("model=/x", "set by the self-test"),
         ("disable-cuda-graph=1", "is a switch and takes no value"),
         ("attention-backend", "takes a value"),
         ("=x", "expected KEY[=VALUE]"),

@@ -10,30 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdecode_runtime.contract import model_source as ms
+from specdecode_runtime.contract.server_args import extra_args_pattern
 
-# Flags the operator derives from typed fields; passing them through extraArgs would silently fight the spec.
-MANAGED_FLAGS = (
-    "model-path",
-    "model",
-    "tp-size",
-    "tensor-parallel-size",
-    "tp",
-    "port",
-    "host",
-    "nnodes",
-    "node-rank",
-    "dist-init-addr",
-    "quantization",
-    "context-length",
-    "speculative-algorithm",
-    "speculative-draft-model-path",
-    "speculative-num-steps",
-    "speculative-eagle-topk",
-    "speculative-num-draft-tokens",
-    "speculative-.*",
-    "enable-metrics",
-)
-MANAGED_FLAGS_REGEX = "^--(" + "|".join(MANAGED_FLAGS) + ")(=.*)?$"
+# Flags the runtime sets from typed fields (one list, in the contract): extraArgs may not set them again.
+MANAGED_FLAGS_REGEX = extra_args_pattern()
 NAME_MAX = 47  # children append up to 16 characters ("-control-token") and must stay valid DNS-1035 labels
 
 

@@ -31,7 +31,9 @@ NODE_RANK_ENV = "SPECDECODE_NODE_RANK"
 DIST_INIT_ADDR_ENV = "SPECDECODE_DIST_INIT_ADDR"
 HOST = "0.0.0.0"
 
-# Flags this module sets from typed fields (the renderer refuses them in runtime.extraArgs).
+# Flags this module sets from typed fields, and the other spellings SGLang's parser accepts for the same options:
+# a second occurrence in user arguments would silently fight the typed field (argparse keeps the last one), so
+# runtime.extraArgs (CEL, api/rules.py) and the self-test's --sglang-arg refuse every name here.
 MANAGED_FLAGS = (
     "--model-path",
     "--tp-size",
@@ -49,6 +51,23 @@ MANAGED_FLAGS = (
     "--node-rank",
     "--dist-init-addr",
 )
+MANAGED_FLAG_ALIASES = ("--model", "--tensor-parallel-size", "--tp")
+# Every other speculative flag too, in runtime.extraArgs: the typed speculative fields, the Live step tiers and the
+# runtime's adaptive config own speculation in a deployment (the self-test, a tool, lets an operator try them).
+MANAGED_FLAG_FAMILY = "--speculative-"
+
+
+def is_managed_flag(arg: str) -> bool:
+    """True when ``arg`` (``--flag`` or ``--flag=value``) names an option this module sets (any spelling)."""
+    name = arg.split("=", 1)[0]
+    return name in MANAGED_FLAGS or name in MANAGED_FLAG_ALIASES
+
+
+def extra_args_pattern() -> str:
+    """RE2 pattern (CEL ``matches``) of one runtime.extraArgs item that sets a managed flag or a speculative one,
+    with or without ``=value``."""
+    names = [f[2:] for f in (*MANAGED_FLAGS, *MANAGED_FLAG_ALIASES)] + [MANAGED_FLAG_FAMILY[2:] + ".*"]
+    return "^--(" + "|".join(names) + ")(=.*)?$"
 
 _ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 

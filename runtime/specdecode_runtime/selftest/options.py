@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract.derived import draft_tokens_per_cycle, draft_tp_problems, is_split_draft
-from ..contract.server_args import MANAGED_FLAGS
+from ..contract.server_args import is_managed_flag
 
 MAX_TP = 16
 MAX_STEPS = 16
@@ -102,7 +102,7 @@ def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
         flag = key if key.startswith("--") else f"--{key}"
         if not key or not flag[2:] or " " in flag:
             raise OptionError(f"--sglang-arg {item!r}: expected KEY[=VALUE], e.g. attention-backend=triton")
-        if flag in MANAGED_FLAGS or flag in SELFTEST_FLAGS:
+        if is_managed_flag(flag) or flag in SELFTEST_FLAGS:
             raise OptionError(
                 f"--sglang-arg {flag}: set by the self-test from its own options (--tp, --steps, "
                 "--topk, --algorithm, --model-path, --load-format, --device); not allowed here"
