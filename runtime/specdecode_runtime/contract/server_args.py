@@ -69,6 +69,7 @@ def extra_args_pattern() -> str:
     names = [f[2:] for f in (*MANAGED_FLAGS, *MANAGED_FLAG_ALIASES)] + [MANAGED_FLAG_FAMILY[2:] + ".*"]
     return "^--(" + "|".join(names) + ")(=.*)?$"
 
+
 _ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
