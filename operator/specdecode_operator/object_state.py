@@ -38,7 +38,7 @@ class CheckedVersion(NamedTuple):
     """A child version found (or made) up to date for one input hash: nothing to compare while both hold."""
 
     resource_version: str | None
-    input_hash: str
+    input_hash: str | None
 
 
 class RenderedChildren(NamedTuple):
@@ -46,7 +46,7 @@ class RenderedChildren(NamedTuple):
     are rebuilt from them on demand, so a thousand objects do not each keep rendered manifests."""
 
     key: tuple[str, int | None, int | None]
-    hashes: tuple[tuple[tuple[str, ...], str], ...]
+    hashes: tuple[tuple[tuple[str, str, str], str | None], ...]  # ((apiVersion, kind, name), input hash)
 
 
 class SecretCheck(NamedTuple):

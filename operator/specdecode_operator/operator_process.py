@@ -59,7 +59,7 @@ class OperatorProcess:
         self.role = "starting"
         self.endpoints: Endpoints | None = None
         self.context: OperatorContext | None = None
-        self.registry = None
+        self.registry: kopf.OperatorRegistry | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kopf_task: asyncio.Task | None = None
@@ -99,7 +99,7 @@ class OperatorProcess:
 
     async def main(self) -> int:
         config = self.config
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.endpoints = await Endpoints(
             self.metrics.registry,
@@ -127,7 +127,7 @@ class OperatorProcess:
                     renew_deadline=config.renew_deadline_seconds,
                     retry_period=config.retry_period_seconds,
                     request_timeout=min(config.request_timeout, config.renew_deadline_seconds / 2),
-                    on_started=lambda: self._loop.call_soon_threadsafe(started.set),
+                    on_started=lambda: _call_soon(loop, started.set),
                     on_lost=self._lost,
                 ).start()
                 log.info("%s waits for Lease %s/%s", config.identity, config.operator_namespace, config.lease_name)
@@ -196,3 +196,8 @@ def run(config) -> int:
         return await process.main()
 
     return asyncio.run(main())
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+    """``callback`` on ``loop`` from another thread (the elector's)."""
+    loop.call_soon_threadsafe(callback)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from .contract import cli_common
 from .contract.cli_common import (
@@ -82,7 +82,7 @@ def _cmd_check(ns: argparse.Namespace) -> int:
     width = max(len(r.point.target) for r in results)
     for r in results:
         print(f"{'ok  ' if r.ok else 'FAIL'} {r.point.role:6} {r.point.target:<{width}}  {r.detail}")
-    bad = [r for r in results if not r.ok]
+    bad: list[Any] = [r for r in results if not r.ok]
     print(f"{len(results) - len(bad)} of {len(results)} patch points match sglang {version}")
     if not bad:  # names match: check the behaviour the split draft relies on (CPU, no model)
         from .sglang_patch.behaviour import check_behaviour

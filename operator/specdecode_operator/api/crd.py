@@ -105,7 +105,7 @@ class _FactoryDefaults(GenerateJsonSchema):
     """Publish ``default_factory`` values as schema defaults (objects complete, unset optionals left out), so that
     an omitted section gets every field default and CEL rules can rely on every defaulted field being present."""
 
-    def get_default_value(self, schema):  # type: ignore[override]
+    def get_default_value(self, schema):
         factory = schema.get("default_factory")
         if factory is not None and not schema.get("default_factory_takes_data"):
             value = factory()
@@ -113,7 +113,7 @@ class _FactoryDefaults(GenerateJsonSchema):
         return schema.get("default", NoDefault)
 
 
-def model_schema(model: type) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(mode="validation", schema_generator=_FactoryDefaults)
     return _structural(raw, raw.get("$defs", {}))
 

@@ -30,7 +30,7 @@ from specdecode_runtime.simulate.probe import DEFAULT_BIAS, DEFAULT_NOISE
 from ..api.models import Autotune
 from ..tuner.policy import PolicyConfig
 from ..tuner.snapshot import parse_metrics
-from ..tuner.tuner import Tuner, TunerConfig
+from ..tuner.tuner import Mode, Tuner, TunerConfig
 from .sglang_adaptive import SglangAdaptive
 
 RATIOS = ("ours_over_oracle", "ours_over_best_static", "ours_over_sglang_adaptive", "ours_over_sglang_0to7")
@@ -83,9 +83,12 @@ def oracle_table(sc: Scenario, phase, candidates: Sequence[int]) -> list[tuple[i
         ratio = new_ratio
         for lo, mix in groups:
             if mix:
-                choice[lo] = max(
-                    candidates, key=lambda steps: (lambda t, d: (t - ratio * d, -steps))(*tok_time(steps, mix))
-                )
+
+                def gain(steps: int, mix=mix, ratio=ratio) -> tuple[float, int]:
+                    toks, ms = tok_time(steps, mix)
+                    return toks - ratio * ms, -steps
+
+                choice[lo] = max(candidates, key=gain)
     return [(lo, choice[lo]) for lo, _ in groups]
 
 
@@ -135,7 +138,7 @@ def rendered_candidates(min_steps: int, max_steps: int, initial: int, mode: str 
 
 def our_config(
     sc: Scenario,
-    mode: str,
+    mode: Mode,
     interval: float,
     min_steps: int,
     max_steps: int,
@@ -163,7 +166,7 @@ def our_config(
 def run_ours(
     sc: Scenario,
     seed: int | None,
-    mode: str,
+    mode: Mode,
     interval: float,
     min_steps: int,
     max_steps: int,
@@ -180,7 +183,7 @@ def run_ours(
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     cfg = our_config(sc, mode, interval, min_steps, max_steps, initial, caps)
     eng = SimEngine(sc, seed=seed, probe_bias=probe_bias if profile == "measured" else None, probe_noise=probe_noise)
-    eng.set_candidates(cfg.policy.candidates)
+    eng.set_candidates(cfg.policy.candidates or ())
     eng.set_step_table([(1, initial)])
     tuner = Tuner(cfg, profile=sc.cycle_cost() if profile == "exact" else None)
 
@@ -203,7 +206,7 @@ def bench_scenario(sc: Scenario, args) -> dict:
     candidates = list(range(0, args.max_steps + 1))
     static = {steps: run_static(sc, steps, args.seed) for steps in range(1, args.max_steps + 1)}
     none = run_static(sc, 0, args.seed)
-    best_static_steps = max(static, key=static.get)
+    best_static_steps = max(static, key=lambda steps: static[steps])
     best_static = max(static[best_static_steps], none)
     oracle = run_oracle(sc, candidates, args.seed)
     sglang, sglang_changes = run_sglang(sc, args.seed, args.initial_steps)
@@ -261,7 +264,7 @@ def bench_scenario(sc: Scenario, args) -> dict:
         "rollout_changes": rtuner.changes if rtuner else None,
         "cost_sources": sorted({rep.cost_source for rep in tuner.last_reports.values()}) if tuner.last_reports else [],
         "sglang_changes": sglang_changes,
-        "our_candidates": list(tuner.config.policy.candidates),
+        "our_candidates": list(tuner.config.policy.candidates or ()),
     }
 
 

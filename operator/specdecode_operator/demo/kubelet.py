@@ -106,16 +106,18 @@ class SimulatedKubelet:
 
         apps, core = client.AppsV1Api(self.api), client.CoreV1Api(self.api)
         selector = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
-        self._deployments = apps.list_namespaced_deployment(self.namespace, label_selector=selector).items
+        # the client's models type every field Optional; these are objects the API server returned in full
+        listed: Any = apps.list_namespaced_deployment(self.namespace, label_selector=selector)
+        self._deployments: list[Any] = listed.items
         self._configs = {}
         self._tokens = {}
         for dep in self._deployments:
             name = dep.metadata.labels["app.kubernetes.io/instance"]
             with contextlib.suppress(Exception):
-                cm = core.read_namespaced_config_map(names.config_map(name), self.namespace)
+                cm: Any = core.read_namespaced_config_map(names.config_map(name), self.namespace)
                 self._configs[name] = RuntimeConfig.from_yaml(cm.data["runtime.yaml"])
             with contextlib.suppress(Exception):
-                secret = core.read_namespaced_secret(names.control_secret(name), self.namespace)
+                secret: Any = core.read_namespaced_secret(names.control_secret(name), self.namespace)
                 self._tokens[name] = base64.b64decode(secret.data["token"]).decode()
 
     # ------------------------------------------------------------------ making it so
@@ -167,7 +169,7 @@ class SimulatedKubelet:
         discovery = client.DiscoveryV1Api(self.api)
         labels = dict(dep.spec.template.metadata.labels or {})
         for pod in pods:
-            body = {
+            body: Any = {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
@@ -197,7 +199,7 @@ class SimulatedKubelet:
             {"name": "http", "port": cfg.server.port, "protocol": "TCP"},
             {"name": "control", "port": cfg.server.control_port, "protocol": "TCP"},
         ]
-        slice_body = {
+        slice_body: Any = {
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
             "metadata": {

@@ -74,12 +74,13 @@ class _Api:
             self.client = config.new_client_from_config(config_file=kubeconfig)
         else:
             cfg = client.Configuration()
-            cfg.host = url
+            cfg.host = url or cfg.host
             self.client = client.ApiClient(cfg)
         self.custom = client.CustomObjectsApi(self.client)
 
     def get_sdd(self, ns: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        found: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        return found
 
     def children(self, ns: str, name: str) -> list[dict[str, Any]]:
         import json
@@ -89,16 +90,17 @@ class _Api:
         core = client.CoreV1Api(self.client)
         core_lists = {"configmaps": core.list_namespaced_config_map, "services": core.list_namespaced_service}
         selector = f"app.kubernetes.io/instance={name}"
-        out = []
+        out: list[dict[str, Any]] = []
         for api_version, kind, plural, _ in CHILD_KINDS:
             group, _, version = api_version.rpartition("/")
             with contextlib.suppress(client.ApiException):  # a kind this cluster does not serve
                 if group:
-                    items = self.custom.list_namespaced_custom_object(
+                    listed: Any = self.custom.list_namespaced_custom_object(
                         group, version, ns, plural, label_selector=selector
-                    )["items"]
+                    )
+                    items = listed["items"]
                 else:
-                    raw = core_lists[plural](ns, label_selector=selector, _preload_content=False)
+                    raw: Any = core_lists[plural](ns, label_selector=selector, _preload_content=False)
                     items = json.loads(raw.data)["items"]
                 out.extend({**i, "kind": kind} for i in items)
         return out
@@ -319,7 +321,7 @@ def _cluster_result(console: Console, progress: _Progress) -> dict[str, Any]:
     measured = (status.get("speculative") or {}).get("tokensPerSecond")
     console.print(f"measured on the cluster by the tuner: {measured} tok/s (status.speculative.tokensPerSecond)")
     if measured is None:
-        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+        ready: dict[str, Any] = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
         console.print(
             f"nothing measured yet: Ready={ready.get('status', 'Unknown')} "
             f"({ready.get('reason', 'no status')}: {ready.get('message', '')})"

@@ -24,11 +24,14 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..object_state import ObjectState, not_older
 from . import children
 from .queue import ShutDown, WorkQueue
+
+if TYPE_CHECKING:  # annotations only: the scheduler imports the tuning loop, which imports this package
+    from ..tuning.scheduler import TunerScheduler
 
 log = logging.getLogger("specdecode.operator")
 GAUGE_PERIOD_SECONDS = 1.0  # the managed-objects gauge is recounted at most this often
@@ -65,8 +68,8 @@ class Controller:
         self.index_ids = index_ids
         self.indexes: dict[str, Any] = {}  # index id -> kopf's live index (the same object in every handler call)
         self.objects: dict[str, Entry] = {}  # uid -> entry
-        self.queue = WorkQueue()
-        self.tuner = None  # tuning.scheduler.TunerScheduler, from ``start``
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.tuner: TunerScheduler | None = None  # from ``_start``
         self.workers = max(2, min(MAX_WORKERS, 2 * context.config.api_workers))
         self._tasks: list[asyncio.Task] = []
         self._gauge_at = -math.inf
@@ -95,7 +98,8 @@ class Controller:
         if entry is None:
             entry = self.objects[uid] = Entry(body, ObjectState())
         entry.body = body
-        self.tuner.consider(uid, entry)
+        if self.tuner is not None:  # made by ``_start`` above
+            self.tuner.consider(uid, entry)
         if md.get("deletionTimestamp"):
             return  # the garbage collector's part: nothing to reconcile
         seen = self._during_pass.get(uid)
@@ -116,7 +120,7 @@ class Controller:
         wrote is known, see ``children.cache_record``)."""
         uid = children.controller_uid(body)
         entry = self.objects.get(uid) if uid else None
-        if entry is None:
+        if uid is None or entry is None:
             return False
         key = children.key_of(body)
         rv = body["metadata"].get("resourceVersion")

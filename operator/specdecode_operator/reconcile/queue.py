@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
-from typing import Hashable
+from typing import Generic, Hashable, TypeVar
 
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 4.0  # a failing key is retried after 0.5, 1, 2, 4, 4 ... s (with jitter)
@@ -29,7 +29,10 @@ class ShutDown(Exception):
     """``get`` on a queue that was shut down."""
 
 
-class WorkQueue:
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
     def __init__(self, *, backoff_base: float = BACKOFF_BASE_SECONDS, backoff_max: float = BACKOFF_MAX_SECONDS):
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self._order: collections.deque = collections.deque()  # keys waiting for a worker, each once
@@ -48,7 +51,7 @@ class WorkQueue:
     def processing(self) -> int:
         return len(self._processing)
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: K) -> None:
         if self._shut or key in self._dirty:
             return
         self._dirty.add(key)
@@ -58,7 +61,7 @@ class WorkQueue:
         self._order.append(key)
         self._wake()
 
-    def add_after(self, key: Hashable, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         if delay <= 0:
             self.add(key)
             return
@@ -71,11 +74,11 @@ class WorkQueue:
             pending[1].cancel()
         self._timers[key] = (due, loop.call_at(due, self._fire, key))
 
-    def _fire(self, key: Hashable) -> None:
+    def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)
 
-    def add_rate_limited(self, key: Hashable) -> float:
+    def add_rate_limited(self, key: K) -> float:
         """Queue ``key`` after its back-off (doubling per consecutive failure); returns the delay."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
@@ -83,21 +86,21 @@ class WorkQueue:
         self.add_after(key, delay)
         return delay
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         """The key succeeded: its next failure backs off from the start again."""
         self._failures.pop(key, None)
 
-    def failures(self, key: Hashable) -> int:
+    def failures(self, key: K) -> int:
         return self._failures.get(key, 0)
 
-    def discard(self, key: Hashable) -> None:
+    def discard(self, key: K) -> None:
         """The object is gone: drop its delayed add and back-off (a queued key is dropped by its worker)."""
         self._failures.pop(key, None)
         pending = self._timers.pop(key, None)
         if pending is not None:
             pending[1].cancel()
 
-    async def get(self) -> Hashable:
+    async def get(self) -> K:
         """The next key, now marked as processing: the caller must call ``done(key)``."""
         while not self._order or self._shut:
             if self._shut:
@@ -115,7 +118,7 @@ class WorkQueue:
         self._processing.add(key)
         return key
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: K) -> None:
         self._processing.discard(key)
         if key in self._dirty and not self._shut:
             self._order.append(key)

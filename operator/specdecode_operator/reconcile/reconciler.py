@@ -188,7 +188,9 @@ class Reconciler:
             children.input_hash(desired),
         )
 
-    def _mark_checked(self, state, key, desired: dict, current: dict) -> None:
+    def _mark_checked(self, state, key, desired: dict, current: dict | None) -> None:
+        if current is None:  # not reached: a missing child is always applied, and the apply answers with it
+            return
         state.checked[key] = CheckedVersion(current["metadata"].get("resourceVersion"), children.input_hash(desired))
 
     async def _resolve(self, state, key, plural: str, namespace: str, live: dict) -> dict | None:

@@ -110,7 +110,7 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
         return [r for r in self.log[since:] if r.is_write and (resource is None or r.resource == resource)]
 
     # ----------------------------------------------------------------------------------------- dispatch
-    async def _handle(self, request):  # type: ignore[override]
+    async def _handle(self, request):
         res = request.resource
         if res is None or res.plural is None:
             return await super()._handle(request)
@@ -166,7 +166,10 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
         return response
 
     # ----------------------------------------------------------------------------------------- test helpers
-    def get(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
+    # Shadows kmock's HTTP-client ``get`` (a client call against the served app, unused here): tests read the store.
+    def get(  # type: ignore[override]
+        self, group: str, version: str, plural: str, namespace: str | None, name: str
+    ) -> dict | None:
         key = (kmock.resource(group, version, plural), namespace, name)
         return copy.deepcopy(self._live(key))
 

@@ -32,7 +32,7 @@ class ReadHandlers(ObjectStore):
             return aiohttp.web.json_response(scale_of(obj, meta))
         return aiohttp.web.json_response(obj)
 
-    async def _serve_list(self, request):  # type: ignore[override]
+    async def _serve_list(self, request):
         meta = self.metas.get((request.resource.group, request.resource.plural))
         return json.loads((await self._list(request, meta)).text) if meta else {"items": []}
 
@@ -64,7 +64,7 @@ class ReadHandlers(ObjectStore):
             }
         )
 
-    async def _serve_watch(self, request):  # type: ignore[override]
+    async def _serve_watch(self, request):
         """Without a resourceVersion (or "0"): every object as ADDED, then changes. From a resourceVersion (what
         a client that listed first sends): each object changed since, once, as ADDED if it was created since and
         MODIFIED otherwise (deletions in between are not replayed: no event history is kept). The stream ends

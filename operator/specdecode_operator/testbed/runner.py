@@ -56,6 +56,8 @@ class EmulatorServer:
         async def run():
             return fn()
 
+        if self._loop is None:
+            raise RuntimeError("the emulator is not running")
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
     def __enter__(self) -> EmulatorServer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Callable
 
 _SET = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
@@ -35,20 +36,20 @@ def compile_selector(selector: str | None) -> Callable[[dict], bool]:
         if m:
             key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",") if v.strip()}
             if op == "in":
-                tests.append(lambda l, k=key, v=values: l.get(k) in v)
+                tests.append(partial(_value_in, key, values))
             else:
-                tests.append(lambda l, k=key, v=values: l.get(k) not in v)
+                tests.append(partial(_value_not_in, key, values))
         elif "!=" in term:
             key, value = (s.strip() for s in term.split("!=", 1))
-            tests.append(lambda l, k=key, v=value: l.get(k) != v)
+            tests.append(partial(_value_not_in, key, {value}))
         elif "=" in term:
             key, value = (s.strip() for s in term.replace("==", "=").split("=", 1))
-            tests.append(lambda l, k=key, v=value: l.get(k) == v)
+            tests.append(partial(_value_in, key, {value}))
         elif term.startswith("!"):
             absent = term[1:].strip()
-            tests.append(lambda l, k=absent: k not in l)
+            tests.append(partial(_absent, absent))
         elif re.fullmatch(r"[A-Za-z0-9./_-]+", term):
-            tests.append(lambda l, k=term: k in l)
+            tests.append(partial(_present, term))
         else:
             raise ValueError(f"unable to parse requirement: {term!r}")
     return lambda labels: all(t(labels or {}) for t in tests)
@@ -56,3 +57,19 @@ def compile_selector(selector: str | None) -> Callable[[dict], bool]:
 
 def format_selector(match_labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+
+
+def _value_in(key: str, values: set[str], labels: dict) -> bool:
+    return labels.get(key) in values
+
+
+def _value_not_in(key: str, values: set[str], labels: dict) -> bool:
+    return labels.get(key) not in values
+
+
+def _present(key: str, labels: dict) -> bool:
+    return key in labels
+
+
+def _absent(key: str, labels: dict) -> bool:
+    return key not in labels

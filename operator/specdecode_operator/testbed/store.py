@@ -6,15 +6,26 @@ A mixin of ``ApiServerEmulator``; it uses the attributes kmock's emulator has (`
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import uuid
+from typing import TYPE_CHECKING, Any
 
 from .resources import ResourceMeta, now
 
 
 class ObjectStore:
-    __slots__ = ()
+    if TYPE_CHECKING:  # the emulator's attributes the mixins work on, for the type checker (see the docstring)
+        _objects: Any
+        _buses: Any
+        _lock: asyncio.Lock
+        _owners: dict
+        _rv: Any
+        _born: dict
+        keep_history: bool
+    else:
+        __slots__ = ()
 
     def _key(self, request, meta: ResourceMeta, name: str | None = None):
         ns = request.namespace if meta.namespaced else None

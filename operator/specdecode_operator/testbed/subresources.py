@@ -67,5 +67,5 @@ def scaled(current: dict, meta: ResourceMeta, new_scale, name: str | None) -> di
     if not isinstance(replicas, int):
         raise Reject(422, f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value', "Invalid")
     new = copy.deepcopy(current)
-    fieldsets.set_path(new, _path(meta.scale["specReplicasPath"]), replicas)
+    fieldsets.set_path(new, _path((meta.scale or {})["specReplicasPath"]), replicas)
     return new

@@ -41,7 +41,7 @@ def _create_torch_native_backend(runner):
     return TorchNativeSpecAttnBackend(runner)
 
 
-_create_torch_native_backend.__specdecode_cpu__ = True
+_create_torch_native_backend.__specdecode_cpu__ = True  # type: ignore[attr-defined]  # marks our stand-in (a function attribute)
 
 
 def install() -> None:

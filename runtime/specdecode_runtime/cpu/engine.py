@@ -151,7 +151,7 @@ def share_preloaded_children() -> None:
             skip_pid = forkserver._forkserver._forkserver_pid
         return kill_tree(parent_pid, include_parent, skip_pid, wait_timeout)
 
-    _set_envs_and_config.__specdecode_cpu__ = True
+    _set_envs_and_config.__specdecode_cpu__ = True  # type: ignore[attr-defined]  # marks our stand-in (a function attribute)
     sgl_engine._set_envs_and_config = _set_envs_and_config
     sgl_engine.kill_process_tree = kill_process_tree
 

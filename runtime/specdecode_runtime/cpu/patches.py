@@ -68,7 +68,7 @@ def _log_interpreted_kernels() -> None:
             logger.warning("Triton kernel without a CPU stand-in ran interpreted: %s", name)
         return orig(self, *args, **kwargs)
 
-    call.__specdecode_cpu__ = True
+    call.__specdecode_cpu__ = True  # type: ignore[attr-defined]  # marks our stand-in (a function attribute)
     interpreter.GridExecutor.__call__ = call
 
 

@@ -134,17 +134,18 @@ def write_tokenizer(path: str | Path, vocab_size: int) -> None:
 def _llama_config(shape: dict[str, int], **extra: Any):
     from transformers import LlamaConfig
 
-    return LlamaConfig(
+    kwargs: dict[str, Any] = {
         **shape,
-        max_position_embeddings=MAX_POSITIONS,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        torch_dtype="float32",
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "float32",
         **extra,
-    )
+    }
+    return LlamaConfig(**kwargs)
 
 
 def _normal(gen, *size: int, gain: float = 1.0):
@@ -304,7 +305,7 @@ def make_tiny_models(
         return 1, None
 
     with torch.no_grad():
-        tw = target_weights(shape_, seed) if weights else None
+        tw: Any = target_weights(shape_, seed) if weights else None  # None: config-only models (no weights)
         target = _save(root / "target", _llama_config(shape_, architectures=["LlamaForCausalLM"]), tw, v)
         out: dict[str, str] = {}
         make_eagle, make_eagle3 = (eagle_weights, eagle3_weights) if weights else (config_only, config_only)

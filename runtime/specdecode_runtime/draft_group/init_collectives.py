@@ -24,8 +24,13 @@ class InitTimeCollectives:
     placement: DraftPlacement
     rank: int
     bcast_group: Any
-    in_draft: bool
-    is_leader: bool
+    if TYPE_CHECKING:  # properties of DraftGroups
+
+        @property
+        def in_draft(self) -> bool: ...
+
+        @property
+        def is_leader(self) -> bool: ...
 
     def gather_vocab_shards(self, shard: torch.Tensor, dim: int = 0) -> torch.Tensor | None:
         """All-gather a vocab-parallel shard (TP order) over the target group; S gets the full tensor, the other

@@ -317,8 +317,8 @@ def _recount(forward_batch, out, ids: list[int] | None) -> list[int] | None:
     n = len(ids) // bs
     target = logits[: bs * n].argmax(dim=-1).tolist()
     chain = int(getattr(info, "topk", 1) or 1) == 1
-    nxt = None if chain else info.retrieve_next_token.tolist()
-    sib = None if chain else info.retrieve_next_sibling.tolist()
+    nxt: Any = None if chain else info.retrieve_next_token.tolist()
+    sib: Any = None if chain else info.retrieve_next_sibling.tolist()
     return [
         greedy_accepted(
             ids[b * n : (b + 1) * n], target[b * n : (b + 1) * n], None if chain else nxt[b], None if chain else sib[b]

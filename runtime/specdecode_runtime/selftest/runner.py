@@ -286,7 +286,7 @@ def graph_costs(ranks: dict[int, list[dict]]) -> dict[str, dict[str, float]]:
 
 
 def _acceptance(outputs: list[dict], metrics: dict[str, float]) -> dict[str, Any]:
-    engine = {"verify_ct": 0, "correct_drafts": 0, "completion_tokens": 0, "requests": len(outputs)}
+    engine: dict[str, Any] = {"verify_ct": 0, "correct_drafts": 0, "completion_tokens": 0, "requests": len(outputs)}
     for o in outputs:
         mi = o.get("meta_info", {})
         engine["verify_ct"] += int(mi.get("spec_verify_ct", 0) or 0)
@@ -369,7 +369,7 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         engine = _engine_class(opts)(server_args=server_args)
         t1 = time.perf_counter()
         result.timings["start_s"] = round(t1 - t0, 2)
-        params = {"temperature": 0.0, "max_new_tokens": max_new_tokens(opts), "ignore_eos": True}
+        params: dict[str, Any] = {"temperature": 0.0, "max_new_tokens": max_new_tokens(opts), "ignore_eos": True}
 
         def generate_n(ids: list[list[int]], n: int) -> list[dict]:
             return list(engine.generate(input_ids=ids, sampling_params={**params, "max_new_tokens": n}))

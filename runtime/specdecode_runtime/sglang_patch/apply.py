@@ -9,6 +9,7 @@ tests and ``check-sglang --apply`` rely on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import Iterator
 
@@ -78,7 +79,7 @@ def _install_split_draft(ps: PatchSet, split: SplitConfig) -> None:
             if meth == "alloc_memory_pool"
             else draft_layout.draft_only
         )
-        ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", lambda orig, what=what, kind=kind: kind(orig, what))
+        ps.wrap(f"{EW2}.EagleDraftWorker.{meth}", functools.partial(_wrapped_by, kind, what))
     ps.wrap(f"{EW2}.EagleDraftWorker._resolve_shared_embed_and_head", draft_layout.wrap_embed)
     ps.wrap(
         "sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.__init__", draft_layout.wrap_pool_sizing
@@ -86,6 +87,11 @@ def _install_split_draft(ps: PatchSet, split: SplitConfig) -> None:
     ps.wrap(f"{EW2}.resolve_draft_parallel_layout", draft_layout.wrap_layout)
     ps.wrap(f"{EW2}.build_eagle_verify_input", wrap_build)
     ps.rebind_everywhere("sglang.srt.utils.common.get_available_gpu_memory", draft_layout.local_memory_probe)
+
+
+def _wrapped_by(kind, what, orig):
+    """``orig`` wrapped by one of draft_layout's wrappers (``kind``) for the method ``what``."""
+    return kind(orig, what)
 
 
 def remove_patches() -> None:

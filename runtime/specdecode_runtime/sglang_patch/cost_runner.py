@@ -121,8 +121,8 @@ class SGLangStageRunner:
         if getattr(self, "mode", "eager") == "graph":  # above the largest graph SGLang serves eagerly: not probed
             graphs = _graph_sizes(self.target_runner.decode_cuda_graph_runner)
             sizes.append(max(graphs) if graphs else None)
-        sizes = [int(x) for x in sizes if isinstance(x, int) and x > 0]
-        return min(sizes) if sizes else None
+        bounds = [int(x) for x in sizes if isinstance(x, int) and x > 0]
+        return min(bounds) if bounds else None
 
     # ---- tier selection ----------------------------------------------------------------------------------------
     def captured_tiers(self) -> list[int]:

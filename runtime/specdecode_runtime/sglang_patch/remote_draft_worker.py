@@ -96,12 +96,15 @@ def _make_remote_draft_worker_cls() -> type:
             return topk_p, topk_index, hs
 
         def draft(self, batch, *, with_topology: bool = False):
+            split, build_verify_input = state.split, state.original_build_verify_input
+            if split is None or build_verify_input is None:  # this worker exists only on a split rank
+                raise RuntimeError("the remote draft worker ran without the split draft's patches installed")
             draft_input = batch.spec_info
             bs = batch.seq_lens.shape[0]
             parents = scores = tokens = None
             if not batch.forward_mode.is_idle():
                 layout = ProposalLayout(self.speculative_num_steps, self.topk, self.speculative_num_draft_tokens)
-                tokens, parents, scores = state.split.broadcaster.broadcast(bs, layout=layout)
+                tokens, parents, scores = split.broadcaster.broadcast(bs, layout=layout)
                 if self.topk == 1:
                     parents = self._topk1_parents_prealloc[:bs]
                     scores = self._topk1_score_indices_prealloc[:bs]
@@ -112,7 +115,7 @@ def _make_remote_draft_worker_cls() -> type:
                 # the verify tree mask; the same backfill here, so both build the verify input from the same batch.
                 if batch.seq_lens_sum is None and batch.seq_lens_cpu is not None:
                     batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
-            verify_input = state.original_build_verify_input(
+            verify_input = build_verify_input(
                 batch,
                 draft_input,
                 parents,
