@@ -88,7 +88,12 @@ TARGETS = {
     # the tuner's decision rule alone (the whole tuner package is `tuner`)
     "policy": Target(
         ("specdecode_operator.tuner.policy",),
-        tests=("tests/tuner/test_policy.py", "tests/tuner/test_policy_stages.py", "tests/tuner/test_served_tiers.py"),
+        tests=(
+            "tests/tuner/test_policy.py",
+            "tests/tuner/test_policy_stages.py",
+            "tests/tuner/test_policy_boundaries.py",
+            "tests/tuner/test_served_tiers.py",
+        ),
     ),
 }
 # The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
