@@ -103,6 +103,12 @@ TARGETS = {
             "tests/tuner/test_served_tiers.py",
         ),
     ),
+    # the draft-TP planner alone (a part of `tuner` that a run of the whole package on a 2-core machine takes hours
+    # to reach)
+    "planner": Target(
+        ("specdecode_operator.tuner.planner",),
+        tests=("tests/tuner/test_planner.py", "tests/tuner/test_planner_and_cli.py"),
+    ),
 }
 # The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
 CEL_TARGET = "cel-rules"
