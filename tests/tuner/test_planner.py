@@ -2,11 +2,12 @@
 own cost derivation (``cost_for_draft_tp``), so a weighting, a tie-break or a number in the recommendation that
 drifts from them fails here rather than in a recommendation someone acts on."""
 
+import struct
 from pathlib import Path
 
 import pytest
 
-from specdecode_operator.tuner.planner import format_plan, phase_rate, plan, predict
+from specdecode_operator.tuner.planner import format_plan, phase_rate, plan, plot_plan, predict
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens
 from specdecode_runtime.contract.scenario import cost_for_draft_tp, load_scenario, parse_scenario
 
@@ -128,17 +129,18 @@ def test_a_tie_goes_to_the_fewest_gpus_and_the_fewest_steps():
     assert (p.best_tp, p.best_steps, p.current_best_steps) == (1, 1, 1)
 
 
-def test_a_measured_draft_step_rescales_the_draft_parts_of_every_tp_alike():
-    p = plan(SEED, [0, 3, 5], measured_scale=1.5)
+@pytest.mark.parametrize("scale", [1.5, 2.0, 0.5])
+def test_a_measured_draft_step_rescales_the_draft_parts_of_every_tp_alike(scale):
+    p = plan(SEED, [0, 3, 5], measured_scale=scale)
     for n in p.draft_tps:
         c = cost_for_draft_tp(SEED, n)
         scaled = CycleCost(
             c.verify_base,
             c.verify_per_token,
-            c.draft_base * 1.5,
-            c.draft_per_seq * 1.5,
-            c.extend_base * 1.5,
-            c.extend_per_token * 1.5,
+            c.draft_base * scale,
+            c.draft_per_seq * scale,
+            c.extend_base * scale,
+            c.extend_per_token * scale,
             c.overhead,
             c.broadcast,
         )
@@ -171,3 +173,39 @@ def test_the_printed_plan_is_the_table_then_the_recommendation():
         *rows,
         f"recommendation: {p.recommendation.reason}",
     ]
+
+
+def test_an_acceptance_curve_given_to_the_plan_is_used_for_every_draft_tp():
+    """A running deployment's measured acceptance replaces the scenario's for the whole table."""
+    measured = [0.8, 0.75, 0.7, 0.65, 0.6]
+    p = plan(SEED, [0, 3, 5], alphas=measured)
+    for n in p.draft_tps:
+        c = cost_for_draft_tp(SEED, n)
+        assert p.tokens_per_s[n] == pytest.approx({k: predict(SEED, c, k, measured) for k in (0, 3, 5)})
+    assert p.tokens_per_s[8][5] != pytest.approx(plan(SEED, [0, 3, 5]).tokens_per_s[8][5])
+
+
+def test_the_plot_marks_the_current_tp_and_the_best_cell_and_says_it_is_simulated(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    drawn = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (drawn.append(fig), close(fig)))
+    p = plan(SEED, [0, 3, 5])
+    png = tmp_path / "plan.png"
+    plot_plan(p, str(png), "pcie8")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "speculative steps (0 = no speculation)"
+    assert ax.get_ylabel() == "tokens/s (simulated)"
+    assert ax.get_title() == "pcie8: predicted tokens/s by draft TP (SIMULATED)"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["draft TP 1", "draft TP 2", "draft TP 4", "draft TP 8 (current)", "best"]
+    for line, n in zip(ax.get_lines(), p.draft_tps):
+        assert list(line.get_xdata()) == [0, 3, 5]
+        assert list(line.get_ydata()) == pytest.approx([p.tokens_per_s[n][k] for k in (0, 3, 5)])
+    (best,) = ax.collections[0].get_offsets()
+    assert list(best) == pytest.approx([p.best_steps, p.tokens_per_s[p.best_tp][p.best_steps]])
+    # a 7 x 4.2 inch figure at 110 dpi: the size the report embeds
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (770, 462)
