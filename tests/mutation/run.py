@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"specdecode_operator": ROOT / "operator", "specdecode_runtime": ROOT / "runtime"}
 # Suites that need a cluster, processes or a GPU: too slow to run once per mutant, and they name modules only in
-# passing. The pure cores have fast tests of their own.
+# passing (the pure cores have fast tests of their own); and checks of the repository's layout.
 SLOW_TEST_DIRS = (
     "tests/e2e",
     "tests/chaos",
@@ -43,7 +43,15 @@ SLOW_TEST_DIRS = (
     "tests/demo",
     "tests/chart/test_helm_real.py",
     "tests/api/test_cel_parity_real.py",
+    # checks of the repository's layout (the import graph of operator/ and runtime/, the lint configuration), which
+    # name modules without running them and read paths the staging directory lays out differently (src/)
+    "tests/test_import_graph.py",
+    "tests/test_lint_config.py",
 )
+
+# Data files some tests read relative to the repository root (the tuner's simulated-probe tests load the bench
+# scenarios)
+DATA_DIRS = ("crds", "examples", "charts", "bench/scenarios")
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,18 @@ TARGETS = {
     # the tuner's decision rule alone (the whole tuner package is `tuner`)
     "policy": Target(
         ("specdecode_operator.tuner.policy",),
-        tests=("tests/tuner/test_policy.py", "tests/tuner/test_policy_stages.py", "tests/tuner/test_served_tiers.py"),
+        tests=(
+            "tests/tuner/test_policy.py",
+            "tests/tuner/test_policy_stages.py",
+            "tests/tuner/test_policy_boundaries.py",
+            "tests/tuner/test_served_tiers.py",
+        ),
+    ),
+    # the draft-TP planner alone (a part of `tuner` that a run of the whole package on a 2-core machine takes hours
+    # to reach)
+    "planner": Target(
+        ("specdecode_operator.tuner.planner",),
+        tests=("tests/tuner/test_planner.py", "tests/tuner/test_planner_and_cli.py"),
     ),
 }
 # The CEL rule strings are data, not Python code: tests/mutation/cel_rules.py mutates them.
@@ -137,7 +156,7 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         shutil.copytree(root / top, src / top, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.rmtree(where / "tests", ignore_errors=True)
     shutil.copytree(ROOT / "tests", where / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    for extra in ("crds", "examples", "charts"):  # data files some tests read relative to the repository root
+    for extra in DATA_DIRS:
         shutil.rmtree(where / extra, ignore_errors=True)
         shutil.copytree(ROOT / extra, where / extra)
     only = [f"src/{f.as_posix()}" for m in target.modules for f in module_files(m)]
@@ -146,7 +165,7 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         "[tool.mutmut]\n"
         'source_paths = ["src"]\n'
         f"only_mutate = {json.dumps(only)}\n"
-        f"also_copy = {json.dumps(['crds', 'examples', 'charts', 'conftest.py'])}\n"
+        f"also_copy = {json.dumps([*DATA_DIRS, 'conftest.py'])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         f"pytest_add_cli_args = {json.dumps(pytest_opts)}\n"
         "\n[tool.pytest.ini_options]\n"
