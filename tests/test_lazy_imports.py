@@ -4,8 +4,9 @@ An import inside a function hides a dependency from the reader and pays its look
 where loading the module at import time would hurt: the module is one of the lazy packages measured in
 docs/architecture.md ("Lazy imports": absent from an image, or seconds of a command's start-up), or one of our
 modules whose own top level pulls such a package in (found here from the source, transitively), or the import says
-why with a ``# lazy: <reason>`` comment on its line or the line above (a named cycle, a module only some commands
-need with its measured cost, a patch that must run late). Everything else belongs at the top of its module.
+why with a ``# lazy: <reason>`` comment on its line or right above it (such a comment covers the imports that follow
+it): a named cycle, a module only some commands need with its measured cost, a patch or an environment that must
+come first. Everything else belongs at the top of its module.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ MIN_REASON = 12  # characters: "cycle a -> b" is the shortest reason that names 
 RULE = (
     "import inside a function: move it to the top of the module, or say why it must stay lazy with "
     "`# lazy: <reason>` (a named cycle `cycle a -> b`, a module only some commands need and what it costs, "
-    "a patch that must run late); packages lazy by design are listed in docs/architecture.md, Lazy imports"
+    "a patch or an environment that must come first); packages lazy by design: docs/architecture.md, Lazy imports"
 )
 # Files whose function-level imports were not yet moved or justified, with how many are left in each: the list
 # and the counts only ever shrink (a file that is fixed leaves it), like the mypy override list in pyproject.toml.
