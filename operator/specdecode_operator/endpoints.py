@@ -12,7 +12,9 @@ head must arrive within the deadline, headers are capped, and only GET is routed
 from __future__ import annotations
 
 import json
+import socket
 from typing import Callable
+from urllib.parse import urlparse
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -83,7 +85,6 @@ def port_of(url: str | None) -> int | None:
     """The port of a liveness URL such as ``http://0.0.0.0:8081/healthz`` (None: no health endpoint)."""
     if not url:
         return None
-    from urllib.parse import urlparse
 
     return urlparse(url).port
 
@@ -93,7 +94,6 @@ def secure_metrics(config) -> dict:
     ``config.metrics_secure``, nothing (plain HTTP) otherwise."""
     if not config.metrics_secure or not config.metrics_port:
         return {}
-    import socket
 
     import kubernetes
 

@@ -9,6 +9,7 @@ collectives deadlock or mix shapes. The endpoint enforces (a) with a 422 naming 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import inspect
 import logging
@@ -79,8 +80,6 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     A caller presents either the shared token of the mounted Secret, or a ServiceAccount token verified against the
     cluster's issuer keys (``verifier``, a ``sa_token_auth.ServiceAccountVerifier``; by default the one the pod's
     ``SPECDECODE_CONTROL_*`` environment configures, if any)."""
-    import asyncio
-
     from aiohttp import web
 
     tokens = TokenFile(token_file)

@@ -23,16 +23,21 @@ never a CUDA synchronize. What they mean under SGLang's overlap scheduler is doc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from . import cost_probe, preflight
 from .contract.capabilities import step_candidates
 from .contract.config import CostProbeConfig
 from .contract.derived import is_split_draft, live
 from .contract.http_limits import SERVER_LIMITS
 from .contract.step_table import StepTable
+from .control import StepControlChannel, create_control_app
+from .sglang_patch import engine_hooks as sp
+from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
 
 log = logging.getLogger("specdecode.engine")
 
@@ -91,8 +96,6 @@ class ControlServer:
     error: BaseException | None = None
 
     def start(self, timeout: float = 30.0) -> ControlServer:
-        import asyncio
-
         from aiohttp import web
 
         ready = threading.Event()
@@ -177,8 +180,6 @@ class EngineRuntime:
     ) -> EngineRuntime:
         """Every rank, same order. ``cpu_group`` carries the step tables (gloo: SGLang's TP ``cpu_group``);
         ``device_group`` is timed by the preflight (SGLang's TP ``device_group``, NCCL on GPUs)."""
-        from .control import StepControlChannel
-
         s = self.settings
         self.tp_rank = tp_rank
         self.channel = StepControlChannel(
@@ -203,8 +204,6 @@ class EngineRuntime:
             self.metrics.set_draft_tp(s.draft_tp)
             self._publish(self.channel.table)
         if s.preflight and tp_size > 1:
-            from . import preflight
-
             self.preflight_results = preflight.run_preflight(
                 group=device_group,
                 device=device,
@@ -216,8 +215,6 @@ class EngineRuntime:
                 preflight.export(self.preflight_results, self.metrics)
                 log.info("specdecode: NCCL preflight (us): %s", preflight.summary(self.preflight_results))
         if self.cost_runner is not None:  # every rank, same order: a stage replay may hold collectives
-            from . import cost_probe
-
             self.cost_points = cost_probe.probe_at_start(
                 self.cost_runner,
                 s.captured,
@@ -229,8 +226,6 @@ class EngineRuntime:
                 agree=_rank0_decides(cpu_group, src) if tp_size > 1 else None,
             )
         if tp_rank == 0 and serve and s.control_port is not None:
-            from .control import create_control_app
-
             self.server = ControlServer(create_control_app(self.channel, s.token_file), s.host, s.control_port)
             self.server.start()
             log.info(
@@ -250,8 +245,6 @@ class EngineRuntime:
         tp = par.tp_group
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         if self.settings.cost_probe and self.cost_runner is None:
-            from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
-
             try:
                 self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
             except AttributeError as exc:  # a worker without the EAGLEWorkerV2 layout: serve without a probe
@@ -291,8 +284,6 @@ class EngineRuntime:
 
     # ---- hook registration ---------------------------------------------------------------------------------------
     def install(self) -> None:
-        from .sglang_patch import engine_hooks as sp
-
         sp.set_worker_ready_callback(self.on_worker_ready)
         sp.set_iteration_callback(self.on_iteration)
         sp.set_step_control(self.steps_for_batch)

@@ -36,7 +36,11 @@ from .contract.config import RuntimeConfig, load_runtime_config
 from .contract.derived import draft_is_split, live, nccl_environment
 from .contract.input_files import InputError
 from .contract.server_args import expand_env_refs, sglang_cli_args, unexpanded_refs
+from .cpu import DEVICE_ENV
+from .cpu.engine import CLI_FLAGS, prepare_launch
+from .cpu.scheduler import run_scheduler_process as cpu_run_scheduler_process
 from .draft_group import DraftGroupError, choose_draft_ranks
+from .sglang_patch import apply_patches, split_config
 
 EXIT_UNSUPPORTED = 2
 
@@ -130,9 +134,6 @@ def plan_launch(
     env[METRICS_DIR_ENV] = environ.get(METRICS_DIR_ENV) or DEFAULT_METRICS_DIR
     args = expand_env_refs(sglang_cli_args(cfg, list(extra)), environ)
     if cfg.target_device == "cpu":  # real SGLang on a CPU with the runtime's kernel stand-ins (specdecode_runtime.cpu)
-        from .cpu import DEVICE_ENV  # CPU runs only: the stand-ins' package patches on import
-        from .cpu.engine import CLI_FLAGS
-
         args = [*CLI_FLAGS, *args]
         env[DEVICE_ENV] = "cpu"
     files: dict[str, str] = {}
@@ -228,15 +229,12 @@ def write_launch_files(plan: LaunchPlan) -> None:
 def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a model
     write_launch_files(plan)
     os.environ.update(plan.env)  # before SGLang (and prometheus-client) is imported
-    # imported after os.environ holds the NCCL profile and the metrics directory (the order of the module docstring)
+    # lazy: imported after os.environ holds the NCCL profile and the metrics directory (module docstring, step 5)
     from .scheduler_process import run_scheduler_process
-    from .sglang_patch import apply_patches, split_config
 
     cfg = load_runtime_config(plan.config_path)
     if cfg.target_device == "cpu":
-        from .cpu.engine import prepare_launch
-        from .cpu.scheduler import run_scheduler_process  # noqa: F811 - installs the CPU stand-ins, then ours
-
+        run_scheduler_process = cpu_run_scheduler_process  # installs the CPU stand-ins, then ours
         prepare_launch(cfg.target.tensor_parallel_size)
     apply_patches(split_config(cfg), nccl_environment(cfg), main_process=True)  # env re-apply + hooks
     from sglang.srt.entrypoints.http_server import launch_server  # SGLang (and torch) only in the pod's start

@@ -39,7 +39,8 @@ def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
     import this module, install the patches, then run SGLang's own ``run_scheduler_process``."""
     bootstrap_from_env()
     if os.environ.get("SPECDECODE_SELFTEST_DIR"):  # ``specdecode-runtime selftest`` observes every rank
-        from .selftest.rank_probe import install_from_env  # only under the self-test
+        # lazy: only under the self-test; a serving scheduler skips the selftest package (options, yaml, tiny models)
+        from .selftest.rank_probe import install_from_env
 
         install_from_env(kwargs.get("tp_rank", args[3] if len(args) > 3 else None))
     from sglang.srt.managers.scheduler import run_scheduler_process as orig  # SGLang is heavy: imported in the child

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -16,6 +17,7 @@ from typing import Any, Iterator
 import jsonschema
 from pydantic import ValidationError
 
+from .crd import crd
 from .models import API_VERSION, KIND, SpecDecodeDeployment
 
 
@@ -38,8 +40,6 @@ class InvalidSpec(ValueError):
 
 @functools.lru_cache(maxsize=1)
 def _generated_crd() -> dict:
-    from .crd import crd
-
     return crd()
 
 
@@ -103,7 +103,6 @@ def _validator_of(schema: dict) -> jsonschema.Draft202012Validator:
     hit = _VALIDATORS.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    import json
 
     validator = _validator_for(json.dumps(schema, sort_keys=True))
     if len(_VALIDATORS) > 16:
@@ -114,8 +113,6 @@ def _validator_of(schema: dict) -> jsonschema.Draft202012Validator:
 
 @functools.lru_cache(maxsize=8)
 def _validator_for(schema_key: str) -> jsonschema.Draft202012Validator:
-    import json
-
     converted = _to_jsonschema(json.loads(schema_key))
     metadata = converted.get("properties", {}).get("metadata")
     if isinstance(metadata, dict):  # the CRD declares only metadata.name; the API server checks the rest of it

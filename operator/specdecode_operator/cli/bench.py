@@ -10,7 +10,12 @@ import json
 import sys
 
 from specdecode_runtime.contract.cli_common import UsageError
+from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.contract.versions import SGLANG_VERSION
+from specdecode_runtime.simulate.probe import DEFAULT_BIAS, DEFAULT_NOISE
+
+from ..bench import sglang_adaptive
+from ..bench.tuner_benchmark import DEFAULT_INTERVAL, PROFILES, benchmark
 
 MAX_STEPS = 16
 
@@ -30,10 +35,6 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
 
 
 def add_tuner_arguments(p: argparse.ArgumentParser) -> None:
-    from specdecode_runtime.simulate.probe import DEFAULT_BIAS, DEFAULT_NOISE
-
-    from ..bench.tuner_benchmark import DEFAULT_INTERVAL, PROFILES
-
     p.add_argument(
         "--scenarios",
         nargs="+",
@@ -123,11 +124,6 @@ def scenario_paths(patterns: list[str]) -> list[str]:
 
 
 def run_tuner(args: argparse.Namespace) -> int:
-    from specdecode_runtime.contract.scenario import load_scenario
-
-    from ..bench import sglang_adaptive
-    from ..bench.tuner_benchmark import benchmark
-
     check_settings(args)
     if args.candidates == "all":
         args.candidates = list(range(0, args.max_steps + 1))

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..images import RUNTIME_IMAGE
+
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
     p = subparsers.add_parser(name, help=help_text)
     if name == "render":
-        from ..images import RUNTIME_IMAGE
-
         _add_file_argument(p)
         p.add_argument(
             "-o",
@@ -43,6 +43,7 @@ def _add_file_argument(p: argparse.ArgumentParser) -> None:
 def parse_file(path: str) -> list:
     """Every SpecDecodeDeployment in the file, validated as the API server would (schema + CEL) and refused where the
     runtime would refuse to serve it."""
+    # lazy: `render/validate/crd --help` and completion skip pydantic, the CRD and render/ (0.68 s)
     from ..api.documents import load_sdds
     from ..render.runtime_config import serving_problems
 
@@ -50,6 +51,7 @@ def parse_file(path: str) -> list:
 
 
 def render(args: argparse.Namespace) -> int:
+    # lazy: `render/validate/crd --help` and completion skip pydantic, the CRD and render/ (0.68 s)
     from ..render import RenderOptions, to_json, to_yaml
     from ..render import render as render_manifests
 
@@ -66,6 +68,7 @@ def render(args: argparse.Namespace) -> int:
 
 def runtime_configs(manifests: list[dict]) -> str:
     """The ``runtime.yaml`` of every rendered runtime ConfigMap: the file ``specdecode-runtime launch`` reads."""
+    # lazy: `render/validate/crd --help` and completion skip pydantic, the CRD and render/ (0.68 s)
     from specdecode_runtime.contract.config import CONFIG_FILE_NAME
 
     files = [
@@ -83,6 +86,7 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def crd(args: argparse.Namespace) -> int:
+    # lazy: `render/validate/crd --help` and completion skip pydantic, the CRD and render/ (0.68 s)
     from ..api.crd import crd_yaml
 
     sys.stdout.write(crd_yaml())

@@ -11,12 +11,10 @@ import argparse
 import logging
 import os
 import urllib.parse
-from typing import TYPE_CHECKING
 
 from specdecode_runtime.contract.cli_common import UsageError, check_can_listen, check_port, float_in
 
-if TYPE_CHECKING:
-    from ..config import OperatorConfig
+from ..config import OperatorConfig
 
 
 def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -130,8 +128,6 @@ def _liveness_override(args) -> tuple[bool, str | None]:
 def config_from_args(args) -> OperatorConfig:
     """Flags over SPECDECODE_* over defaults. Every override is honoured, including the ones that turn a server off
     (``--metrics-port 0``, ``--liveness-port 0``, ``--liveness off``)."""
-    from ..config import OperatorConfig
-
     overrides = {
         k: getattr(args, k, None)
         for k in (

@@ -46,6 +46,7 @@ def shape_mismatches(sdd, scenario: Scenario) -> list[str]:
 
 
 def run(args) -> int:
+    # lazy: `plan --help` and completion skip the CRD, render/ and the planner (0.52 s)
     from ..api.documents import load_sdds
     from ..render.runtime_config import serving_problems
     from ..tuner.planner import format_plan, plan, plot_plan

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import os
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,6 +21,7 @@ from specdecode_runtime.contract.scenario import load_scenario
 from specdecode_runtime.simulate.engine import SimEngine
 
 from ..api.models import GROUP, PLURAL, VERSION
+from ..config import OperatorConfig
 from ..render import CHILD_KINDS
 from . import report
 
@@ -83,8 +87,6 @@ class _Api:
         return found
 
     def children(self, ns: str, name: str) -> list[dict[str, Any]]:
-        import json
-
         from kubernetes import client
 
         core = client.CoreV1Api(self.client)
@@ -109,8 +111,6 @@ class _Api:
 def _console() -> Console:
     """Rich's console; when the output is a file or a pipe (CI logs, ``| tee``) rich would cut tables at 80 columns,
     so it gets a width that fits them unless COLUMNS says otherwise."""
-    import os
-
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=140)
@@ -154,8 +154,6 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
     """Start the API (emulator + operator + simulated kubelet, or a real cluster), apply the SpecDecodeDeployment,
     watch it until the scenario ends, then report: on the emulator against in-process reference runs, on a
     cluster what its tuner measured."""
-    import logging
-
     # kopf warns that it cannot install OS signal handlers outside the main thread: expected here, not news.
     logging.getLogger("kopf").setLevel(logging.ERROR)
     console = console or _console()
@@ -198,7 +196,6 @@ def _start_cluster(stack: contextlib.ExitStack, console: Console, options: DemoO
     emulator with the operator in a thread and a kubelet that runs simulated runtime pods; stopped with ``stack``."""
     if options.kubeconfig:
         return _Api(None, options.kubeconfig), None, None
-    from ..config import OperatorConfig
     from ..testbed.runner import EmulatorServer, OperatorThread
     from .kubelet import SimulatedKubelet
 

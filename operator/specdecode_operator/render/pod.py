@@ -6,6 +6,7 @@ from typing import Any
 
 from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, TOKEN_MOUNT_DIR, RuntimeConfig
 from specdecode_runtime.contract.nccl import profile_env
+from specdecode_runtime.contract.server_args import DIST_INIT_ADDR_ENV, NODE_RANK_ENV, sglang_cli_args
 
 from ..api.models import SpecDecodeDeployment
 from . import model_volumes, names
@@ -29,8 +30,6 @@ SGLANG_DIST_PORT = 20000
 
 
 def _sglang_cli_args(cfg: RuntimeConfig) -> list[str]:
-    from specdecode_runtime.contract.server_args import sglang_cli_args
-
     return sglang_cli_args(cfg)
 
 
@@ -41,7 +40,6 @@ def gpus_per_pod(sdd: SpecDecodeDeployment, nodes: int) -> int:
 def _multi_node_env(sdd: SpecDecodeDeployment) -> list[dict[str, Any]]:
     """Node rank and rank-0 address for SGLang's --node-rank/--dist-init-addr, from the LeaderWorkerSet's pod labels
     through the downward API. Defined in this order so the kubelet can expand the later ones from the earlier."""
-    from specdecode_runtime.contract.server_args import DIST_INIT_ADDR_ENV, NODE_RANK_ENV
 
     def label(key: str) -> dict[str, Any]:
         return {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}

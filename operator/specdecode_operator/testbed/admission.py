@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specdecode_operator.api.validate import apply_defaults, validate_object
+
 from .errors import Reject
 from .resources import Defaulter, ResourceMeta, Validator
 
@@ -29,7 +31,6 @@ def admit(meta: ResourceMeta, obj: dict, old: dict | None) -> dict:
 
 def crd_validator(crd: dict) -> Validator:
     """The committed CRD's openAPIV3Schema and x-kubernetes-validations, through the API package's validator."""
-    from specdecode_operator.api.validate import validate_object
 
     def validate(obj: dict, old: dict | None) -> list[str]:
         return [str(p) for p in validate_object(obj, crd=crd, old=old)]
@@ -64,8 +65,6 @@ def _storage_schema(crd: dict) -> dict:
 
 
 def crd_defaulter(crd: dict) -> Defaulter:
-    from specdecode_operator.api.validate import apply_defaults
-
     schema = _storage_schema(crd)
     roots = {k: v for k, v in schema.get("properties", {}).items() if k not in ("apiVersion", "kind", "metadata")}
 

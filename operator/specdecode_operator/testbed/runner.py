@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import kmock
 
+from specdecode_operator.api.crd import crd as generated
+
 from .emulator import ApiServerEmulator
 
 
@@ -21,8 +23,6 @@ def standard_emulator(
 ) -> ApiServerEmulator:
     """An emulator serving the built-in kinds, LeaderWorkerSet/ServiceMonitor/kopf peering and our CRD."""
     if crd is None:
-        from specdecode_operator.api.crd import crd as generated
-
         crd = generated()
     emulator = ApiServerEmulator(keep_history=keep_history)
     emulator.declare_builtins()

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from specdecode_runtime.contract.goodput import CycleCost
+from specdecode_runtime.contract.goodput import CycleCost, expected_tokens
 
 from .snapshot import BucketCounters, PodSnapshot
 
@@ -108,8 +108,6 @@ class Acceptance:
 
     @property
     def accept_length(self) -> float:
-        from specdecode_runtime.contract.goodput import expected_tokens
-
         return expected_tokens(self.alphas, max(self.observed, 0))
 
 

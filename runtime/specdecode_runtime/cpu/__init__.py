@@ -27,6 +27,8 @@ def install(device: str = "cpu") -> bool:
         return False
     if _installed:
         return True
+    # lazy: import_paths loads the torchvision stand-in and unittest.mock (0.17 s) that only CPU runs need; this
+    # package is imported by `selftest --help` and `launch`
     from . import import_paths, patches
 
     os.environ[DEVICE_ENV] = "cpu"

@@ -9,12 +9,15 @@ the cores this process may use.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from typing import Any, Sequence
 
 from . import DEVICE_ENV, install
+from .scheduler import SchedulerEntry
 
 SPEC_META_KEYS = (
     "spec_verify_ct",
@@ -130,9 +133,6 @@ def share_preloaded_children() -> None:
     imported SGLang once, instead of each importing it after ``spawn`` (tens of seconds per engine on two cores).
     SGLang forces ``spawn`` in ``_set_envs_and_config`` and, on shutdown, kills every child of this process; both
     are adjusted so the forkserver is used and survives from one engine to the next."""
-    import multiprocessing as mp
-    from multiprocessing import forkserver
-
     install()
     from sglang.srt.entrypoints import engine as sgl_engine
 
@@ -161,8 +161,6 @@ def engine_class():
     stand-ins first."""
     install()
     from sglang.srt.entrypoints.engine import Engine
-
-    from .scheduler import SchedulerEntry
 
     class CpuEngine(Engine):
         run_scheduler_process_func = SchedulerEntry(os.environ)

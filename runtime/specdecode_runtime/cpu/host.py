@@ -18,6 +18,8 @@ import sys
 import traceback
 from typing import Any, TextIO
 
+from .engine import CpuSGLang, share_preloaded_children
+
 RUN_KEYS = (
     "name",
     "model_dir",
@@ -41,8 +43,6 @@ def _emit(out: TextIO, obj: dict[str, Any]) -> None:
 
 
 def run_one(run: dict[str, Any]) -> dict[str, Any]:
-    from .engine import CpuSGLang
-
     kwargs = {k: run[k] for k in ("tp", "algorithm", "steps", "topk", "num_draft_tokens", "extra") if k in run}
     with CpuSGLang(run["model_dir"], run.get("draft_dir"), **kwargs) as engine:
         result = engine.generate(run["prompts"], int(run.get("max_new_tokens", 16)))
@@ -73,7 +73,6 @@ def main(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
     except (ValueError, KeyError, TypeError) as e:
         print(f"invalid input: {e}", file=sys.stderr)
         return 2
-    from .engine import share_preloaded_children
 
     share_preloaded_children()
     for run in runs:

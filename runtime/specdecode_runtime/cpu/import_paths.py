@@ -15,14 +15,14 @@ import os
 import sys
 from pathlib import Path
 
+from .torchvision_stub import _real_import_works, installed
+
 STUB_ROOT = Path(__file__).resolve().parent / "import_stubs"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds specdecode_runtime
 
 
 def _real_importable(name: str) -> bool:
     if name == "torchvision":
-        from .torchvision_stub import _real_import_works, installed
-
         return not installed() and _real_import_works(name)
     module = sys.modules.get(name)
     if module is not None:

@@ -9,6 +9,7 @@ import os
 import sys
 
 from . import kernels
+from .draft_backend import install as install_draft_backend
 
 # (module that defines the wrapper, its name, the torch implementation)
 STAND_INS = (
@@ -97,7 +98,6 @@ def install_all() -> None:
     for module_name, name, replacement in STAND_INS:
         rebind(module_name, name, replacement)
     from .collectives import install as install_collectives
-    from .draft_backend import install as install_draft_backend
 
     install_collectives()
     install_draft_backend()

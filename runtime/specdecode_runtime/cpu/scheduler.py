@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from . import DEVICE_ENV, install
+
 
 def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
     """Passed as SGLang's ``run_scheduler_process_func``; the spawned child unpickles it by reference."""
-    from . import DEVICE_ENV, install
-
     os.environ[DEVICE_ENV] = "cpu"
     install()
+    # lazy: the CPU stand-ins install before the runtime's scheduler entry and its patches load (module docstring)
     from ..scheduler_process import run_scheduler_process as patched
 
     return patched(*args, **kwargs)

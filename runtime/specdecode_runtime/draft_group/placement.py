@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from ..contract.derived import draft_tp_problems
 from .errors import DraftGroupError
-from .topology import GpuTopology
+from .topology import GpuTopology, detect_topology
 
 
 def choose_draft_ranks(
@@ -108,8 +108,6 @@ def decide_draft_ranks(
     if dist.get_rank() == src:
         topo = None
         if ranks is None:
-            from .topology import detect_topology
-
             topo = (detect or detect_topology)()
         buf.copy_(torch.tensor(choose_draft_ranks(target_tp, draft_tp, ranks, topo), dtype=torch.int64))
     dist.broadcast(buf, src=src, group=group)

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from ..cpu.tiny_models import DEFAULT_SHAPE, make_tiny_models
+from .options import OptionError, add_arguments, from_namespace
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from .options import add_arguments
-
     p = sub.add_parser(
         "selftest",
         help="run real SGLang with a layout and compare greedy tokens across layouts",
@@ -41,6 +43,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _models(opts, root: Path):
+    # lazy: `selftest --help` and completion skip the runner: launch, SGLang's arguments, pydantic (0.89 s)
     from .runner import Models
 
     if opts.model_path:
@@ -49,7 +52,6 @@ def _models(opts, root: Path):
         vocab = int(AutoConfig.from_pretrained(opts.model_path).vocab_size)
         pool = prompt_pool(opts) if opts.prompt_file else []
         return Models(target=opts.model_path, draft=opts.draft_model_path, vocab=vocab, prompt_pool=pool)
-    from ..cpu.tiny_models import make_tiny_models
 
     tiny = make_tiny_models(
         root / "models", opts.model_config or default_shape(opts.tp), seed=0, weights=opts.load_format != "dummy"
@@ -81,8 +83,6 @@ def default_shape(tp: int) -> dict[str, int]:
     """The tiny target's shape when ``--model-config`` is not given: every attention and KV head split evenly over
     ``tp`` ranks, a shape every device loads (on a CPU SGLang pads KV heads fewer than the ranks instead of
     replicating them, and the padded heads do not load: :func:`.options.head_split_problem`)."""
-    from ..cpu.tiny_models import DEFAULT_SHAPE
-
     heads = max(DEFAULT_SHAPE["num_attention_heads"], tp)
     return {
         "num_attention_heads": heads,
@@ -93,8 +93,6 @@ def default_shape(tp: int) -> dict[str, int]:
 
 def _kill_children() -> None:
     """The scheduler and detokenizer processes this command started (a hung collective never returns)."""
-    import signal
-
     try:
         import psutil
     except ImportError:
@@ -107,6 +105,7 @@ def _kill_children() -> None:
 
 
 def run(opts, out=None) -> int:
+    # lazy: `selftest --help` and completion skip the runner: launch, SGLang's arguments, pydantic (0.89 s)
     from . import report
     from .runner import run_layout
 
@@ -136,8 +135,6 @@ def run(opts, out=None) -> int:
 
 
 def run_from_namespace(ns: argparse.Namespace) -> int:
-    from .options import OptionError, from_namespace
-
     try:
         opts = from_namespace(ns)
     except OptionError as e:
@@ -148,7 +145,6 @@ def run_from_namespace(ns: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="specdecode-runtime selftest")
-    from .options import add_arguments
 
     add_arguments(ap)
     return run_from_namespace(ap.parse_args(argv))

@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..contract.derived import draft_tokens_per_cycle, draft_tp_problems, is_split_draft
 from ..contract.server_args import is_managed_flag
+from ..cpu.tiny_models import ShapeError, validate_shape
 
 MAX_TP = 16
 MAX_STEPS = 16
@@ -257,10 +260,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _read_model_config(path: str, dummy: bool = False) -> dict[str, int]:
-    import yaml
-
-    from ..cpu.tiny_models import ShapeError, validate_shape
-
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -353,8 +352,6 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     load_format = getattr(ns, "load_format", None)
     shape = _read_model_config(ns.model_config, dummy=load_format == "dummy") if ns.model_config is not None else {}
     if shape:
-        from ..cpu.tiny_models import validate_shape
-
         full = validate_shape(shape, dummy=load_format == "dummy")
         problem = head_split_problem(full["num_attention_heads"], full["num_key_value_heads"], ns.tp, device)
         if problem:

@@ -35,8 +35,13 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
+
+from ..draft_group.broadcaster import ProposalBroadcaster
+from ..sglang_patch import process_state
+from .draft_checks import greedy_accepted
 
 DIR_ENV = "SPECDECODE_SELFTEST_DIR"
 
@@ -168,8 +173,6 @@ def _wrap_sglang() -> None:
 
     def profile(orig):
         def _profile_available_bytes(self, *a, **k):
-            from ..sglang_patch import process_state
-
             st = process_state.split
             held = 0
             if st is not None:
@@ -222,8 +225,6 @@ def _wrap_sglang() -> None:
             before = self.speculative_num_steps
             out = orig(self, state)
             if before != self.speculative_num_steps:
-                import time
-
                 record(
                     "switch",
                     round=_decode_round,
@@ -247,8 +248,6 @@ def _wrap_sglang() -> None:
     def capture(kind: str):
         def wrapper(orig):
             def __init__(self, *a, **k):
-                import time
-
                 import torch
 
                 if kind == "target_verify" and (
@@ -308,8 +307,6 @@ def _wrap_sglang() -> None:
 def _recount(forward_batch, out, ids: list[int] | None) -> list[int] | None:
     """Drafts accepted per request, recounted from the target's greedy argmax over this verify's logits (for
     :mod:`.draft_checks`: a count that owes nothing to SGLang's accept list or to the exported counters)."""
-    from .draft_checks import greedy_accepted
-
     info, logits = forward_batch.spec_info, getattr(getattr(out, "logits_output", None), "next_token_logits", None)
     bs = int(forward_batch.batch_size)
     if ids is None or logits is None or bs <= 0 or len(ids) % bs:
@@ -334,7 +331,6 @@ CORRUPT_TOKEN = 3  # the first word token of the tiny tokenizer; any fixed id ma
 def _corrupt_draft() -> None:
     """``selftest --corrupt-draft``: S's leader proposes one constant token instead of its draft's, the negative
     control for the draft checks (the target's verify keeps the output tokens correct regardless)."""
-    from ..draft_group.broadcaster import ProposalBroadcaster
 
     def make(orig):
         def broadcast(self, bs, draft_tokens=None, *a, **k):

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import draft_checks
+from .hang import describe
 from .options import Options
 from .runner import LAYOUT_TITLES, RunResult
 
@@ -241,8 +242,6 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             "memory_gb": {str(k): v for k, v in r.memory_gb.items()},
         }
         if r.hang is not None:
-            from .hang import describe
-
             entry["hang"] = {"ranks": {str(k): v for k, v in r.hang.items()}, "summary": describe(r.hang)}
         entry["tokens"] = r.tokens  # every run's, so a caller can compare them with a reference of its own
         rep.runs.append(entry)

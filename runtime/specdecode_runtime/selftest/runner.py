@@ -13,15 +13,23 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .. import cost_probe, cpu
 from ..contract.metric_names import COST_SECONDS
+from ..cpu.scheduler import run_scheduler_process as cpu_run_scheduler_process
+from ..launch import METRICS_DIR_ENV, STATE_DIR_ENV, plan_launch, write_launch_files
+from ..scheduler_process import run_scheduler_process
+from .children import ChildWatch
+from .hang import diagnose
 from .options import Options
 from .rank_probe import CORRUPT_ENV, DIR_ENV, events, read_records
+from .served import measure
 from .served import put_steps as _put_steps
 
 LAYOUT_TITLES = {
@@ -152,13 +160,10 @@ def runtime_yaml(opts: Options, layout: str, models: Models, control_port: int, 
 def _engine_class(opts: Options):
     from sglang.srt.entrypoints.engine import Engine
 
-    if opts.device == "cpu":
-        from ..cpu.scheduler import run_scheduler_process
-    else:
-        from ..scheduler_process import run_scheduler_process
+    entry = cpu_run_scheduler_process if opts.device == "cpu" else run_scheduler_process
 
     class SelftestEngine(Engine):
-        run_scheduler_process_func = staticmethod(run_scheduler_process)
+        run_scheduler_process_func = staticmethod(entry)
 
     return SelftestEngine
 
@@ -167,8 +172,6 @@ def _server_args(
     opts: Options, layout: str, models: Models, work: Path, result: RunResult, control: dict[str, Any]
 ) -> Any:
     from sglang.srt.server_args import prepare_server_args
-
-    from ..launch import METRICS_DIR_ENV, STATE_DIR_ENV, plan_launch, write_launch_files
 
     metrics_dir = work / "metrics"
     env = {METRICS_DIR_ENV: str(metrics_dir), STATE_DIR_ENV: str(work / "state"), **device_env(opts)}
@@ -249,12 +252,8 @@ def _read_metrics(metrics_dir: Path) -> dict[str, float]:
 def _cost_profile(metrics_dir: Path) -> tuple[dict[str, dict[str, float]], str | None]:
     """The start-up cost probe as the operator's tuner fits it (``cost_probe.fit_profile``), per bucket in ms; empty
     when the probe measured too little for a cycle profile (the tuner then uses per-cycle phase averages)."""
-    from dataclasses import asdict
-
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
-
-    from .. import cost_probe
 
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(metrics_dir))
@@ -336,7 +335,6 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
     def watchdog() -> None:
         if finished.wait(opts.timeout):
             return
-        from .hang import diagnose
 
         result.hang = diagnose(rank_dir)
         result.ranks = read_records(rank_dir)
@@ -351,15 +349,11 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         result.ranks = read_records(rank_dir)
         on_hang(result)
 
-    from .children import ChildWatch
-
     children = ChildWatch(rank_dir, child_died).start()
     engine = None
     t0 = time.perf_counter()
     try:
         if opts.device == "cpu":
-            from .. import cpu
-
             cpu.install()
         server_args = _server_args(opts, layout, models, work, result, control)
         # SGLang's own handler for a failed child kills this whole process tree, report included: raise instead.
@@ -429,8 +423,6 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
             if e.get("event") == "memory"
         }
         if opts.measure_batches:
-            from .served import measure
-
             speculative = layout != "nospec"
             tiers = (opts.candidate_steps if opts.live_steps else [opts.steps]) if speculative else [0]
             result.served = measure(
@@ -447,8 +439,6 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
                 pool=models.prompt_pool,
             )
     except Exception as e:  # noqa: BLE001 - every failure is reported, never a traceback
-        import traceback
-
         tb = traceback.extract_tb(e.__traceback__)
         where = f" (at {tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name})" if tb else ""
         result.error = f"{type(e).__name__}: {e}{where}"

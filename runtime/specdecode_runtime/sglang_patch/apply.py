@@ -19,6 +19,8 @@ from .engine_hooks import install_engine_hooks
 from .patch_points import EW2
 from .patch_set import PatchSet
 from .process_state import SplitConfig
+from .remote_draft_worker import _make_remote_draft_worker_cls
+from .verify_broadcast import wrap_build
 
 
 def apply_patches(
@@ -31,8 +33,6 @@ def apply_patches(
     if state.active is not None:
         return state.active
     from sglang.srt.speculative import eagle_worker_v2  # noqa: F401 - loaded before anything is resolved
-
-    from .. import draft_group  # noqa: F401
 
     ps = PatchSet()
     if main_process:
@@ -60,9 +60,6 @@ def _reapply_nccl_env(env: dict[str, str]):
 
 def _install_split_draft(ps: PatchSet, split: SplitConfig) -> None:
     from sglang.srt.speculative import eagle_worker_v2 as ew2
-
-    from .remote_draft_worker import _make_remote_draft_worker_cls
-    from .verify_broadcast import wrap_build
 
     real = ew2.EagleDraftWorker
     remote = _make_remote_draft_worker_cls()

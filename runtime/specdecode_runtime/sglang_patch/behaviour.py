@@ -19,9 +19,13 @@ needs a model:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
 from typing import Callable
+
+from ..draft_group import ProposalLayout
+from .draft_layout import TIER_METHODS
 
 
 @dataclass
@@ -46,8 +50,6 @@ def _proposal_widths() -> tuple[bool, str]:
     import torch
     from sglang.srt.speculative.eagle_utils import organize_draft_results
     from sglang.srt.speculative.spec_utils import select_top_k_tokens
-
-    from ..draft_group import ProposalLayout
 
     seen = []
     for steps, topk, n in ((1, 2, 3), (2, 2, 4), (3, 2, 6), (3, 4, 8)):
@@ -74,8 +76,6 @@ def _proposal_widths() -> tuple[bool, str]:
 
 
 def _detached_layout_is_inert() -> tuple[bool, str]:
-    import contextlib
-
     from sglang.srt.configs.draft_parallel import DraftParallelLayout
     from sglang.srt.speculative.spec_utils import draft_tp_context
 
@@ -89,8 +89,6 @@ def check_behaviour() -> list[BehaviourResult]:
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.speculative import eagle_worker_common as common
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
-
-    from .draft_layout import TIER_METHODS
 
     checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
         ("proposal widths match SGLang's tree code", _proposal_widths),

@@ -8,8 +8,11 @@ from their source instead; the pod imports them for real.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Sequence
 
 from .patch_points import PATCH_POINTS, PatchPoint
@@ -64,9 +67,6 @@ def check_patch_points(points: Sequence[PatchPoint] = PATCH_POINTS) -> list[Chec
 def _static_check(p: PatchPoint, blocked: _ImportBlocked) -> CheckResult:
     """Check a function's parameters from the module's source when the module cannot be imported here (the
     server entry points import GPU-only packages such as xgrammar); the pod imports them for real."""
-    import ast
-    import importlib.util
-
     spec = importlib.util.find_spec(blocked.module)
     if spec is None or not spec.origin:
         return CheckResult(p, False, f"missing module {blocked.module}")
@@ -97,8 +97,6 @@ def _static_check(p: PatchPoint, blocked: _ImportBlocked) -> CheckResult:
 
 def installed_sglang_version() -> str | None:
     try:
-        from importlib.metadata import PackageNotFoundError, version
-
         return version("sglang")
     except PackageNotFoundError:
         return None

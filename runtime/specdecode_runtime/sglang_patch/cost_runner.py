@@ -71,8 +71,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import traceback
+from types import SimpleNamespace
 from typing import Any, Iterator
 
+from ..cost_probe import cuda_event_timer
+from ..draft_group import ProposalLayout
 from . import process_state as state
 
 log = logging.getLogger("specdecode.cost_runner")
@@ -94,8 +98,6 @@ class SGLangStageRunner:
         self.mode = "graph" if self._graphs_captured() else "eager"
         self.timer = None
         if self.mode == "graph":
-            from ..cost_probe import cuda_event_timer
-
             self.timer = cuda_event_timer
         self.max_batch = self._largest_batch()
         # the target verify graph sizes serving pads a batch to: the probe times a bucket at one of them
@@ -367,7 +369,6 @@ class SGLangStageRunner:
         if int(steps) != int(self.worker.speculative_num_steps):
             raise StageUnavailable(f"tier {steps} is not captured")
         dw = self.draft_worker
-        from types import SimpleNamespace
 
         return SimpleNamespace(
             target_graph_runner=getattr(self.target_runner, "decode_cuda_graph_runner", None),
@@ -460,8 +461,6 @@ class SGLangStageRunner:
             raise StageUnavailable("the draft runs on every rank: no proposal broadcast")
         import torch
 
-        from ..draft_group import ProposalLayout
-
         width, _ = self._tier_draft_side(steps)
         layout = ProposalLayout(int(steps), int(self.draft_worker.topk), width)
         if not split.groups.is_leader:
@@ -506,8 +505,6 @@ class SGLangStageRunner:
         except StageUnavailable:
             raise
         except Exception as exc:  # the probe logs only the message: name the failing frame in it
-            import traceback
-
             where = traceback.extract_tb(exc.__traceback__)[-1]
             raise RuntimeError(
                 f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno} in {where.name})"

@@ -24,10 +24,21 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any, Callable
 
 from ..contract.derived import is_split_draft
+from ..draft_group import (
+    DraftGroups,
+    DraftPlacement,
+    ProposalBroadcaster,
+    ProposalLayout,
+    decide_draft_ranks,
+    detect_topology,
+    draft_only_scope,
+    in_draft_only_scope,
+)
 from . import process_state as state
 from .process_state import SplitConfig, _SplitState
 
@@ -50,7 +61,6 @@ TIER_METHODS = ("init_attention_backend", "_capture_cuda_graphs")
 
 def draft_only(orig: Callable, what: str) -> Callable:
     """Run a draft-worker method inside the draft-only guard whenever this rank's TP group is split."""
-    from ..draft_group import draft_only_scope
 
     def method(self, *a, **k):
         st = state.split
@@ -208,8 +218,6 @@ def gather_shared_vocab(worker: Any, st: _SplitState) -> None:
     broadcast, so every rank joins the same gathers). S keeps its |S|-way shard; the other ranks drop theirs at
     once. Doing this before ``init_target_memory_pool`` puts S's kept copy inside SGLang's free-memory profile
     (the world minimum), so every rank's KV pool is sized with it already resident."""
-    import gc
-
     from sglang.srt.speculative.pp_draft_embedding import resolve_target_embed_and_head
 
     runner = worker._target_worker.model_runner
@@ -318,7 +326,6 @@ def wrap_layout(orig):
 
 def local_memory_probe(orig: Callable) -> Callable:
     """``get_available_gpu_memory`` that drops ``distributed=True`` inside a draft-only phase."""
-    from ..draft_group import in_draft_only_scope
 
     def get_available_gpu_memory(device, gpu_id, distributed=False, empty_cache=True, cpu_group=None):
         if distributed and in_draft_only_scope():
@@ -334,15 +341,6 @@ def create_groups(split: SplitConfig, target_worker: Any):
     import torch.distributed as dist
     from sglang.srt.distributed.parallel_state import init_model_parallel_group
     from sglang.srt.runtime_context import get_parallel
-
-    from ..draft_group import (
-        DraftGroups,
-        DraftPlacement,
-        ProposalBroadcaster,
-        ProposalLayout,
-        decide_draft_ranks,
-        detect_topology,
-    )
 
     par = get_parallel()
     tp = par.tp_group

@@ -12,6 +12,7 @@ import time as _time
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import process_state as state
+from .cycle_clock import CycleClock, CycleStamp
 from .patch_points import EW2
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ def wrap_verify(orig):
 
 def wrap_forward(orig):
     """Stamps a decode cycle's launch; the stamp rides on the returned result to its (later) result processing."""
-    from .cycle_clock import CycleStamp
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) and not batch.forward_mode.is_idle()
@@ -151,8 +151,6 @@ def wrap_activate(orig):
 
 def install_engine_hooks(ps: PatchSet) -> None:
     """Wrap every hook point (a fresh :class:`~.cycle_clock.CycleClock` per installation)."""
-    from .cycle_clock import CycleClock
-
     state.clock = CycleClock()
     ps.wrap(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", wrap_verify)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.activate_step_by_batch", wrap_activate)

@@ -10,6 +10,7 @@ signature while the patches are active.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import inspect
 import sys
 import types
@@ -27,8 +28,6 @@ class _ImportBlocked(ImportError):
 
 def _resolve(path: str) -> tuple[Any, str, Any]:
     """(owner, attribute, value) for a dotted path whose prefix is an importable module."""
-    import importlib.util
-
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
         name = ".".join(parts[:i])

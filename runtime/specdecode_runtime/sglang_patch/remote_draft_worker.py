@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..draft_group import ProposalLayout
 from . import process_state as state
 
 
@@ -41,8 +42,6 @@ def _make_remote_draft_worker_cls() -> type:
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from sglang.srt.speculative.eagle_utils import default_tree_mask_mode
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    from ..draft_group import ProposalLayout
 
     class RemoteDraftWorker(EagleDraftWorkerBase):
         """The draft worker of a rank outside S: receives proposals, never drafts."""

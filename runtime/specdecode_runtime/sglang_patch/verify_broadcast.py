@@ -8,6 +8,7 @@ from it. Draft probabilities are not broadcast: S passes ``None`` for them, as t
 
 from __future__ import annotations
 
+from ..draft_group import ProposalLayout
 from . import process_state as state
 
 
@@ -16,7 +17,6 @@ def wrap_build(orig):
         st = state.split
         if st is None or batch.forward_mode.is_idle():
             return orig(batch, draft_input, parent_list, top_scores_index, draft_tokens, draft_probs, **kw)
-        from ..draft_group import ProposalLayout
 
         topk = kw["topk"]
         layout = ProposalLayout(kw["num_steps"], topk, kw["num_draft_tokens"])

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         return _fail(f"--port must be within 0..65535 (0: any free port), got {args.port}")
 
+    # lazy: `simulate --help` and completion skip the simulator engine and its numpy (0.35 s)
     from .engine import SimEngine
 
     engine = SimEngine(scenario, seed=args.seed, draft_tp=args.draft_tp)
