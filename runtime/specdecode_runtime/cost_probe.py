@@ -92,8 +92,9 @@ def time_stage(
     agree: Callable[[bool], bool] | None = None,
     give_up: Callable[[], bool] = lambda: False,
     timer: Callable[[Callable[[], None]], float] | None = None,
+    reduce: Callable[[list[float]], float] = statistics.median,
 ) -> float:
-    """Median seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
+    """Median (or ``reduce``) seconds of one ``run()``: ``warmup`` untimed calls, then timed calls (each between two ``sync``) until
     ``budget_s`` is spent, at least ``min_samples`` and at most ``max_samples``. The median, not the mean: one
     stray context switch or allocator call must not set a cost the tuner acts on for the pod's whole life.
 
@@ -119,7 +120,7 @@ def time_stage(
             dt = clock() - t0
         samples.append(dt)
         spent += dt
-    return statistics.median(samples) if samples else float("nan")
+    return reduce(samples) if samples else float("nan")
 
 
 def plan_points(
@@ -168,6 +169,7 @@ def run_probe(
     timer: Callable[[Callable[[], None]], float] | None = None,
     warmup: int = 1,
     min_samples: int = 3,
+    reduce: Callable[[list[float]], float] = statistics.median,
 ) -> list[ProbePoint]:
     """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
     profile is still served (the tuner falls back per stage).
@@ -207,6 +209,7 @@ def run_probe(
             timer=timer,
             warmup=warmup,
             min_samples=min_samples,
+            reduce=reduce,
         )
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count
@@ -249,10 +252,16 @@ def probe_at_start(
 
     A runner that replays captured graphs (``mode == "graph"``) is timed with its own ``timer`` (CUDA events),
     three warm-up replays and at least five samples per point: a replay costs milliseconds, so this stays within a
-    few seconds for every tier, and the median of five is steady to a few per cent on a GPU."""
+    few seconds for every tier, and the median of five is steady to a few per cent on a GPU.
+
+    A runner whose forwards run on the host CPU (``host_timed``: SGLang on ``--device cpu``) is timed by the host
+    clock on cores it shares with every other process: a preempted call is slower, never faster, and a busy
+    machine preempts whole runs of calls, which moves a median of three by several times. There the probe keeps
+    the fastest of at least five calls (timeit's rule), the forward's own cost."""
     if sync is None:
         sync = _device_sync()
     graph = getattr(run_step, "mode", EAGER) == GRAPH
+    host = bool(getattr(run_step, "host_timed", False)) and not graph
     try:
         points = run_probe(
             run_step,
@@ -264,7 +273,8 @@ def probe_at_start(
             agree=agree,
             timer=getattr(run_step, "timer", None),
             warmup=3 if graph else 1,
-            min_samples=5 if graph else 3,
+            min_samples=5 if graph or host else 3,
+            reduce=min if host else statistics.median,
         )
     finally:
         close = getattr(run_step, "close", None)

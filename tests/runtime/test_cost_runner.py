@@ -292,3 +292,11 @@ def test_the_runner_drops_its_dummy_inputs_once_the_probe_is_done():
     run = SGLangStageRunner(w)
     cost_probe.probe_at_start(run, (1, 3), (1, 8), sync=lambda: None, budget_s=0.0)
     assert w._target_worker.model_runner.eager_runner.allocs and not run._buffers
+
+
+def test_the_runner_says_when_its_forwards_are_timed_on_the_host_cpu():
+    """SGLang on --device cpu: the probe keeps the fastest call (cost_probe.probe_at_start); on a GPU it does not."""
+    w = _Worker()
+    assert SGLangStageRunner(w).host_timed is True
+    w._target_worker.model_runner.device = "cuda"
+    assert SGLangStageRunner(w).host_timed is False

@@ -96,6 +96,8 @@ class SGLangStageRunner:
         self.target_runner = worker._target_worker.model_runner
         self._buffers: dict[tuple, Any] = {}
         self.mode = "graph" if self._graphs_captured() else "eager"
+        # forwards on the host CPU (SGLang's --device cpu): timed by a shared host clock (cost_probe.probe_at_start)
+        self.host_timed = str(getattr(self.target_runner, "device", "")).startswith("cpu")
         self.timer = None
         if self.mode == "graph":
             self.timer = cuda_event_timer
