@@ -45,6 +45,9 @@ SLOW_TEST_DIRS = (
     "tests/api/test_cel_parity_real.py",
 )
 
+# data files some tests read relative to the repository root (the simulator's scenarios among them)
+DATA_DIRS = ("crds", "examples", "charts", "bench/scenarios")
+
 
 @dataclass(frozen=True)
 class Target:
@@ -69,7 +72,26 @@ TARGETS = {
             "tests/api/test_draft_tp_rule_parity.py",
         ),
     ),
-    "contract": Target(("specdecode_runtime.contract",)),
+    # the contract is imported by ~40 test files, among them the simulator's and the launcher's end-to-end suites
+    # (tests/runtime/test_launch.py alone takes 90 s) and the rank-0 channel's multi-process preflight; these are the
+    # fast ones that exercise its arithmetic, tables, refusals and file formats directly (seconds each)
+    "contract": Target(
+        ("specdecode_runtime.contract",),
+        tests=(
+            "tests/runtime/test_contract.py",
+            "tests/runtime/test_contract_boundaries.py",
+            "tests/tuner/test_goodput_model.py",
+            "tests/tuner/test_served_tiers.py",
+            "tests/tuner/test_cost_refine.py",
+            "tests/api/test_draft_tp_rule_parity.py",
+            "tests/cli/test_input_files.py",
+            "tests/cli/test_validate_launch_parity.py",
+            "tests/sim/test_scenario_files.py",
+            "tests/sim/test_spec_metrics.py",
+            "tests/sim/test_sim_cost_probe.py",
+            "tests/sim/test_control_hostile_input.py",
+        ),
+    ),
     "tuner": Target(("specdecode_operator.tuner",)),
     "render": Target(("specdecode_operator.render",)),
     # the step endpoint's auth (token file, bearer header) and its checks of a table against the captured step
@@ -137,7 +159,7 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         shutil.copytree(root / top, src / top, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.rmtree(where / "tests", ignore_errors=True)
     shutil.copytree(ROOT / "tests", where / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    for extra in ("crds", "examples", "charts"):  # data files some tests read relative to the repository root
+    for extra in DATA_DIRS:
         shutil.rmtree(where / extra, ignore_errors=True)
         shutil.copytree(ROOT / extra, where / extra)
     only = [f"src/{f.as_posix()}" for m in target.modules for f in module_files(m)]
@@ -146,7 +168,7 @@ def stage(name: str, target: Target, tests: list[str]) -> Path:
         "[tool.mutmut]\n"
         'source_paths = ["src"]\n'
         f"only_mutate = {json.dumps(only)}\n"
-        f"also_copy = {json.dumps(['crds', 'examples', 'charts', 'conftest.py'])}\n"
+        f"also_copy = {json.dumps([*DATA_DIRS, 'conftest.py'])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         f"pytest_add_cli_args = {json.dumps(pytest_opts)}\n"
         "\n[tool.pytest.ini_options]\n"

@@ -1,0 +1,815 @@
+"""The contract's arithmetic, tables and refusals at their edges: each bound at, just inside and just outside, and
+each branch's outcome. The tuner, the simulator and the planner all read these functions, so a flipped comparison
+here would show up as a wrong decision everywhere at once."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from specdecode_runtime.contract.capabilities import (
+    ADAPTIVE_ALGORITHMS,
+    ALWAYS_REFUSED,
+    LIVE_REFUSED,
+    MAX_CANDIDATES,
+    OWNED_FLAGS,
+    RULES,
+    SPLIT_DRAFT_ALGORITHMS,
+    SPLIT_REFUSED,
+    TARGET_ONLY_STEPS,
+    autotune_steps,
+    candidate_steps,
+    rule_names,
+    serving_problems,
+    step_candidates,
+    tuner_steps,
+)
+from specdecode_runtime.contract.config import (
+    CONFIG_FILE_NAME,
+    CONFIG_PATH,
+    TOKEN_PATH,
+    AutotuneConfig,
+    RuntimeConfig,
+    load_runtime_config,
+)
+from specdecode_runtime.contract.derived import (
+    draft_tokens_per_cycle,
+    draft_tp_problems,
+    is_split_draft,
+    live,
+    nccl_environment,
+    num_draft_tokens,
+)
+from specdecode_runtime.contract.goodput import (
+    CycleCost,
+    alpha_at,
+    best_steps,
+    expected_tokens,
+    expected_tokens_tree,
+    goodput,
+    inter_token_latency_ms,
+)
+from specdecode_runtime.contract.input_files import InputError
+from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS
+from specdecode_runtime.contract.nccl import profile_env
+from specdecode_runtime.contract.server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
+from specdecode_runtime.contract.step_table import MAX_TABLE_ENTRIES, StepTable, StepTableError, parse_step_table
+
+CONFIG = """\
+name: demo
+target: {model: /t, tensorParallelSize: 8}
+draft: {model: /d, tensorParallelSize: 2}
+speculative: {numSteps: 3, eagleTopK: 1, candidateSteps: [1, 3, 5], autotune: {mode: Live, minSteps: 1, maxSteps: 5}}
+nccl: {profile: PCIe}
+"""
+
+
+def config(**changes: str) -> RuntimeConfig:
+    text = CONFIG
+    for old, new in changes.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return RuntimeConfig.from_yaml(text)
+
+
+# every coefficient distinct and non-zero, so dropping or swapping a term changes the total
+COST = CycleCost(
+    verify_base=11.0,
+    verify_per_token=0.3,
+    draft_base=2.0,
+    draft_per_seq=0.07,
+    extend_base=1.5,
+    extend_per_token=0.05,
+    overhead=0.7,
+    broadcast=0.4,
+)
+
+
+# ---- acceptance ----------------------------------------------------------------------------------------------------
+def test_alpha_at_reads_one_based_positions_and_repeats_the_last():
+    alphas = [0.9, 0.6, 0.3]
+    assert [alpha_at(alphas, p) for p in (1, 2, 3)] == [0.9, 0.6, 0.3]
+    assert alpha_at(alphas, 4) == 0.3 and alpha_at(alphas, 50) == 0.3  # just past the end and far past it
+    assert alpha_at([0.5], 1) == 0.5 and alpha_at([0.5], 2) == 0.5
+
+
+def test_no_acceptance_data_means_nothing_is_accepted():
+    assert alpha_at([], 1) == 0.0
+    assert expected_tokens([], 5) == 1.0  # the bonus token only
+
+
+def test_expected_tokens_multiplies_conditional_rates_position_by_position():
+    alphas = [0.9, 0.5, 0.2]
+    assert expected_tokens(alphas, 0) == 1.0
+    assert expected_tokens(alphas, 1) == pytest.approx(1 + 0.9)
+    assert expected_tokens(alphas, 2) == pytest.approx(1 + 0.9 + 0.45)
+    assert expected_tokens(alphas, 3) == pytest.approx(1 + 0.9 + 0.45 + 0.09)
+    assert expected_tokens(alphas, 4) == pytest.approx(1 + 0.9 + 0.45 + 0.09 + 0.018)  # the last rate repeats
+
+
+@pytest.mark.parametrize("topk", [1, 0])
+def test_a_tree_of_width_one_or_less_is_a_chain(topk):
+    alphas = [0.8, 0.4]
+    assert expected_tokens_tree(alphas, 3, topk) == expected_tokens(alphas, 3)
+
+
+def test_a_tree_level_is_accepted_when_any_of_its_candidates_is():
+    alphas = [0.8, 0.4]
+    w1, w2 = 1 - 0.2**2, 1 - 0.6**2  # topk 2: a level fails only when both siblings fail
+    assert expected_tokens_tree(alphas, 1, 2) == pytest.approx(1 + w1)
+    assert expected_tokens_tree(alphas, 3, 2) == pytest.approx(1 + w1 + w1 * w2 + w1 * w2 * w2)
+    w1_3 = 1 - 0.2**3
+    assert expected_tokens_tree(alphas, 1, 3) == pytest.approx(1 + w1_3)
+    assert expected_tokens_tree(alphas, 0, 2) == 1.0
+
+
+# ---- cycle cost ----------------------------------------------------------------------------------------------------
+def test_cycle_cost_parts():
+    b = 4.0
+    assert COST.verify_ms(3, b) == pytest.approx(11.0 + 0.3 * 4 * 4)
+    assert COST.draft_step_ms(b) == pytest.approx(2.0 + 0.07 * 4)
+    assert COST.extend_ms(3, b) == pytest.approx(1.5 + 0.05 * 4 * 4)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_a_speculative_cycle_adds_verify_drafts_extend_overhead_and_broadcast(steps):
+    b = 6.0
+    want = (11.0 + 0.3 * b * (steps + 1)) + steps * (2.0 + 0.07 * b) + (1.5 + 0.05 * b * (steps + 1)) + 0.7 + 0.4
+    assert COST.cycle_ms(steps, b) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("steps", [0, -1])
+def test_plain_decoding_verifies_one_token_per_sequence_without_draft_or_broadcast(steps):
+    assert COST.cycle_ms(steps, 6.0) == pytest.approx(11.0 + 0.3 * 6.0 + 0.7, rel=1e-12)
+
+
+def test_the_broadcast_defaults_to_free():
+    cost = CycleCost(11.0, 0.3, 2.0, 0.07, 1.5, 0.05, 0.7)
+    assert cost.cycle_ms(2, 6.0) == pytest.approx(COST.cycle_ms(2, 6.0) - 0.4, rel=1e-12)
+
+
+# ---- goodput and the best step count -------------------------------------------------------------------------------
+def test_goodput_is_the_batch_s_tokens_per_second():
+    alphas, b = [0.8, 0.5], 6.0
+    assert goodput(alphas, COST, 0, b) == pytest.approx(b / COST.cycle_ms(0, b) * 1000, rel=1e-12)
+    for steps in (1, 3):
+        want = b * expected_tokens(alphas, steps) / COST.cycle_ms(steps, b) * 1000
+        assert goodput(alphas, COST, steps, b) == pytest.approx(want, rel=1e-12)
+
+
+def test_inter_token_latency_is_the_cycle_over_the_tokens_it_emits():
+    alphas, b = [0.8, 0.5], 6.0
+    assert inter_token_latency_ms(alphas, COST, 0, b) == pytest.approx(COST.cycle_ms(0, b), rel=1e-12)
+    for steps in (1, 4):
+        want = COST.cycle_ms(steps, b) / expected_tokens(alphas, steps)
+        assert inter_token_latency_ms(alphas, COST, steps, b) == pytest.approx(want, rel=1e-12)
+
+
+class _Cycles:
+    """A cost whose goodput is the same at every step count (every draft token accepted, cycle time proportional to
+    the tokens), scaled per step count by ``gain``: lets a test put two candidates exactly at, just under and just
+    over the tie tolerance."""
+
+    def __init__(self, gain: dict[int, float]) -> None:
+        self.gain = gain
+
+    def cycle_ms(self, steps: int, batch: float) -> float:
+        return (max(steps, 0) + 1) * 10.0 / self.gain.get(steps, 1.0)
+
+
+def test_best_steps_picks_the_highest_goodput():
+    alphas, b = [0.85, 0.7, 0.5], 4.0
+    chosen, g = best_steps(alphas, COST, b, [3, 1, 2, 0, 5])
+    every = {s: goodput(alphas, COST, s, b) for s in (0, 1, 2, 3, 5)}
+    assert chosen == max(every, key=every.__getitem__) and g == every[chosen]
+    assert every[chosen] > max(v for s, v in every.items() if s != chosen)
+
+
+def test_best_steps_breaks_ties_towards_fewer_steps():
+    exact = _Cycles({})
+    assert goodput([1.0], exact, 1, 2.0) == goodput([1.0], exact, 3, 2.0)  # the tie is exact
+    assert best_steps([1.0], exact, 2.0, [3, 1, 2]) == (1, goodput([1.0], exact, 1, 2.0))
+    # within the 1e-12 tolerance a larger step count still does not win; past it, it does
+    assert best_steps([1.0], _Cycles({2: 1 + 5e-13}), 2.0, [1, 2])[0] == 1
+    assert best_steps([1.0], _Cycles({2: 1 + 1e-9}), 2.0, [1, 2])[0] == 2
+    assert best_steps([1.0], _Cycles({1: 1 + 1e-9}), 2.0, [1, 2])[0] == 1
+
+
+def test_best_steps_reads_each_candidate_once_in_order():
+    assert best_steps([1.0], _Cycles({4: 2.0}), 2.0, [4, 4, 1])[0] == 4
+    assert best_steps([1.0], _Cycles({1: 0.5}), 2.0, iter([1, 2]))[0] == 2  # a one-pass iterable
+
+
+def test_best_steps_with_a_single_candidate_returns_it_even_when_slow():
+    chosen, g = best_steps([0.0], COST, 1.0, [7])
+    assert chosen == 7 and g == pytest.approx(goodput([0.0], COST, 7, 1.0)) and 0 < g < math.inf
+
+
+def test_best_steps_without_candidates_refuses():
+    with pytest.raises(ValueError, match="^no candidate step counts given$"):
+        best_steps([0.5], COST, 1.0, [])
+
+
+# ---- the step table ------------------------------------------------------------------------------------------------
+def _errors(body) -> list[str]:
+    with pytest.raises(StepTableError) as err:
+        parse_step_table(body)
+    assert err.value.allowed is None and str(err.value) == "; ".join(err.value.errors)
+    return err.value.errors
+
+
+def _rows(*pairs):
+    return {"table": [{"minBatch": b, "steps": s} for b, s in pairs]}
+
+
+@pytest.mark.parametrize("min_batch", [1, 2, 1 << 20])
+def test_min_batch_inside_its_bounds_is_taken(min_batch):
+    table = parse_step_table(_rows((1, 2), (min_batch, 3)) if min_batch != 1 else _rows((1, 2)))
+    assert table.lookup(min_batch) == (3 if min_batch != 1 else 2)
+
+
+@pytest.mark.parametrize(
+    "min_batch, message",
+    [
+        (0, "table[1].minBatch: Input should be greater than or equal to 1, got 0"),
+        ((1 << 20) + 1, f"table[1].minBatch: Input should be less than or equal to {1 << 20}, got {(1 << 20) + 1}"),
+    ],
+)
+def test_min_batch_just_outside_its_bounds_is_refused_by_name(min_batch, message):
+    assert _errors(_rows((1, 2), (min_batch, 3))) == [message]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 64])
+def test_steps_inside_their_bounds_are_taken(steps):
+    assert parse_step_table(_rows((1, steps))).lookup(1) == steps
+
+
+@pytest.mark.parametrize(
+    "steps, message",
+    [
+        (-1, "table[0].steps: Input should be greater than or equal to 0, got -1"),
+        (65, "table[0].steps: Input should be less than or equal to 64, got 65"),
+        (True, "table[0].steps: Input should be a valid integer"),
+        (3.0, "table[0].steps: Input should be a valid integer"),
+        ("3", "table[0].steps: Input should be a valid integer"),
+    ],
+)
+def test_steps_outside_their_bounds_or_not_json_integers_are_refused(steps, message):
+    assert _errors(_rows((1, steps))) == [message]
+
+
+def test_a_table_holds_one_to_sixteen_entries():
+    assert MAX_TABLE_ENTRIES == 16
+    full = [(1, 1), *((b, 2) for b in range(2, 17))]
+    assert len(parse_step_table(_rows(*full)).pairs()) == 16
+    assert _errors(_rows(*full, (17, 3))) == ["table: List should have at most 16 items after validation, not 17"]
+    assert _errors({"table": []}) == ["table: List should have at least 1 item after validation, not 0"]
+
+
+def test_a_table_names_its_repeated_min_batch_and_needs_one_starting_at_1():
+    assert _errors(_rows((1, 1), (4, 2), (4, 3))) == ["(top level): table[2].minBatch 4 appears twice"]
+    assert _errors(_rows((2, 1), (4, 2))) == [
+        "(top level): one entry must have minBatch 1 so that every batch size has a step count"
+    ]
+    assert _errors({"table": [{"minBatch": 1, "steps": 1, "max": 2}]}) == ["table[0].max: unknown field"]
+
+
+def test_lookup_takes_the_entry_with_the_largest_min_batch_at_or_below_the_batch():
+    table = StepTable.from_pairs([(16, 1), (1, 5), (4, 3)])  # written out of order
+    assert table.pairs() == [(1, 5), (4, 3), (16, 1)]
+    assert [e.min_batch for e in table.entries()] == [1, 4, 16]
+    assert {b: table.lookup(b) for b in (1, 3, 4, 5, 15, 16, 17, 10_000)} == {
+        1: 5,
+        3: 5,
+        4: 3,
+        5: 3,
+        15: 3,
+        16: 1,
+        17: 1,
+        10_000: 1,
+    }
+    assert table.lookup(0) == 5  # below every entry: the first one's
+    assert StepTable.single(4).pairs() == [(1, 4)]
+
+
+def test_a_table_serialises_under_the_wire_names_in_its_own_order():
+    body = StepTable.from_pairs([(8, 2), (1, 3)]).to_json()
+    assert body == {"table": [{"minBatch": 8, "steps": 2}, {"minBatch": 1, "steps": 3}]}
+    assert json.loads(json.dumps(body)) == body and parse_step_table(body).pairs() == [(1, 3), (8, 2)]
+
+
+def test_candidates_name_every_uncaptured_entry_and_what_is_allowed():
+    body = _rows((1, 3), (8, 5), (32, 0))
+    with pytest.raises(StepTableError) as err:
+        parse_step_table(body, candidates=(5, 1, 5))
+    assert err.value.errors == [
+        "table[0].steps: 3 is not a captured candidate",
+        "table[2].steps: 0 is not a captured candidate",
+        "allowed steps: [1, 5]",
+    ]
+    assert err.value.allowed == [1, 5]
+    assert parse_step_table(body, candidates=[0, 3, 5]).pairs() == [(1, 3), (8, 5), (32, 0)]
+    assert parse_step_table(body, candidates=None).pairs() == [(1, 3), (8, 5), (32, 0)]
+    with pytest.raises(StepTableError):
+        parse_step_table(body, candidates=[])  # an empty set of tiers serves nothing
+
+
+# ---- derived values ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "target, draft, expected",
+    [
+        (8, 0, "tp sizes must be >= 1 (target 8, draft 0)"),
+        (0, 1, "tp sizes must be >= 1 (target 0, draft 1)"),
+        (8, 9, "draft TP 9 is larger than target TP 8: the draft group must be inside the target group"),
+        (8, 3, "draft TP 3 must divide target TP 8"),
+        (8, 5, "draft TP 5 must divide target TP 8"),
+    ],
+)
+def test_draft_tp_sizes_just_outside_the_rule(target, draft, expected):
+    assert draft_tp_problems(target, draft) == [expected]
+
+
+@pytest.mark.parametrize("target, draft", [(1, 1), (8, 8), (8, 4), (8, 1), (6, 3)])
+def test_draft_tp_sizes_at_and_inside_the_rule(target, draft):
+    assert draft_tp_problems(target, draft) == [] and is_split_draft(draft, target) == (draft < target)
+
+
+@pytest.mark.parametrize(
+    "ranks, expected",
+    [
+        ([0], "draft.ranks has 1 entries, draft TP is 2"),
+        ([0, 1, 2], "draft.ranks has 3 entries, draft TP is 2"),
+        ([5, 5], "draft.ranks [5, 5] has duplicates"),
+        (
+            [-1, 0],
+            "draft.ranks [-1] are not inside the target TP group 0..7: a draft outside the target group would "
+            "need the verify hidden states moved every step",
+        ),
+        (
+            [7, 8],
+            "draft.ranks [8] are not inside the target TP group 0..7: a draft outside the target group would "
+            "need the verify hidden states moved every step",
+        ),
+    ],
+)
+def test_draft_ranks_just_outside_the_rule(ranks, expected):
+    assert draft_tp_problems(8, 2, ranks) == [expected]
+
+
+@pytest.mark.parametrize("ranks", [[0, 7], [7, 0], ["6", "7"], None])
+def test_draft_ranks_at_the_group_edges(ranks):
+    assert draft_tp_problems(8, 2, ranks) == []
+
+
+def test_draft_tokens_follow_the_config():
+    assert num_draft_tokens(config()) == 4
+    assert num_draft_tokens(config(**{"eagleTopK: 1": "eagleTopK: 4, numDraftTokens: 9"})) == 9
+    assert num_draft_tokens(config(**{"eagleTopK: 1": "eagleTopK: 4"})) is None
+    assert num_draft_tokens(config(**{"eagleTopK: 1": "eagleTopK: 1, numDraftTokens: 9"})) == 4
+    assert draft_tokens_per_cycle(0, 1) == 1
+
+
+def test_live_is_the_live_mode_only():
+    assert live(config())
+    assert not live(config(**{"mode: Live": "mode: Rollout"})) and not live(config(**{"mode: Live": "mode: 'Off'"}))
+
+
+def test_the_nccl_environment_is_the_profile_s_with_the_user_s_on_top():
+    single = nccl_environment(config())
+    assert single == profile_env("PCIe", multi_node=False, overrides={})
+    two = config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe, env: {NCCL_DEBUG: INFO}}\ntopology: {nodes: 2}"})
+    env = nccl_environment(two)
+    assert env == profile_env("PCIe", multi_node=True, overrides={"NCCL_DEBUG": "INFO"}) and env["NCCL_DEBUG"] == "INFO"
+    one = config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ntopology: {nodes: 1}"})
+    assert nccl_environment(one) == single
+
+
+# ---- the step tiers a pod serves -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "lo, hi, current, limit, expected",
+    [
+        (1, 7, 3, 8, [1, 2, 3, 4, 5, 6, 7]),  # the whole span fits
+        (7, 1, 3, 8, [1, 2, 3, 4, 5, 6, 7]),  # bounds given the wrong way round
+        (1, 8, 1, 8, [1, 2, 3, 4, 5, 6, 7, 8]),  # exactly the limit
+        (1, 9, 1, 8, [1, 2, 3, 4, 6, 7, 8, 9]),  # one over: an inner value is left out, never a bound
+        (1, 5, 9, 8, [1, 2, 3, 4, 5]),  # current above the range is clamped to it
+        (1, 5, -3, 8, [1, 2, 3, 4, 5]),
+        (1, 3, 1, 8, [1, 2, 3]),  # three values: the middle one is spread in
+        (1, 2, 1, 8, [1, 2]),
+        (4, 4, 4, 8, [4]),
+        (1, 20, 1, 4, [1, 7, 14, 20]),  # evenly spread
+        (1, 20, 10, 4, [1, 10, 11, 20]),  # the current value takes a slot
+        (1, 20, 10, 3, [1, 10, 20]),  # no slot left
+        (1, 20, 10, 2, [1, 10]),  # fewer slots than bounds and current: the smallest
+        (1, 20, 10, 1, [1]),
+        (1, 20, 10, 0, [1]),  # always at least one tier
+    ],
+)
+def test_candidate_steps_table(lo, hi, current, limit, expected):
+    assert candidate_steps(lo, hi, current, limit) == expected
+
+
+def test_candidate_steps_default_to_eight_tiers():
+    assert MAX_CANDIDATES == 8 and candidate_steps(1, 30, 1) == [1, 5, 9, 13, 18, 22, 26, 30]
+    # a spread value that lands on the current one is not replaced: one tier fewer
+    assert candidate_steps(1, 30, 15) == [1, 6, 11, 15, 20, 25, 30]
+
+
+@pytest.mark.parametrize("steps, start", [(0, 2), (1, 2), (2, 2), (4, 4), (6, 6), (7, 6)])
+def test_autotune_steps_clamp_the_start_at_and_past_each_bound(steps, start):
+    for mode in ("Live", "Rollout"):
+        assert autotune_steps(mode, 2, 6, steps)[0] == start
+    assert autotune_steps("Off", 2, 6, steps) == (steps, [steps])
+
+
+def test_only_live_adds_the_target_only_tier():
+    assert autotune_steps("Live", 2, 4, 3) == (3, [TARGET_ONLY_STEPS, 2, 3, 4]) and TARGET_ONLY_STEPS == 0
+    assert autotune_steps("Rollout", 2, 4, 3) == (3, [2, 3, 4])
+    assert tuner_steps("Rollout", 2, 4, 3) == [2, 3, 4]
+    assert tuner_steps("Live", 2, 4, 3) == tuner_steps("Off", 2, 4, 3) == [0, 2, 3, 4]
+
+
+def test_step_candidates_read_the_live_tiers_sorted_and_once():
+    assert step_candidates(config(**{"candidateSteps: [1, 3, 5]": "candidateSteps: [5, 0, 3, 3, 1]"})) == [0, 1, 3, 5]
+    assert step_candidates(config(**{"mode: Live": "mode: Rollout"})) == [3]
+    assert step_candidates(config(**{"mode: Live": "mode: 'Off'"})) == [3]
+
+
+# ---- what a pod refuses --------------------------------------------------------------------------------------------
+SPLIT = "with a split draft (draft TP 2 < target TP 8)"
+FULL = {"{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 8}"}
+ROLLOUT = {"mode: Live": "mode: Rollout"}
+
+
+def _problems(args=None, **changes) -> list[tuple[str, str, str]]:
+    cfg = config(**changes)
+    return [(p.field, p.message, p.rule) for p in serving_problems(cfg, args)]
+
+
+def _extra(*args: str) -> str:
+    return "nccl: {profile: PCIe}\nextraArgs: [" + ", ".join(f"'{a}'" for a in args) + "]"
+
+
+def test_a_servable_config_has_no_problems():
+    assert _problems() == [] and _problems(**FULL) == [] and _problems(**ROLLOUT) == []
+
+
+@pytest.mark.parametrize("flag", sorted(ALWAYS_REFUSED))
+def test_always_refused_flags(flag):
+    want = [("extraArgs", f"{flag}: {ALWAYS_REFUSED[flag]}", f"always:{flag}")]
+    assert _problems(**{"nccl: {profile: PCIe}": _extra(flag)}) == want
+    assert _problems(**FULL, **{"nccl: {profile: PCIe}": _extra(flag)}) == want  # whatever the placement
+    for on in ("true", "1", "yes", "True"):
+        assert _problems(["--tp-size", "8", f"{flag}={on}"]) == want
+    for off in ("false", "0", "no", "FALSE", "No"):
+        assert _problems([f"{flag}={off}"]) == []
+
+
+@pytest.mark.parametrize("flag", sorted(SPLIT_REFUSED))
+def test_split_refused_flags_only_with_a_split_draft(flag):
+    with_flag = {"nccl: {profile: PCIe}": _extra(flag)}
+    assert ("extraArgs", f"{flag} {SPLIT}: {SPLIT_REFUSED[flag]}", f"split:{flag}") in _problems(**ROLLOUT, **with_flag)
+    assert [p for p in _problems(**ROLLOUT, **FULL, **with_flag) if p[2].startswith("split")] == []
+    assert _problems([f"{flag}=false"], **ROLLOUT) == []
+
+
+@pytest.mark.parametrize("flag", ["--pp-size", "--pipeline-parallel-size"])
+def test_pipeline_parallelism_with_a_split_draft(flag):
+    want = ("extraArgs", f"pipeline parallelism {SPLIT}: PP already hosts the draft on the last stage only", "split-pp")
+    assert _problems([flag, "2"]) == [want] and _problems([f"{flag}=4"]) == [want]
+    assert _problems([flag, "1"]) == [] and _problems([]) == []
+    assert _problems([flag, "2"], **FULL) == []
+
+
+@pytest.mark.parametrize("flag", ["--dp-size", "--data-parallel-size"])
+def test_data_parallelism_with_a_split_draft(flag):
+    want = ("extraArgs", f"data parallelism (--dp-size) {SPLIT} is not supported", "split-dp")
+    assert _problems([flag, "2"]) == [want]
+    assert _problems([flag, "1"]) == [] and _problems([flag, "2"], **FULL) == []
+
+
+def test_split_draft_algorithms():
+    standalone = {"{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 2, algorithm: STANDALONE}"}
+    assert _problems(["--speculative-algorithm", "STANDALONE"], **standalone, **ROLLOUT) == [
+        (
+            "draft.algorithm",
+            f"STANDALONE {SPLIT}: the split draft supports EAGLE/EAGLE3/NEXTN drafts only; set "
+            "draft.tensorParallelSize to 8 for STANDALONE",
+            "split-algorithm",
+        )
+    ]
+    for algorithm in SPLIT_DRAFT_ALGORITHMS:
+        draft = {"{model: /d, tensorParallelSize: 2}": f"{{model: /d, tensorParallelSize: 2, algorithm: {algorithm}}}"}
+        assert _problems(**draft, **ROLLOUT) == []
+    full_standalone = {
+        "{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 8, algorithm: STANDALONE}"
+    }
+    assert _problems(**full_standalone, **ROLLOUT) == []
+
+
+def test_the_algorithm_flag_must_agree_with_the_draft():
+    assert _problems(["--speculative-algorithm", "eagle3"]) == []  # letter case does not matter
+    assert _problems(["--speculative-algorithm=EAGLE3"]) == []
+    assert _problems(["--speculative-algorithm", "NEXTN"]) == [
+        ("extraArgs", "--speculative-algorithm NEXTN contradicts draft.algorithm EAGLE3", "algorithm-flag")
+    ]
+    assert _problems(["--speculative-algorithm", "nextn"])[0][1].startswith("--speculative-algorithm NEXTN ")
+    # the launcher's own arguments carry the draft's algorithm; a user's later flag overrides it
+    assert _problems(**{"nccl: {profile: PCIe}": _extra("--speculative-algorithm", "NEXTN")})[0][2] == "algorithm-flag"
+
+
+@pytest.mark.parametrize("flag", OWNED_FLAGS)
+def test_the_runtime_owns_the_adaptive_flags(flag):
+    message = (
+        f"{flag}: the runtime writes SGLang's adaptive config itself (autotune mode Live, from "
+        "speculative.candidateSteps); another controller would change steps behind the step table"
+    )
+    want = [("extraArgs", message, f"owned:{flag}")]
+    assert _problems([flag]) == want and _problems([flag, "/tmp/x"]) == want
+    assert _problems([f"{flag}=false"], **ROLLOUT) == want  # any value: the flag itself is the problem
+
+
+def test_live_needs_adaptive_algorithms():
+    nextn = {"{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 8, algorithm: NEXTN}"}
+    want = (
+        "draft.algorithm",
+        "autotune Live needs SGLang's adaptive step tiers, which support EAGLE/EAGLE3 only, not NEXTN",
+        "live-algorithm",
+    )
+    assert _problems(["--speculative-algorithm", "NEXTN"], **nextn) == [want]
+    assert _problems(["--speculative-algorithm", "NEXTN"], **nextn, **ROLLOUT) == []
+    for algorithm in ADAPTIVE_ALGORITHMS:
+        draft = {"{model: /d, tensorParallelSize: 2}": f"{{model: /d, tensorParallelSize: 8, algorithm: {algorithm}}}"}
+        assert _problems(["--speculative-algorithm", algorithm], **draft) == []
+
+
+@pytest.mark.parametrize("top_k, refused", [(1, False), (2, True), (0, True)])
+def test_live_needs_a_chain(top_k, refused):
+    want = (
+        "speculative.eagleTopK",
+        f"autotune Live needs SGLang's adaptive step tiers, which support eagleTopK 1 only, not {top_k}",
+        "live-top-k",
+    )
+    assert _problems([], **{"eagleTopK: 1": f"eagleTopK: {top_k}"}) == ([want] if refused else [])
+    assert _problems([], **ROLLOUT, **{"eagleTopK: 1": f"eagleTopK: {top_k}"}) == []
+
+
+@pytest.mark.parametrize("steps, refused", [(1, False), (5, False), (0, True), (4, True), (6, True)])
+def test_a_live_start_must_be_a_captured_tier(steps, refused):
+    want = (
+        "speculative.numSteps",
+        f"numSteps {steps} is not in candidateSteps [1, 3, 5]: SGLang starts on numSteps and needs it captured",
+        "live-num-steps",
+    )
+    changes = {"numSteps: 3": f"numSteps: {steps}", "candidateSteps: [1, 3, 5]": "candidateSteps: [5, 3, 1]"}
+    assert _problems([], **changes) == ([want] if refused else [])
+    assert _problems([], **ROLLOUT, **changes) == []
+
+
+@pytest.mark.parametrize("flag", sorted(LIVE_REFUSED))
+def test_live_refused_flags(flag):
+    want = ("extraArgs", f"{flag} with autotune Live: {LIVE_REFUSED[flag]}", f"live:{flag}")
+    assert _problems([flag], **FULL) == [want]
+    assert _problems([flag], **FULL, **ROLLOUT) == [] and _problems([f"{flag}=no"], **FULL) == []
+
+
+def test_an_empty_rank_list_is_no_rank_list():
+    ranks = {"{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 2, ranks: []}"}
+    assert _problems(**ranks) == []
+    bad = {"{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 3}"}
+    assert _problems(**bad) == [("draft.tensorParallelSize", "draft TP 3 must divide target TP 8", "draft-tp")]
+
+
+def test_problems_come_in_rule_order_and_read_as_field_and_message():
+    changes = {
+        "{model: /d, tensorParallelSize: 2}": "{model: /d, tensorParallelSize: 2, algorithm: STANDALONE}",
+        "eagleTopK: 1": "eagleTopK: 2",
+        "numSteps: 3": "numSteps: 4",
+    }
+    args = ["--enable-symm-mem", "--enable-pdmux", "--pp-size", "2", "--dp-size", "2", "--speculative-adaptive"]
+    problems = serving_problems(config(**changes), args)
+    assert [p.rule for p in problems] == [
+        "always:--enable-symm-mem",
+        "split:--enable-pdmux",
+        "split-pp",
+        "split-dp",
+        "split-algorithm",
+        "owned:--speculative-adaptive",
+        "live-algorithm",
+        "live-top-k",
+        "live-num-steps",
+        "live:--enable-pdmux",
+    ]
+    assert str(problems[0]) == f"extraArgs: --enable-symm-mem: {ALWAYS_REFUSED['--enable-symm-mem']}"
+    assert {p.rule for p in problems} <= set(rule_names())
+
+
+def test_every_rule_name_is_one_a_refusal_can_carry():
+    names = rule_names()
+    assert (
+        len(names)
+        == len(set(names))
+        == len(RULES) + len(ALWAYS_REFUSED) + len(SPLIT_REFUSED) + len(LIVE_REFUSED) + len(OWNED_FLAGS)
+    )
+    tripped = set()
+    for flag in ALWAYS_REFUSED:
+        tripped |= {p[2] for p in _problems([flag])}
+    for flag in SPLIT_REFUSED:
+        tripped |= {p[2] for p in _problems([flag], **ROLLOUT)}
+    for flag in LIVE_REFUSED:
+        tripped |= {p[2] for p in _problems([flag], **FULL)}
+    for flag in OWNED_FLAGS:
+        tripped |= {p[2] for p in _problems([flag])}
+    assert tripped == {n for n in names if ":" in n}
+    assert set(RULES) == {
+        "draft-tp",
+        "split-pp",
+        "split-dp",
+        "split-algorithm",
+        "algorithm-flag",
+        "live-algorithm",
+        "live-top-k",
+        "live-num-steps",
+    }
+
+
+# ---- SGLang's arguments --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, value",
+    [
+        ([], None),
+        (["--port", "1"], None),
+        (["--flag", "v"], "v"),
+        (["--flag=v"], "v"),
+        (["--flag=a=b"], "a=b"),
+        (["--flag="], ""),
+        (["--flag"], "true"),  # bare, last
+        (["--flag", "--other"], "true"),  # bare, followed by a flag
+        (["--flag", "-1"], "-1"),  # a negative number is a value
+        (["--flag", "1", "--flag=2"], "2"),  # the last one wins
+        (["--flag=2", "--flag", "3"], "3"),
+        (["--flag", "1", "--flag"], "true"),
+        (["--flagx", "v", "--flag-y=1", "x--flag=2"], None),  # other flags sharing the prefix
+        (["v", "--flag"], "true"),
+    ],
+)
+def test_flag_value(args, value):
+    assert flag_value(args, "--flag") == value
+
+
+def test_sglang_arguments_of_a_config():
+    cfg = config(**{"nccl: {profile: PCIe}": _extra("--mem-fraction-static", "0.8")})
+    args = sglang_cli_args(cfg, ["--log-level", "debug"])
+    expect = {
+        "--model-path": "/t",
+        "--tp-size": "8",
+        "--speculative-algorithm": "EAGLE3",
+        "--speculative-draft-model-path": "/d",
+        "--speculative-num-steps": "3",
+        "--speculative-eagle-topk": "1",
+        "--speculative-num-draft-tokens": "4",
+        "--host": "0.0.0.0",
+        "--port": "30000",
+        "--enable-metrics": "true",
+    }
+    assert {f: flag_value(args, f) for f in expect} == expect
+    for absent in ("--quantization", "--context-length", "--nnodes", "--node-rank", "--dist-init-addr"):
+        assert flag_value(args, absent) is None
+    assert args[:4] == ["--model-path", "/t", "--tp-size", "8"]
+    assert args[-4:] == ["--mem-fraction-static", "0.8", "--log-level", "debug"]  # the user's last, then the caller's
+    tree = sglang_cli_args(config(**{"eagleTopK: 1": "eagleTopK: 4"}))
+    assert (
+        flag_value(tree, "--speculative-num-draft-tokens") is None
+        and flag_value(tree, "--speculative-eagle-topk") == "4"
+    )
+
+
+def test_sglang_arguments_of_a_quantized_multi_node_target():
+    cfg = config(
+        **{
+            "target: {model: /t, tensorParallelSize: 8}": "target: {model: /t, tensorParallelSize: 8, quantization: fp8, "
+            "contextLength: 4096}",
+            "nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ntopology: {nodes: 2}\nserver: {port: 8080}",
+        }
+    )
+    args = sglang_cli_args(cfg)
+    assert flag_value(args, "--quantization") == "fp8" and flag_value(args, "--context-length") == "4096"
+    assert flag_value(args, "--port") == "8080" and flag_value(args, "--nnodes") == "2"
+    assert flag_value(args, "--node-rank") == "$(SPECDECODE_NODE_RANK)"
+    assert flag_value(args, "--dist-init-addr") == "$(SPECDECODE_DIST_INIT_ADDR)"
+    assert unexpanded_refs(args) == ["SPECDECODE_DIST_INIT_ADDR", "SPECDECODE_NODE_RANK"]
+    env = {"SPECDECODE_NODE_RANK": "1", "SPECDECODE_DIST_INIT_ADDR": "10.0.0.1:5000"}
+    expanded = expand_env_refs(args, env)
+    assert flag_value(expanded, "--node-rank") == "1" and flag_value(expanded, "--dist-init-addr") == "10.0.0.1:5000"
+    assert unexpanded_refs(expanded) == [] and len(expanded) == len(args)
+    partly = expand_env_refs(["a$(SPECDECODE_NODE_RANK)b", "$(UNSET_VAR)", "$(1BAD)"], {"SPECDECODE_NODE_RANK": "3"})
+    assert partly == ["a3b", "$(UNSET_VAR)", "$(1BAD)"] and unexpanded_refs(partly) == ["UNSET_VAR"]
+    one_node = config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ntopology: {nodes: 1}"})
+    assert flag_value(sglang_cli_args(one_node), "--nnodes") is None
+
+
+# ---- the runtime config file ---------------------------------------------------------------------------------------
+def _config_errors(text: str) -> list[str]:
+    with pytest.raises(InputError) as err:
+        RuntimeConfig.from_yaml(text)
+    assert err.value.source == CONFIG_FILE_NAME == "runtime.yaml"
+    return err.value.errors
+
+
+@pytest.mark.parametrize("port", [1, 2, 65534, 65535])
+def test_ports_at_and_inside_their_bounds(port):
+    cfg = config(**{"nccl: {profile: PCIe}": f"nccl: {{profile: PCIe}}\nserver: {{port: {port}, controlPort: {port}}}"})
+    assert cfg.server.port == port and cfg.server.control_port == port
+
+
+@pytest.mark.parametrize(
+    "port, message",
+    [(0, "greater than or equal to 1, got 0"), (65536, "less than or equal to 65535, got 65536")],
+)
+@pytest.mark.parametrize("field", ["port", "controlPort"])
+def test_ports_just_outside_their_bounds(port, message, field):
+    text = CONFIG.replace("nccl: {profile: PCIe}", f"nccl: {{profile: PCIe}}\nserver: {{{field}: {port}}}")
+    assert _config_errors(text) == [f"server.{field}: Input should be {message}"]
+
+
+def test_server_defaults():
+    server = config().server
+    assert (server.port, server.control_port, server.token_file) == (30000, 30001, TOKEN_PATH)
+    assert TOKEN_PATH == "/var/run/secrets/specdecode/token" and CONFIG_PATH == "/etc/specdecode/runtime.yaml"
+    assert server.buckets == list(DEFAULT_BUCKETS)
+
+
+@pytest.mark.parametrize("budget", [0.001, 2.0, 100])
+def test_cost_probe_budget_at_and_inside_its_bounds(budget):
+    cfg = config(**{"nccl: {profile: PCIe}": f"nccl: {{profile: PCIe}}\ncostProbe: {{budgetMs: {budget}}}"})
+    assert cfg.cost_probe is not None and cfg.cost_probe.budget_ms == budget and cfg.cost_probe.enabled
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [(0, "greater than 0, got 0"), (-1, "greater than 0, got -1"), (100.5, "less than or equal to 100")],
+)
+def test_cost_probe_budget_just_outside_its_bounds(budget, message):
+    text = CONFIG.replace("nccl: {profile: PCIe}", f"nccl: {{profile: PCIe}}\ncostProbe: {{budgetMs: {budget}}}")
+    (error,) = _config_errors(text)
+    assert error.startswith(f"costProbe.budgetMs: Input should be {message}")
+
+
+def test_config_defaults_and_the_device():
+    cfg = config()
+    assert cfg.api_version == "specdecode.io/runtime/v1" and cfg.draft.algorithm == "EAGLE3"
+    assert cfg.cost_probe is None and cfg.extra_args == [] and cfg.device is None and cfg.target_device == "cuda"
+    assert (cfg.topology.nodes, cfg.topology.gpus_per_node, cfg.topology.interconnect) == (1, 8, "PCIe")
+    assert (cfg.speculative.autotune.min_steps, cfg.speculative.autotune.max_steps) == (1, 5)
+    assert AutotuneConfig().mode == "Off" and (AutotuneConfig().min_steps, AutotuneConfig().max_steps) == (1, 7)
+    assert config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ndevice: cpu"}).target_device == "cpu"
+    assert config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ndevice: cuda"}).target_device == "cuda"
+
+
+def test_the_config_round_trips_through_its_yaml_and_leaves_unset_options_out():
+    cfg = config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe, env: {NCCL_DEBUG: INFO}}\nextraArgs: ['--x', '1']"})
+    text = cfg.to_yaml()
+    assert RuntimeConfig.from_yaml(text) == cfg
+    data = yaml.safe_load(text)
+    assert list(data) == sorted(data)  # keys sorted: the rendered ConfigMap is stable
+    assert data["target"] == {"model": "/t", "tensorParallelSize": 8}  # aliases; None fields left out
+    assert "costProbe" not in data and "device" not in data and "preflight" not in data["nccl"]
+    assert data["speculative"]["candidateSteps"] == [1, 3, 5] and data["extraArgs"] == ["--x", "1"]
+
+
+def test_a_kubernetes_object_is_not_a_runtime_config():
+    sdd = "apiVersion: specdecode.io/v1alpha1\nkind: SpecDecodeDeployment\nmetadata: {name: x}\nspec: {}\n"
+    (error,) = _config_errors(sdd)
+    assert error.startswith("this is a SpecDecodeDeployment, not a runtime config; runtime.yaml is rendered from a ")
+    assert "`specdecode render -f SDD -o runtime-config`" in error
+    (other,) = _config_errors("apiVersion: v1\nkind: ConfigMap\nspec: {}\n")
+    assert other.startswith("this is a ConfigMap, not a runtime config")
+    (bare,) = _config_errors("spec: {}\n")
+    assert bare.startswith("this is a Kubernetes object, not a runtime config")
+    assert _config_errors("kind: SpecDecodeDeployment\n")[0].startswith("this is a SpecDecodeDeployment")
+
+
+def test_a_runtime_config_is_one_document():
+    assert _config_errors(CONFIG + "---\n" + CONFIG) == ["holds 2 YAML documents; expected one runtime config"]
+    assert _config_errors("") == ["(top level): expected a mapping (runtime config), got nothing (an empty document)"]
+    assert _config_errors("- 1\n") == ["(top level): expected a mapping (runtime config), got a list"]
+
+
+def test_a_runtime_config_file_is_read_and_checked(tmp_path):
+    path = tmp_path / "runtime.yaml"
+    path.write_text(CONFIG)
+    assert load_runtime_config(str(path)) == config()
+    path.write_text(CONFIG + "---\n" + CONFIG)
+    with pytest.raises(InputError) as err:
+        load_runtime_config(str(path))
+    assert err.value.source == str(path) and err.value.errors == ["holds 2 YAML documents; expected one runtime config"]
+    path.write_text("kind: SpecDecodeDeployment\n")
+    with pytest.raises(InputError, match="this is a SpecDecodeDeployment"):
+        load_runtime_config(str(path))
+    path.write_text(CONFIG.replace("name: demo\n", ""))
+    with pytest.raises(InputError) as err:
+        load_runtime_config(str(path))
+    assert err.value.errors == ["name: required"]
