@@ -4,6 +4,7 @@ here would show up as a wrong decision everywhere at once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -35,6 +36,14 @@ from specdecode_runtime.contract.config import (
     RuntimeConfig,
     load_runtime_config,
 )
+from specdecode_runtime.contract.cost_profile import (
+    STAGES,
+    ProbePoint,
+    _line,
+    fit_bucket,
+    fit_profile,
+    points_from_samples,
+)
 from specdecode_runtime.contract.derived import (
     draft_tokens_per_cycle,
     draft_tp_problems,
@@ -52,9 +61,27 @@ from specdecode_runtime.contract.goodput import (
     goodput,
     inter_token_latency_ms,
 )
+from specdecode_runtime.contract.http_limits import (
+    MAX_BODY_BYTES,
+    MAX_INT_DIGITS,
+    MAX_JSON_DEPTH,
+    REQUEST_DEADLINE_SECONDS,
+    SERVER_LIMITS,
+    BodyError,
+    parse_json,
+    read_json,
+)
 from specdecode_runtime.contract.input_files import InputError
-from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS
-from specdecode_runtime.contract.nccl import profile_env
+from specdecode_runtime.contract.metric_names import (
+    DEFAULT_BUCKETS,
+    METRICS,
+    bucket_label,
+    bucket_labels,
+    exposed_name,
+    position_counts,
+    sample_names,
+)
+from specdecode_runtime.contract.nccl import profile_env, profile_settings, resolve_profile
 from specdecode_runtime.contract.server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
 from specdecode_runtime.contract.step_table import MAX_TABLE_ENTRIES, StepTable, StepTableError, parse_step_table
 
@@ -813,3 +840,320 @@ def test_a_runtime_config_file_is_read_and_checked(tmp_path):
     with pytest.raises(InputError) as err:
         load_runtime_config(str(path))
     assert err.value.errors == ["name: required"]
+
+
+# ---- NCCL profiles -------------------------------------------------------------------------------------------------
+MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@pytest.mark.parametrize("interconnect, resolved", [("NVLink", "NVLink"), ("PCIe", "PCIe"), ("nvlink", "PCIe")])
+def test_auto_follows_the_declared_interconnect(interconnect, resolved):
+    assert resolve_profile("Auto", interconnect) == resolved
+
+
+def test_named_profiles_resolve_to_themselves_and_unknown_ones_are_refused():
+    for name in ("PCIe", "NVLink", "None"):
+        assert resolve_profile(name, "NVLink") == name
+    with pytest.raises(ValueError) as err:
+        resolve_profile("Fast", "PCIe")
+    assert str(err.value) == "unknown NCCL profile 'Fast'; allowed: Auto, PCIe, NVLink, None"
+    with pytest.raises(ValueError) as err:
+        profile_settings("Auto")  # a profile must be resolved before its settings are read
+    assert str(err.value) == "unknown NCCL profile 'Auto'; allowed: PCIe, NVLink, None"
+
+
+def test_every_profile_starts_with_multicast_off():
+    for name in ("PCIe", "NVLink", "None"):
+        for multi_node in (False, True):
+            settings = profile_settings(name, multi_node=multi_node)
+            assert {s.name: s.value for s in settings[:3]} == MULTICAST
+    assert profile_env("None") == MULTICAST
+    assert profile_env("NVLink") == {**MULTICAST, "NCCL_CUMEM_ENABLE": "0"}
+
+
+def test_the_pcie_profile_skips_the_infiniband_probe_on_one_node_only():
+    single, multi = profile_env("PCIe"), profile_env("PCIe", multi_node=True)
+    assert single["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_DISABLE" not in multi
+    assert {k: v for k, v in single.items() if k != "NCCL_IB_DISABLE"} == multi
+    assert multi["NCCL_P2P_LEVEL"] == "SYS" and multi["NCCL_PROTO"] == "^LL128" and multi["NCCL_MIN_NCHANNELS"] == "8"
+    assert list(single) == sorted(single)
+
+
+def test_the_user_s_nccl_env_wins_except_over_multicast():
+    env = profile_env("PCIe", overrides={"NCCL_P2P_LEVEL": "PHB", "NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": 3})
+    assert env["NCCL_P2P_LEVEL"] == "PHB" and env["NCCL_DEBUG"] == "3" and env["NCCL_NVLS_ENABLE"] == "0"
+    assert profile_env("PCIe", overrides=None) == profile_env("PCIe", overrides={}) == profile_env("PCIe")
+
+
+# ---- metric names --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "batch, label",
+    [
+        (1, "1"),
+        (2, "2-7"),
+        (7, "2-7"),
+        (8, "8-31"),
+        (31, "8-31"),
+        (32, "32-63"),
+        (63, "32-63"),
+        (64, "64+"),
+        (999, "64+"),
+    ],
+)
+def test_bucket_labels_at_each_bound(batch, label):
+    assert bucket_label(batch) == label
+
+
+def test_bucket_labels_of_other_bounds():
+    assert bucket_label(0) == "1" and bucket_label(-5) == "1"  # below every bucket: the first one's
+    assert bucket_label(5, [4, 1]) == "4+" and bucket_label(3, (4, 1)) == "1-3"  # bounds in any order
+    assert bucket_label(1, [1]) == "1+"
+    assert bucket_labels() == ["1", "2-7", "8-31", "32-63", "64+"] and bucket_labels([3, 1]) == ["1-2", "3+"]
+
+
+def test_exposed_names_follow_the_metric_type():
+    gauge = next(m for m in METRICS.values() if m.kind == "gauge")
+    counter = next(m for m in METRICS.values() if m.kind == "counter")
+    summary = next(m for m in METRICS.values() if m.kind == "summary")
+    assert exposed_name(gauge.name) == gauge.name and exposed_name(counter.name) == counter.name + "_total"
+    with pytest.raises(ValueError) as err:
+        exposed_name(summary.name)
+    assert str(err.value) == (
+        f"{summary.name} is a summary: its samples are ('{summary.name}_sum', '{summary.name}_count')"
+    )
+    assert {summary.name + "_sum", summary.name + "_count", counter.name + "_total"} <= sample_names()
+
+
+@pytest.mark.parametrize(
+    "steps, accepted, attempts_want, accepted_want",
+    [
+        (3, [0], [1, 0, 0], [0, 0, 0]),  # the first draft was tried and refused
+        (3, [1], [1, 1, 0], [1, 0, 0]),
+        (3, [3], [1, 1, 1], [1, 1, 1]),  # all accepted: no position after the last to try
+        (3, [0, 2, 3], [3, 2, 2], [2, 2, 1]),
+        (3, [], [0, 0, 0], [0, 0, 0]),
+        (0, [0], [], []),
+    ],
+)
+def test_position_counts(steps, accepted, attempts_want, accepted_want):
+    assert position_counts(steps, accepted) == (attempts_want, accepted_want)
+
+
+@pytest.mark.parametrize("count", [-1, 4])
+def test_position_counts_refuse_counts_outside_the_steps(count):
+    with pytest.raises(ValueError) as err:
+        position_counts(3, [count])
+    assert str(err.value) == f"accepted drafts per request must be within 0..3 (steps), got {count}"
+
+
+# ---- the cost probe's fit ------------------------------------------------------------------------------------------
+def _pt(stage: str, steps: int, ms: float, batch: int = 4, bucket: str = "2-7") -> ProbePoint:
+    return ProbePoint(stage, steps, bucket, batch, ms / 1000.0)
+
+
+def test_line_fit_edges():
+    assert _line([], []) == (0.0, 0.0)
+    assert _line([3, 3], [2.0, 4.0]) == (3.0, 0.0)  # one distinct x: the mean, no slope
+    assert _line([3], [-2.0]) == (0.0, 0.0) and _line([3], [-2.0], clamp=False) == (-2.0, 0.0)
+    assert _line([1, 2, 3], [5.0, 8.0, 11.0]) == pytest.approx((2.0, 3.0))
+    assert _line([1, 2, 3], [9.0, 6.0, 3.0]) == pytest.approx((6.0, 0.0))  # a falling cost: no slope, the mean
+    assert _line([2, 4], [1.0, 7.0]) == pytest.approx((0.0, 3.0))  # intercept -5 clamped
+    assert _line([2, 4], [1.0, 7.0], clamp=False) == pytest.approx((-5.0, 3.0))
+
+
+def test_a_bucket_needs_a_verify_point_and_a_draft_cost_for_speculative_tiers():
+    assert fit_bucket([]) is None
+    assert fit_bucket([_pt("draft_step", 1, 1.0), _pt("overhead", 1, 0.3)]) is None
+    assert fit_bucket([_pt("verify", 0, 5.0), _pt("verify", 2, 8.0)]) is None  # would make drafting free
+    plain = fit_bucket([_pt("verify", 0, 5.0)])
+    assert plain == CycleCost(5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert fit_bucket([_pt("verify", 0, 5.0), _pt("verify", 2, 8.0), _pt("draft", 1, 1.0)]) is not None
+
+
+def test_a_bucket_fit_from_each_stage():
+    verify = [_pt("verify", k, 2.0 + 0.5 * 4 * (k + 1)) for k in (0, 1, 3)]  # 2 ms + 0.5 ms per token
+    extend = [_pt("draft_extend", k, 1.0 + 0.25 * 4 * (k + 1)) for k in (1, 3)]
+    steps = [_pt("draft_step", 1, ms) for ms in (1.0, 3.0, 2.5)]
+    extras = [_pt("overhead", 1, 0.2), _pt("overhead", 3, 0.4), _pt("overhead", 2, 0.9), _pt("broadcast", 1, 0.05)]
+    cost = fit_bucket([*verify, *extend, *steps, *extras])
+    assert cost is not None
+    assert cost.verify_base == pytest.approx(2.0) and cost.verify_per_token == pytest.approx(0.5)
+    assert cost.extend_base == pytest.approx(1.0) and cost.extend_per_token == pytest.approx(0.25)
+    assert cost.draft_base == pytest.approx(2.5) and cost.draft_per_seq == 0.0  # the median draft step
+    assert cost.overhead == pytest.approx(0.4) and cost.broadcast == pytest.approx(0.05)
+
+
+def test_a_tier_s_whole_draft_phase_splits_into_a_step_cost_and_a_once_per_cycle_part():
+    verify = [_pt("verify", k, 2.0 + 0.5 * 4 * (k + 1)) for k in (0, 1, 3)]
+    extend = [_pt("draft_extend", k, 3.0 + 0.25 * 4 * (k + 1)) for k in (1, 3)]
+    draft = [_pt("draft", k, -1.0 + 2.0 * k) for k in (1, 2, 3)]  # EAGLE: tier 1 runs no draft forward
+    cost = fit_bucket([*verify, *extend, *draft, _pt("draft_step", 1, 9.0)])
+    assert cost is not None
+    assert cost.draft_base == pytest.approx(2.0)  # the slope of the whole phase, not the draft_step point
+    assert cost.extend_base == pytest.approx(3.0 - 1.0)  # the negative once-per-cycle part joins the extend
+    deep = [_pt("draft", k, -9.0 + 2.0 * k) for k in (1, 2, 3)]
+    assert fit_bucket([*verify, *extend, *deep]).extend_base == 0.0  # never below zero
+    assert fit_bucket([*verify, *deep]).overhead == 0.0 and fit_bucket([*verify, *deep]).broadcast == 0.0
+
+
+def test_a_profile_has_one_cost_per_bucket_that_could_be_fitted():
+    points = [
+        _pt("verify", 0, 5.0, bucket="1", batch=1),
+        _pt("verify", 0, 6.0, bucket="2-7", batch=4),
+        _pt("verify", 2, 9.0, bucket="2-7", batch=4),  # no draft cost: left out
+        _pt("draft_step", 1, 1.0, bucket="8-31", batch=8),  # no verify: left out
+    ]
+    profile = fit_profile(points)
+    assert list(profile) == ["1"] and profile["1"].verify_base == pytest.approx(5.0)
+    assert fit_profile([]) == {}
+
+
+def test_scraped_samples_become_points_unless_unknown_negative_or_nan():
+    samples = {
+        ("verify", 0, "1", 1): 0.005,
+        ("draft", 2, "1", 1): 0.0,
+        ("warmup", 0, "1", 1): 0.5,
+        ("overhead", 1, "1", 1): -0.001,
+        ("broadcast", 1, "1", 1): math.nan,
+    }
+    assert points_from_samples(samples) == [ProbePoint("verify", 0, "1", 1, 0.005), ProbePoint("draft", 2, "1", 1, 0.0)]
+    assert set(STAGES) == {"draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast"}
+
+
+# ---- bounded JSON bodies -------------------------------------------------------------------------------------------
+def _body_error(raw: bytes, **kw) -> tuple[int, str]:
+    with pytest.raises(BodyError) as err:
+        parse_json(raw, **kw)
+    assert str(err.value) == err.value.message
+    return err.value.status, err.value.message
+
+
+def test_json_nesting_at_and_past_the_depth_bound():
+    assert MAX_JSON_DEPTH == 8
+    assert parse_json(b"[" * 8 + b"]" * 8) == eval("[" * 8 + "]" * 8)  # noqa: S307 - a literal built here
+    assert _body_error(b"[" * 9 + b"]" * 9) == (400, "JSON nested deeper than 8 levels")
+    assert _body_error(b'{"a":' * 9 + b"1" + b"}" * 9) == (400, "JSON nested deeper than 8 levels")
+    assert parse_json(b"[[[]]]", max_depth=3) == [[[]]]
+    assert _body_error(b"[[[[]]]]", max_depth=3) == (400, "JSON nested deeper than 3 levels")
+    # closing brackets give the depth back: many shallow siblings are fine
+    assert parse_json(b"[" + b",".join([b"[[]]"] * 20) + b"]", max_depth=3) == [[[]]] * 20
+
+
+def test_brackets_inside_strings_do_not_count_towards_the_depth():
+    text = '["' + "[{" * 20 + '"]'
+    assert parse_json(text.encode(), max_depth=1) == ["[{" * 20]
+    escaped = '["\\"' + "[" * 20 + '"]'  # an escaped quote does not end the string
+    assert parse_json(escaped.encode(), max_depth=1) == ['"' + "[" * 20]
+    backslash = '["\\\\", ' + "[" * 2 + "]" * 2 + "]"  # an escaped backslash does end the escape
+    assert _body_error(backslash.encode(), max_depth=2) == (400, "JSON nested deeper than 2 levels")
+
+
+@pytest.mark.parametrize("digits", [1, 17, 18])
+def test_integers_up_to_eighteen_digits(digits):
+    value = int("9" * digits)
+    assert parse_json(str(value).encode()) == value and parse_json(f"[-{value}]".encode()) == [-value]
+
+
+@pytest.mark.parametrize("text", ["9" * 19, "-" + "9" * 19, "1" + "0" * 4400])
+def test_longer_integers_are_refused_before_they_are_converted(text):
+    digits = len(text.lstrip("-"))
+    assert MAX_INT_DIGITS == 18
+    assert _body_error(text.encode()) == (400, f"integer with {digits} digits: at most 18 are accepted")
+
+
+@pytest.mark.parametrize("name", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_constants_are_refused(name):
+    assert _body_error(f"[{name}]".encode()) == (400, f"{name} is not JSON")
+
+
+def test_bodies_that_are_not_utf8_json():
+    assert _body_error(b"\xff") == (400, "body is not UTF-8")
+    status, message = _body_error(b"{'a': 1}")
+    assert status == 400 and message.startswith("body is not valid JSON: Expecting property name")
+    status, message = _body_error(b'"' + b"x" * 500)
+    assert (status, message) == (
+        400,
+        "body is not valid JSON: Unterminated string starting at: line 1 column 1 (char 0)",
+    )
+
+
+class _Content:
+    def __init__(self, data: bytes, chunk: int, delay: float = 0.0) -> None:
+        self.data, self.chunk, self.delay, self.asked = data, chunk, delay, []
+
+    async def read(self, n: int) -> bytes:
+        self.asked.append(n)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        out, self.data = self.data[: min(n, self.chunk)], self.data[min(n, self.chunk) :]
+        return out
+
+
+class _Request:
+    """The three things ``read_json`` reads of an aiohttp request."""
+
+    def __init__(self, data: bytes, *, content_type="application/json", length=-1, chunk=7, delay=0.0) -> None:
+        self.content_type = content_type
+        self.content_length = len(data) if length == -1 else length
+        self.content = _Content(data, chunk, delay)
+
+
+async def _read_error(request, **kw) -> tuple[int, str]:
+    with pytest.raises(BodyError) as err:
+        await read_json(request, **kw)
+    return err.value.status, err.value.message
+
+
+async def test_a_body_at_the_size_bound_is_read_in_chunks():
+    body = json.dumps({"table": [{"minBatch": 1, "steps": 3}]}).encode()
+    assert await read_json(_Request(body), max_bytes=len(body)) == {"table": [{"minBatch": 1, "steps": 3}]}
+    request = _Request(body, length=None, chunk=5)  # chunked transfer: no Content-Length
+    assert await read_json(request, max_bytes=len(body)) == {"table": [{"minBatch": 1, "steps": 3}]}
+    assert request.content.asked[0] == len(body) + 1  # never asks for more than one byte past the bound
+    assert all(n >= 1 for n in request.content.asked)
+    assert MAX_BODY_BYTES == 16 * 1024
+
+
+async def test_a_body_one_byte_over_the_bound_is_refused():
+    body = b"[" + b"1," * 10 + b"1]"
+    assert await _read_error(_Request(body), max_bytes=len(body) - 1) == (
+        413,
+        f"body of {len(body)} bytes: at most {len(body) - 1} are accepted",
+    )
+    # a client that leaves Content-Length out (or understates it) is cut off at the bound, not read to the end
+    request = _Request(body * 100, length=None, chunk=4)
+    assert await _read_error(request, max_bytes=len(body) - 1) == (413, f"body larger than {len(body) - 1} bytes")
+    assert len(body) * 100 - len(request.content.data) == len(body)  # read: the bound and one byte past it
+    assert await _read_error(_Request(body, length=3), max_bytes=len(body) - 1) == (
+        413,
+        f"body larger than {len(body) - 1} bytes",
+    )
+
+
+@pytest.mark.parametrize("content_type, shown", [("text/plain", "'text/plain'"), ("", "'none'")])
+async def test_only_json_bodies_are_read(content_type, shown):
+    assert await _read_error(_Request(b"{}", content_type=content_type)) == (
+        415,
+        f"Content-Type must be application/json, got {shown}",
+    )
+
+
+async def test_a_slow_body_times_out():
+    slow = _Request(b"[1, 2, 3, 4]", chunk=1, delay=0.02)
+    assert await _read_error(slow, timeout=0.05) == (408, "body not received within 0.05 s")
+    assert await read_json(_Request(b"[1, 2, 3, 4]", chunk=1, delay=0.001), timeout=5) == [1, 2, 3, 4]
+
+
+async def test_the_body_is_parsed_with_the_depth_bound():
+    assert await _read_error(_Request(b"[[[1]]]"), max_depth=2) == (400, "JSON nested deeper than 2 levels")
+    assert await read_json(_Request(b"[[1]]"), max_depth=2) == [[1]]
+
+
+def test_server_limits():
+    assert SERVER_LIMITS == {
+        "keepalive_timeout": REQUEST_DEADLINE_SECONDS,
+        "max_line_size": 4096,
+        "max_field_size": 4096,
+        "max_headers": 32,
+    }
+    assert REQUEST_DEADLINE_SECONDS == 10.0
