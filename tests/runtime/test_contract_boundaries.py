@@ -5,11 +5,13 @@ here would show up as a wrong decision everywhere at once."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import math
 
 import pytest
 import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specdecode_runtime.contract.capabilities import (
     ADAPTIVE_ALGORITHMS,
@@ -71,7 +73,18 @@ from specdecode_runtime.contract.http_limits import (
     parse_json,
     read_json,
 )
-from specdecode_runtime.contract.input_files import InputError
+from specdecode_runtime.contract.input_files import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    BoundedLoader,
+    InputError,
+    format_loc,
+    format_validation_error,
+    load_documents,
+    load_single,
+    parse_yaml_documents,
+    read_text,
+)
 from specdecode_runtime.contract.metric_names import (
     DEFAULT_BUCKETS,
     METRICS,
@@ -1157,3 +1170,222 @@ def test_server_limits():
         "max_headers": 32,
     }
     assert REQUEST_DEADLINE_SECONDS == 10.0
+
+
+# ---- input files ---------------------------------------------------------------------------------------------------
+def _yaml_errors(text: str) -> list[str]:
+    with pytest.raises(InputError) as err:
+        parse_yaml_documents(text, "f.yaml")
+    assert err.value.source == "f.yaml"
+    return err.value.errors
+
+
+def test_an_input_error_reads_as_one_line_or_an_indented_list():
+    assert str(InputError("f.yaml", ["a: bad"])) == "f.yaml: a: bad"
+    assert str(InputError("f.yaml", ["a: bad", "b: worse"])) == "f.yaml:\n  a: bad\n  b: worse"
+    errors = ["x"]
+    err = InputError("f", errors)
+    errors.append("y")
+    assert err.errors == ["x"]  # a copy
+
+
+def test_yaml_nesting_at_and_past_the_depth_bound():
+    depth = BoundedLoader.max_depth
+    assert depth == MAX_DEPTH == 32
+    assert parse_yaml_documents("[" * depth + "]" * depth, "f") == [eval("[" * depth + "]" * depth)]  # noqa: S307
+    assert _yaml_errors("[" * (depth + 1) + "]" * (depth + 1)) == [
+        f"line 1, column {depth + 1}: not valid YAML: nested deeper than {depth} levels"
+    ]
+
+
+def test_alias_expansion_at_and_past_the_node_bound(monkeypatch):
+    monkeypatch.setattr(BoundedLoader, "max_nodes", 9)
+    text = "a: &x [1, 2]\nb: *x\n"  # mapping 1 + key a 1 + list 3 + key b 1 + the alias, counted again 3
+    assert parse_yaml_documents(text, "f") == [{"a": [1, 2], "b": [1, 2]}]
+    assert parse_yaml_documents("[1, 2, 3, 4, 5, 6, 7, 8]", "f") == [[1, 2, 3, 4, 5, 6, 7, 8]]
+    (error,) = _yaml_errors("[1, 2, 3, 4, 5, 6, 7, 8, 9]")
+    assert error == "line 1, column 1: not valid YAML: expands to more than 9 values (aliases included)"
+    monkeypatch.setattr(BoundedLoader, "max_nodes", 8)
+    assert _yaml_errors(text)[0].endswith("not valid YAML: expands to more than 8 values (aliases included)")
+    # each document is weighed on its own
+    assert len(parse_yaml_documents("[1, 2, 3, 4, 5, 6, 7]\n---\n[1, 2, 3, 4, 5, 6, 7]\n", "f")) == 2
+
+
+def test_duplicate_keys_are_named_with_the_first_line():
+    assert _yaml_errors("a: 1\nb: 2\na: 3\n") == [
+        "line 3, column 1: not valid YAML: duplicate key 'a' (first on line 1)"
+    ]
+    assert _yaml_errors("x:\n  k: 1\n  k: 2\n") == [
+        "line 3, column 3: not valid YAML: duplicate key 'k' (first on line 2)"
+    ]
+    assert parse_yaml_documents("a: 1\nb: {a: 2}\n", "f") == [{"a": 1, "b": {"a": 2}}]  # another mapping's key
+    assert parse_yaml_documents("base: &b {x: 1}\nc:\n  <<: *b\n  <<: *b\n", "f")[0]["c"] == {"x": 1}
+    (unhashable,) = _yaml_errors("? [1]\n: x\n")
+    assert unhashable.startswith("line 1, column 3: not valid YAML: while constructing a mapping: found unhashable key")
+
+
+def test_yaml_problems_name_line_column_and_context():
+    assert _yaml_errors("a: b: c\n") == ["line 1, column 5: not valid YAML: mapping values are not allowed here"]
+    assert _yaml_errors("a: [1\n") == [
+        "line 2, column 1: not valid YAML: while parsing a flow sequence: expected ',' or ']', but got '<stream end>'"
+    ]
+    assert _yaml_errors("a: 1\nb: \x01\n") == ["line 2: not valid YAML: character #x0001 is not allowed in YAML text"]
+    assert _yaml_errors("\x7f") == ["line 1: not valid YAML: character #x007f is not allowed in YAML text"]
+
+
+def test_empty_documents_are_skipped():
+    assert parse_yaml_documents("", "f") == [] and parse_yaml_documents("---\n---\n", "f") == []
+    assert parse_yaml_documents("---\nnull\n---\na: 1\n", "f") == [{"a": 1}]
+    assert parse_yaml_documents("0\n---\n''\n", "f") == [0, ""]  # falsy values are documents
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("1e3", 1000.0), ("-1.5e-3", -0.0015), ("+2E+2", 200.0), ("1_0e1", 100.0), ("1.e2", 100.0)],
+)
+def test_yaml_12_exponent_numbers(text, value):
+    assert parse_yaml_documents(f"a: {text}\n", "f") == [{"a": value}]
+
+
+@pytest.mark.parametrize("text", ["1e", "e3", "1e3x", "x1e3", "1.5e", "'1e3'"])
+def test_strings_that_only_look_like_exponent_numbers(text):
+    (doc,) = parse_yaml_documents(f"a: {text}\n", "f")
+    assert isinstance(doc["a"], str)
+
+
+def test_read_text_at_and_past_the_size_bound(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_bytes(b"a" * 100)
+    assert read_text(str(f), max_bytes=100) == "a" * 100
+    with pytest.raises(InputError) as err:
+        read_text(str(f), max_bytes=99)
+    assert (err.value.source, err.value.errors) == (str(f), ["larger than 99 bytes"])
+    assert MAX_BYTES == 1 << 20
+
+
+def test_read_text_from_standard_input(monkeypatch):
+    assert read_text("-", stdin=io.StringIO("a: é\n")) == "a: é\n"  # a text stream without a byte buffer
+    assert read_text("-", stdin=io.TextIOWrapper(io.BytesIO(b"b: 1\n"))) == "b: 1\n"
+    with pytest.raises(InputError) as err:
+        read_text("-", stdin=io.StringIO("x" * 11), max_bytes=10)
+    assert (err.value.source, err.value.errors) == ("<stdin>", ["larger than 10 bytes"])
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"c: 2\n")))
+    assert read_text("-") == "c: 2\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"c: 2\n")))
+    assert load_documents("-") == [{"c": 2}]
+
+
+def test_non_utf8_text_names_the_line_byte_and_offset(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_bytes(b"a: 1\nb: 2\nc: \xe9\n")
+    with pytest.raises(InputError) as err:
+        read_text(str(f))
+    assert err.value.errors == ["line 3: not UTF-8 text (byte 0xe9 at offset 13); save the file as UTF-8"]
+
+
+def test_an_unreadable_file_names_the_reason(tmp_path):
+    with pytest.raises(InputError) as err:
+        read_text(str(tmp_path / "missing.yaml"))
+    assert err.value.errors == ["cannot read file: No such file or directory"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty: expected one thing mapping"),
+        ("a: 1\n---\nb: 2\n", "holds 2 YAML documents; expected one thing"),
+        ("- 1\n", "(top level): expected a mapping (thing), got a list"),
+        ("hello\n", "(top level): expected a mapping (thing), got a string"),
+        ("3\n", "(top level): expected a mapping (thing), got a number"),
+        ("1.5\n", "(top level): expected a mapping (thing), got a number"),
+        ("true\n", "(top level): expected a mapping (thing), got a boolean"),
+        ("2024-01-02\n", "(top level): expected a mapping (thing), got date"),
+    ],
+)
+def test_a_single_mapping_file(tmp_path, text, message):
+    f = tmp_path / "x.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_single(str(f), what="thing")
+    assert (err.value.source, err.value.errors) == (str(f), [message])
+
+
+def test_a_single_mapping_file_is_returned(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_text("---\na: 1\n---\n")
+    assert load_single(str(f), what="thing") == {"a": 1}
+
+
+def test_validation_errors_name_the_field_as_written():
+    cfg_errors = _config_errors(
+        CONFIG.replace("nccl: {profile: PCIe}", "nccl: {profile: PCIe}\ntopology: {interconnect: IB}")
+    )
+    assert cfg_errors == ["topology.interconnect: Input should be 'PCIe' or 'NVLink'"]
+    text = CONFIG.replace("tensorParallelSize: 2}", "tensorParallelSize: 2, ranks: [0, x]}").replace(
+        "name: demo\n", "name: demo\nsurprise: 1\n"
+    )
+    assert _config_errors(text) == [
+        "draft.ranks[1]: Input should be a valid integer, unable to parse string as an integer",
+        "surprise: unknown field",
+    ]
+    assert _config_errors(CONFIG.replace("name: demo\n", "")) == ["name: required"]
+    budget = CONFIG.replace("nccl: {profile: PCIe}", "nccl: {profile: PCIe}\ncostProbe: {budgetMs: .nan}")
+    assert _config_errors(budget) == ["costProbe.budgetMs: must be a finite number, got nan"]
+
+
+@pytest.mark.parametrize(
+    "loc, path",
+    [
+        ((), "(top level)"),
+        (("spec", "draft", "ranks", 0), "spec.draft.ranks[0]"),
+        ((0, "a"), "[0].a"),
+        (("topology", "interconnect"), "topology.interconnect"),  # starts like the marker "int"
+        (("strength",), "strength"),
+        (("floaty", "list_of"), "floaty.list_of"),
+        (("b", "constrained-int"), "b"),
+        (("c", "list[int]"), "c"),
+        (("c", "dict[str,int]"), "c"),
+        (("d", "bool"), "d"),
+        (("d", "float"), "d"),
+        (("d", "str"), "d"),
+        (("e", "int"), "e"),
+        (("x", "function-after[check(), int]"), "x"),
+        (("tensor_parallel_size",), "tensorParallelSize"),
+    ],
+)
+def test_field_paths(loc, path):
+    assert format_loc(loc, {"tensor_parallel_size": "tensorParallelSize"}) == path
+
+
+def test_messages_of_a_whole_object_rule():
+    class Ranked(BaseModel):
+        a: int = Field(ge=1)
+        b: float = Field(lt=2.0)
+        c: int | None = None
+
+        @model_validator(mode="after")
+        def _check(self):
+            if self.a == 7:
+                raise ValueError("a: seven is refused")
+            if self.a == 8:
+                raise ValueError("eight is refused")
+            if self.a == 9:
+                raise AssertionError("nine is refused")  # pydantic says "Assertion failed, nine is refused"
+            return self
+
+    def lines(**data):
+        with pytest.raises(ValidationError) as err:
+            Ranked(**data)
+        return format_validation_error(err.value)
+
+    assert lines(a=0, b=1) == ["a: Input should be greater than or equal to 1, got 0"]
+    assert lines(a=1, b=2.0) == ["b: Input should be less than 2, got 2.0"]
+    assert lines(a=1, b=math.inf) == ["b: must be a finite number, got inf"]
+    assert lines(a=7, b=1) == ["a: seven is refused"]  # the rule's message already names its field
+    assert lines(a=8, b=1) == ["(top level): eight is refused"]
+    assert lines(a=9, b=1) == ["(top level): nine is refused"]
+    assert lines(a=1, b=1, c="x") == ["c: Input should be a valid integer, unable to parse string as an integer"]
+    assert lines(a=0, b=3) == [
+        "a: Input should be greater than or equal to 1, got 0",
+        "b: Input should be less than 2, got 3",
+    ]
