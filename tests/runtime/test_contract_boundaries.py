@@ -95,6 +95,15 @@ from specdecode_runtime.contract.metric_names import (
     sample_names,
 )
 from specdecode_runtime.contract.nccl import profile_env, profile_settings, resolve_profile
+from specdecode_runtime.contract.scenario import (
+    MAX_BATCH,
+    MAX_CYCLES,
+    ScenarioError,
+    allowed_draft_tps,
+    cost_for_draft_tp,
+    load_scenario,
+    parse_scenario,
+)
 from specdecode_runtime.contract.server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
 from specdecode_runtime.contract.step_table import MAX_TABLE_ENTRIES, StepTable, StepTableError, parse_step_table
 
@@ -1389,3 +1398,237 @@ def test_messages_of_a_whole_object_rule():
         "a: Input should be greater than or equal to 1, got 0",
         "b: Input should be less than 2, got 3",
     ]
+
+
+# ---- scenarios -----------------------------------------------------------------------------------------------------
+def _scenario(**changes) -> dict:
+    data = {
+        "name": "box",
+        "cost": {
+            "verify": {"base": 10.0, "perToken": 0.5},
+            "draftStep": {"base": 2.0, "perSeq": 0.1},
+            "draftExtend": {"base": 3.0, "perToken": 0.2},
+            "overhead": 0.4,
+            "broadcast": 0.05,
+        },
+        "phases": [
+            {"name": "a", "seconds": 10, "batchSize": 4, "acceptance": [0.8]},
+            {"name": "b", "seconds": 5, "batchSize": {8: 0.25, 2: 0.75}, "acceptance": [0.7, 0.5]},
+        ],
+    }
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = data
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if value is None:
+            node.pop(leaf)
+        else:
+            node[leaf] = value
+    return data
+
+
+def _scenario_errors(data: dict) -> list[str]:
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data, "s.yaml")
+    assert err.value.source == "s.yaml"
+    return err.value.errors
+
+
+def test_a_scenario_s_timeline():
+    s = parse_scenario(_scenario())
+    assert s.duration == 15.0
+    assert [s.phase_at(t)[0] for t in (0.0, 9.999, 10.0, 14.999, 15.0, 1e9)] == [0, 0, 1, 1, 1, 1]
+    assert s.phase_at(10.0)[1].name == "b" and s.phase_at(-1.0)[0] == 0
+    assert s.phases[0].batch_distribution() == ([4], [1.0]) and s.phases[0].mean_batch() == 4.0
+    assert s.phases[1].batch_distribution() == ([2, 8], [0.75, 0.25])
+    assert s.phases[1].mean_batch() == pytest.approx(2 * 0.75 + 8 * 0.25)
+
+
+def test_a_scenario_s_cycle_cost_and_shortest_step():
+    s = parse_scenario(_scenario())
+    assert s.cycle_cost() == CycleCost(10.0, 0.5, 2.0, 0.1, 3.0, 0.2, 0.4, 0.05)
+    assert s.plain_step_ms() == pytest.approx(10.0 + 0.5 + 0.4)
+    assert s.max_simulated_seconds() == pytest.approx(MAX_CYCLES * 10.9 / 1000.0)
+
+
+@pytest.mark.parametrize("batch", [1, 2, MAX_BATCH, 3.0])
+def test_batch_sizes_at_and_inside_their_bounds(batch):
+    assert parse_scenario(_scenario(**{"phases.0.batchSize": batch})).phases[0].batch_size == int(batch)
+
+
+@pytest.mark.parametrize(
+    "batch, message",
+    [
+        (0, "batch sizes must be whole numbers within 1..1000000, got 0"),
+        (MAX_BATCH + 1, "batch sizes must be whole numbers within 1..1000000, got 1e+06"),
+        (2.5, "batch sizes must be whole numbers within 1..1000000, got 2.5"),
+        (1e30, "batch sizes must be whole numbers within 1..1000000, got 1e+30"),
+    ],
+)
+def test_batch_sizes_just_outside_their_bounds(batch, message):
+    (error,) = _scenario_errors(_scenario(**{"phases.0.batchSize": batch}))
+    assert error == f"phases[0].batchSize: {message}"
+
+
+def test_batch_size_distributions():
+    ok = parse_scenario(_scenario(**{"phases.0.batchSize": {1: 0.5, 3: 0.5 - 1e-7}}))
+    assert ok.phases[0].batch_distribution()[0] == [1, 3]
+    assert parse_scenario(_scenario(**{"phases.0.batchSize": {5: 1.0}})).phases[0].mean_batch() == 5.0
+    cases = {
+        "{}": ({}, "a batch-size distribution needs at least one entry, e.g. {1: 0.5, 8: 0.5}"),
+        "sum": ({1: 0.5, 3: 0.4}, "probabilities must sum to 1, got 0.9"),
+        "over": ({1: 0.5, 3: 0.5 + 1e-5}, "probabilities must sum to 1, got 1.00001"),
+        "p>1": ({1: 1.5, 3: -0.5}, "probability of batch 1 must be within 0..1, got 1.5"),
+        "p<0": ({1: 1.0, 3: -0.1}, "probability of batch 3 must be within 0..1, got -0.1"),
+        "b=0": ({0: 1.0}, "batch sizes must be whole numbers within 1..1000000, got 0"),
+    }
+    for name, (dist, message) in cases.items():
+        assert _scenario_errors(_scenario(**{"phases.0.batchSize": dist})) == [f"phases[0].batchSize: {message}"], name
+
+
+@pytest.mark.parametrize("rate", [0.0, 1.0])
+def test_acceptance_at_its_bounds(rate):
+    assert parse_scenario(_scenario(**{"phases.0.acceptance": [rate, 0.5]})).phases[0].acceptance == [rate, 0.5]
+
+
+@pytest.mark.parametrize("rate", [-0.01, 1.01])
+def test_acceptance_just_outside_its_bounds(rate):
+    assert _scenario_errors(_scenario(**{"phases.0.acceptance": [0.5, rate]})) == [
+        f"phases[0].acceptance: acceptance[1] must be within 0..1 (a conditional probability), got {rate}"
+    ]
+
+
+def test_buckets_start_at_1_and_increase():
+    assert parse_scenario(_scenario(buckets=[1])).buckets == [1]
+    assert parse_scenario(_scenario()).buckets == list(DEFAULT_BUCKETS)
+    for bad in ([2, 8], [1, 8, 8], [1, 8, 4]):
+        assert _scenario_errors(_scenario(buckets=bad)) == [
+            f"buckets: bucket lower bounds must be strictly increasing and start at 1, got {bad}"
+        ]
+
+
+def test_a_decode_step_takes_time_and_the_timeline_is_bounded():
+    free = _scenario(**{"cost.verify": {"base": 0.0, "perToken": 0.0}, "cost.overhead": 0.0})
+    assert _scenario_errors(free) == [
+        # a whole-scenario rule that names its field keeps that name
+        "cost: verify.base + verify.perToken + overhead must be > 0 ms (a decode step takes time)"
+    ]
+    tiny = {"cost.verify": {"base": 0.0, "perToken": 0.0}, "cost.overhead": 0.001}  # 1 us per decode step
+    at = {"phases": [{"seconds": MAX_CYCLES * 0.001 / 1000.0, "batchSize": 1, "acceptance": [0.5]}]}
+    assert parse_scenario(_scenario(**tiny, **at)).duration == pytest.approx(100.0)
+    over = {"phases": [{"seconds": 100.001, "batchSize": 1, "acceptance": [0.5]}]}
+    (error,) = _scenario_errors(_scenario(**tiny, **over))
+    assert error.startswith("phases: 100.001 simulated seconds at 0.001 ms per decode step is about 1e+08 cycles")
+
+
+DRAFT_TP = {
+    "current": 8,
+    "targetTp": 8,
+    "computeMs": {"base": 1.6, "perSeq": 0.08},
+    "collectivesPerStep": 4,
+    "allReduceUs": {2: 250.0, 4: 450.0, 8: 500.0},
+    "broadcastUs": 50.0,
+}
+# the cost block of a box whose draft runs on all 8 ranks: 1.6/8 + 4 * 0.5 ms per forward, 0.08/8 per sequence
+TP8_COST = {
+    "verify": {"base": 10.0, "perToken": 0.5},
+    "draftStep": {"base": 2.2, "perSeq": 0.01},
+    "draftExtend": {"base": 2.2, "perToken": 0.01},
+    "overhead": 0.4,
+    "broadcast": 0.0,
+}
+
+
+def test_draft_tp_costs_per_size():
+    s = parse_scenario(_scenario(cost=TP8_COST, draftTp=DRAFT_TP))
+    assert allowed_draft_tps(s) == [1, 2, 4, 8]
+    one = cost_for_draft_tp(s, 1)  # no collectives, the whole compute, a broadcast
+    assert (one.draft_base, one.draft_per_seq, one.extend_base, one.extend_per_token) == pytest.approx(
+        (1.6, 0.08, 1.6, 0.08)
+    )
+    assert one.broadcast == pytest.approx(0.05) and (one.verify_base, one.overhead) == (10.0, 0.4)
+    two = cost_for_draft_tp(s, 2)
+    assert two.draft_base == pytest.approx(0.8 + 4 * 0.25) and two.extend_base == pytest.approx(0.8 + 1.0)
+    assert two.draft_per_seq == pytest.approx(0.04) and two.broadcast == pytest.approx(0.05)
+    eight = cost_for_draft_tp(s, 8)
+    assert eight.draft_base == pytest.approx(2.2) and eight.broadcast == 0.0  # the draft is on every target rank
+    extend = {**DRAFT_TP, "current": 1, "extendMs": {"base": 3.0, "perToken": 0.3}}
+    cost1 = {**TP8_COST, "draftStep": {"base": 1.6, "perSeq": 0.08}, "draftExtend": {"base": 3.0, "perToken": 0.3}}
+    s1 = parse_scenario(_scenario(cost={**cost1, "broadcast": 0.05}, draftTp=extend))
+    assert cost_for_draft_tp(s1, 4).extend_base == pytest.approx(0.75 + 1.8)
+    assert cost_for_draft_tp(s1, 4).extend_per_token == pytest.approx(0.075)
+
+
+def test_draft_tp_sizes_a_scenario_does_not_describe():
+    s = parse_scenario(
+        _scenario(cost=TP8_COST, draftTp={**DRAFT_TP, "targetTp": 8, "allReduceUs": {8: 500.0, 16: 1.0}})
+    )
+    assert allowed_draft_tps(s) == [1, 8]  # a size above the target's TP is not offered
+    with pytest.raises(ValueError) as err:
+        cost_for_draft_tp(s, 4)
+    assert str(err.value) == "draft TP 4 is not described by scenario 'box'; allowed: [1, 8]"
+    plain = parse_scenario(_scenario())
+    assert allowed_draft_tps(plain) == []
+    with pytest.raises(ValueError) as err:
+        cost_for_draft_tp(plain, 1)
+    assert str(err.value) == "scenario 'box' has no draftTp block; cannot derive a cost for draft TP 1"
+
+
+def test_the_cost_block_must_agree_with_draft_tp_within_two_percent():
+    near = {**TP8_COST, "draftStep": {"base": 2.2 * 1.019, "perSeq": 0.01}}
+    assert parse_scenario(_scenario(cost=near, draftTp=DRAFT_TP)).cost.draft_step.base == pytest.approx(2.2418)
+    far = {**TP8_COST, "draftStep": {"base": 2.2 * 1.021, "perSeq": 0.01}}
+    (error,) = _scenario_errors(_scenario(cost=far, draftTp=DRAFT_TP))
+    assert error == (
+        "(top level): cost.draftStep.base = 2.2462 disagrees with draftTp (current 8) which gives 2.2; "
+        "make them agree within 2 %"
+    )
+    for field, cost in (
+        ("cost.draftStep.perSeq", {**TP8_COST, "draftStep": {"base": 2.2, "perSeq": 0.02}}),
+        ("cost.draftExtend.base", {**TP8_COST, "draftExtend": {"base": 2.5, "perToken": 0.01}}),
+        ("cost.draftExtend.perToken", {**TP8_COST, "draftExtend": {"base": 2.2, "perToken": 0.02}}),
+        ("cost.broadcast", {**TP8_COST, "broadcast": 0.05}),
+    ):
+        (error,) = _scenario_errors(_scenario(cost=cost, draftTp=DRAFT_TP))
+        assert error.startswith(f"(top level): {field} = "), error
+
+
+def test_draft_tp_block_bounds():
+    def errors(**block):
+        return _scenario_errors(_scenario(cost=TP8_COST, draftTp={**DRAFT_TP, **block}))
+
+    assert errors(current=9) == ["draftTp: current (9) must be <= targetTp (8)"]
+    assert errors(allReduceUs={2: 250.0, 4: 450.0}) == ["draftTp: allReduceUs needs an entry for current draft TP 8"]
+    assert errors(allReduceUs={1: 5.0, 8: 500.0}) == ["draftTp.allReduceUs: keys are draft TP sizes >= 2, got 1"]
+    assert errors(allReduceUs={2: -1.0, 8: 500.0}) == [
+        "draftTp.allReduceUs: latency for TP 2 must be within 0..6e+07 microseconds, got -1.0"
+    ]
+    assert errors(allReduceUs={2: 6e7 + 1, 8: 500.0}) == [
+        "draftTp.allReduceUs: latency for TP 2 must be within 0..6e+07 microseconds, got 60000001.0"
+    ]
+    tp1 = {**TP8_COST, "draftStep": {"base": 1.6, "perSeq": 0.08}, "draftExtend": {"base": 1.6, "perToken": 0.08}}
+    ok = parse_scenario(
+        _scenario(cost={**tp1, "broadcast": 0.05}, draftTp={**DRAFT_TP, "current": 1, "allReduceUs": {}})
+    )
+    assert ok.draft_tp.current == 1 and allowed_draft_tps(ok) == [1]
+    edge = {**DRAFT_TP, "allReduceUs": {2: 0.0, 4: 6e7, 8: 500.0}}
+    assert parse_scenario(_scenario(cost=TP8_COST, draftTp=edge)).draft_tp.all_reduce_us[4] == 6e7
+
+
+def test_a_scenario_file_is_read_through_the_bounded_reader(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(_scenario()))
+    assert load_scenario(f) == parse_scenario(_scenario())
+    f.write_text("a: 1\na: 2\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    assert err.value.source == str(f) and "duplicate key 'a'" in err.value.errors[0]
+    f.write_text(yaml.safe_dump(_scenario(name="")))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(str(f))
+    assert err.value.errors == ["name: String should have at least 1 character"]
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "missing.yaml")
+    assert err.value.errors == ["cannot read file: No such file or directory"]
+    assert _scenario_errors([1]) == ["(top level): expected a mapping (scenario), got a list"]
