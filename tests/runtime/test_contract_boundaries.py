@@ -94,6 +94,15 @@ from specdecode_runtime.contract.metric_names import (
     position_counts,
     sample_names,
 )
+from specdecode_runtime.contract.model_source import (
+    HubSource,
+    ModelSourceError,
+    PathSource,
+    PvcSource,
+    hub_sources,
+    pvc_claims,
+)
+from specdecode_runtime.contract.model_source import parse as parse_model
 from specdecode_runtime.contract.nccl import profile_env, profile_settings, resolve_profile
 from specdecode_runtime.contract.scenario import (
     MAX_BATCH,
@@ -1632,3 +1641,83 @@ def test_a_scenario_file_is_read_through_the_bounded_reader(tmp_path):
         load_scenario(tmp_path / "missing.yaml")
     assert err.value.errors == ["cannot read file: No such file or directory"]
     assert _scenario_errors([1]) == ["(top level): expected a mapping (scenario), got a list"]
+
+
+# ---- model sources -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "model, source, local",
+    [
+        ("/models/GLM-5", PathSource("/models/GLM-5"), "/models/GLM-5"),
+        ("relative/dir", PathSource("relative/dir"), "relative/dir"),
+        ("pvc://models", PvcSource("models", ""), "/mnt/pvc/models"),
+        ("pvc://models/", PvcSource("models", ""), "/mnt/pvc/models"),
+        ("pvc://models/glm/v5/", PvcSource("models", "glm/v5"), "/mnt/pvc/models/glm/v5"),
+        ("pvc://a.b-c/x_y.z", PvcSource("a.b-c", "x_y.z"), "/mnt/pvc/a.b-c/x_y.z"),
+    ],
+)
+def test_paths_and_claims(model, source, local):
+    parsed = parse_model(model)
+    assert parsed == source and parsed.local_path() == local
+    if isinstance(parsed, PvcSource):
+        assert parsed.mount_path() == f"/mnt/pvc/{parsed.claim}"
+
+
+@pytest.mark.parametrize(
+    "model, repo, revision",
+    [
+        ("hf://org/name", "org/name", "main"),
+        ("hf://Org-1/Name_2.5", "Org-1/Name_2.5", "main"),
+        ("hf://org/name@v1.0", "org/name", "v1.0"),
+        ("hf://org/name@refs/pr/12", "org/name", "refs/pr/12"),
+        ("hf://org/name@0123abcd", "org/name", "0123abcd"),
+    ],
+)
+def test_hub_repositories(model, repo, revision):
+    source = parse_model(model)
+    assert source == HubSource(repo, revision) and source.uri == f"hf://{repo}@{revision}"
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["pvc://", "pvc://Models/x", "pvc://models/../etc", "pvc://models/.hidden", "pvc://-models/x", "pvc://models//x"],
+)
+def test_claims_that_are_refused(model):
+    with pytest.raises(ModelSourceError) as err:
+        parse_model(model, "spec.target.model")
+    assert str(err.value) == (
+        f"spec.target.model: {model!r} is not pvc://CLAIM/PATH (CLAIM a PersistentVolumeClaim name, PATH segments of "
+        "letters, digits, '-', '_' and '.', none starting with '.')"
+    )
+
+
+@pytest.mark.parametrize(
+    "model", ["hf://", "hf://name", "hf://org/name/extra", "hf://org/name@", "hf://org/name@../x", "hf://.org/name"]
+)
+def test_hub_ids_that_are_refused(model):
+    with pytest.raises(ModelSourceError) as err:
+        parse_model(model, "draft.model")
+    assert str(err.value) == (
+        f"draft.model: {model!r} is not hf://ORG/NAME[@REVISION] (a Hugging Face Hub repository id, optionally a "
+        "branch, tag or commit after '@')"
+    )
+
+
+@pytest.mark.parametrize("model", ["s3://bucket/model", "HTTPS://x/y", "git+ssh://host/repo"])
+def test_other_schemes_are_refused(model):
+    with pytest.raises(ModelSourceError) as err:
+        parse_model(model)
+    assert str(err.value) == (
+        f"model: {model!r} has a scheme that is not supported; use a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]"
+    )
+
+
+def test_a_colon_without_a_scheme_is_a_path():
+    assert parse_model("/models/a://b") == PathSource("/models/a://b")
+    assert parse_model("1x://y") == PathSource("1x://y")  # a scheme starts with a letter
+
+
+def test_sources_are_listed_once_in_order():
+    models = ("hf://o/b", "pvc://c2/x", "hf://o/a@main", "hf://o/a", "/p", "pvc://c1/y", "pvc://c2/z", "hf://o/a@v2")
+    assert hub_sources(*models) == [HubSource("o/b", "main"), HubSource("o/a", "main"), HubSource("o/a", "v2")]
+    assert pvc_claims(*models) == ["c2", "c1"]
+    assert hub_sources() == [] and pvc_claims("/p") == []
