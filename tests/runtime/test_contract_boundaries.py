@@ -4,6 +4,7 @@ here would show up as a wrong decision everywhere at once."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -29,6 +30,27 @@ from specdecode_runtime.contract.capabilities import (
     serving_problems,
     step_candidates,
     tuner_steps,
+)
+from specdecode_runtime.contract.cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    CommandFailed,
+    UsageError,
+    add_completion_command,
+    add_lazy_commands,
+    add_version,
+    autocomplete,
+    check_can_listen,
+    check_port,
+    command_in,
+    completing,
+    float_in,
+    int_in,
+    package_version,
+    positive_float,
+    run_command,
 )
 from specdecode_runtime.contract.config import (
     CONFIG_FILE_NAME,
@@ -1721,3 +1743,166 @@ def test_sources_are_listed_once_in_order():
     assert hub_sources(*models) == [HubSource("o/b", "main"), HubSource("o/a", "main"), HubSource("o/a", "v2")]
     assert pvc_claims(*models) == ["c2", "c1"]
     assert hub_sources() == [] and pvc_claims("/p") == []
+
+
+# ---- the commands' shared conventions ------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, value", [("0.001", 0.001), ("5", 5.0), ("10", 10.0)])
+def test_float_flags_inside_and_at_the_upper_bound(text, value):
+    assert float_in(0.0, 10.0)(text) == value
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0", "must be > 0 (a finite number), got 0"),
+        ("-1", "must be > 0 (a finite number), got -1"),
+        ("nan", "must be > 0 (a finite number), got nan"),
+        ("inf", "must be > 0 (a finite number), got inf"),
+        ("10.5", "must be at most 10, got 10.5"),
+        ("x", "expected a number, got 'x'"),
+    ],
+)
+def test_float_flags_just_outside_their_bounds(text, message):
+    with pytest.raises(argparse.ArgumentTypeError) as err:
+        float_in(0.0, 10.0)(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text, value", [("1", 1), ("2", 2), ("7", 7)])
+def test_integer_flags_at_and_inside_their_bounds(text, value):
+    assert int_in(1, 7)(text) == value
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0", "must be within 1..7, got 0"),
+        ("8", "must be within 1..7, got 8"),
+        ("2.5", "expected an integer, got '2.5'"),
+    ],
+)
+def test_integer_flags_just_outside_their_bounds(text, message):
+    with pytest.raises(argparse.ArgumentTypeError) as err:
+        int_in(1, 7)(text)
+    assert str(err.value) == message
+
+
+def test_argparse_names_the_expected_type_in_its_errors(capsys):
+    parser = argparse.ArgumentParser(prog="p")
+    parser.add_argument("--n", type=int_in(1, 7))
+    parser.add_argument("--f", type=positive_float)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n", "x"])
+    assert "argument --n: expected an integer, got 'x'" in capsys.readouterr().err
+    assert parser.parse_args(["--f", "1e9"]).f == 1e9
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--f", "1.1e9"])
+    assert "argument --f: must be at most 1e+09, got 1.1e9" in capsys.readouterr().err
+    assert int_in(1, 7).__name__ == "integer 1..7" and float_in(0, 1).__name__ == "number"
+
+
+@pytest.mark.parametrize("port", [0, 1, 65535])
+def test_port_flags_at_their_bounds(port):
+    check_port("--port", port)
+
+
+@pytest.mark.parametrize("port", [-1, 65536])
+def test_port_flags_just_outside_their_bounds(port):
+    with pytest.raises(UsageError) as err:
+        check_port("--port", port)
+    assert str(err.value) == f"--port must be within 0..65535, got {port}" and err.value.exit_code == 2
+
+
+def test_a_port_that_cannot_be_bound_is_named_by_its_flag():
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError) as err:
+            check_can_listen("--metrics-port", "127.0.0.1", port)
+    assert str(err.value).startswith(f"--metrics-port: cannot listen on 127.0.0.1:{port}: Address already in use")
+    check_can_listen("--metrics-port", "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize(
+    "outcome, code, stderr",
+    [
+        (lambda: None, 0, ""),
+        (lambda: 3, 3, ""),
+        (lambda: _raise(CommandFailed("no tuning seen")), 1, "error: no tuning seen\n"),
+        (lambda: _raise(UsageError("bad --flag")), 2, "error: bad --flag\n"),
+        (lambda: _raise(InputError("f.yaml", ["a: bad"])), 2, "error: f.yaml: a: bad\n"),
+        (lambda: _raise(KeyboardInterrupt()), 130, ""),
+        (lambda: _raise(BrokenPipeError()), 0, ""),
+    ],
+)
+def test_exit_codes(outcome, code, stderr, capsys):
+    assert run_command(lambda args: outcome(), argparse.Namespace()) == code
+    assert capsys.readouterr().err == stderr
+
+
+def _raise(error: BaseException):
+    raise error
+
+
+def test_other_errors_keep_their_traceback():
+    with pytest.raises(ZeroDivisionError):
+        run_command(lambda args: 1 // 0, argparse.Namespace())
+    assert (EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED) == (0, 1, 2, 130)
+
+
+def test_the_subcommand_is_the_first_word_that_is_not_an_option():
+    assert command_in(["-v", "--x", "render", "-f", "a"]) == "render"
+    assert command_in(["--help"]) is None and command_in([]) is None
+
+
+def test_only_the_wanted_command_module_is_imported():
+    seen = []
+    commands = {"one": ("json", "first"), "two": ("specdecode_runtime.not_a_module", "second")}
+    parser = argparse.ArgumentParser(prog="p")
+    sub = parser.add_subparsers(dest="cmd")
+    add_lazy_commands(sub, commands, "one", lambda module, name, help: seen.append((module.__name__, name, help)))
+    assert seen == [("json", "one", "first")]  # "two" was declared without importing its (missing) module
+    assert list(sub.choices) == ["two"] and sub.choices["two"].add_help is False  # "one" is register's to add
+    seen.clear()
+    parser = argparse.ArgumentParser(prog="p")
+    commands = {"one": ("json", "first"), "two": ("os", "second")}
+    add_lazy_commands(parser.add_subparsers(), commands, "*", lambda m, n, h: seen.append(n))
+    assert seen == ["one", "two"]
+
+
+def test_version_and_completion(capsys, monkeypatch):
+    parser = argparse.ArgumentParser(prog="specdecode")
+    add_version(parser)
+    sub = parser.add_subparsers()
+    completion = add_completion_command(sub, "specdecode")
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"specdecode {package_version()}\n"
+    assert "show the program's version number and exit" in parser.format_help()
+    args = parser.parse_args(["completion", "bash"])
+    assert args.func(args) == 0 and "specdecode" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["completion", "cmd.exe"])
+    assert "invalid choice: 'cmd.exe'" in capsys.readouterr().err
+    assert 'eval "$(specdecode completion bash)"' in completion.description
+    monkeypatch.delenv("_ARGCOMPLETE", raising=False)
+    assert not completing()
+    autocomplete(parser)  # not asked: nothing happens
+    monkeypatch.setenv("_ARGCOMPLETE", "1")
+    assert completing()
+
+
+def test_the_version_is_the_installed_distribution_s_or_the_source_tree_s(monkeypatch):
+    from importlib import metadata
+
+    import specdecode_runtime
+
+    def missing(name):
+        assert name == "specdecode-operator"
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    assert package_version() == specdecode_runtime.__version__
+    monkeypatch.setattr(metadata, "version", lambda name: "9.9.9" if name == "specdecode-operator" else "?")
+    assert package_version() == "9.9.9"
