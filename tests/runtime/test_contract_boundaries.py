@@ -191,8 +191,9 @@ def test_expected_tokens_multiplies_conditional_rates_position_by_position():
 
 
 @pytest.mark.parametrize("topk", [1, 0])
-def test_a_tree_of_width_one_or_less_is_a_chain(topk):
-    alphas = [0.8, 0.4]
+@pytest.mark.parametrize("alphas", [[0.8, 0.4], [0.1, 0.7]])
+def test_a_tree_of_width_one_or_less_is_exactly_a_chain(topk, alphas):
+    # exactly: 1 - (1 - 0.1) is not 0.1 in floating point, so a width-1 tree must not be widened at all
     assert expected_tokens_tree(alphas, 3, topk) == expected_tokens(alphas, 3)
 
 
@@ -870,6 +871,12 @@ def test_a_kubernetes_object_is_not_a_runtime_config():
     (bare,) = _config_errors("spec: {}\n")
     assert bare.startswith("this is a Kubernetes object, not a runtime config")
     assert _config_errors("kind: SpecDecodeDeployment\n")[0].startswith("this is a SpecDecodeDeployment")
+
+
+def test_yaml_problems_name_the_config_s_source():
+    with pytest.raises(InputError) as err:
+        RuntimeConfig.from_yaml("name: [demo\n", source="pod/runtime.yaml")
+    assert err.value.source == "pod/runtime.yaml" and err.value.errors[0].startswith("line 2, column 1: not valid YAML")
 
 
 def test_a_runtime_config_is_one_document():
