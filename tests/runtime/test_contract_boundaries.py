@@ -110,6 +110,7 @@ from specdecode_runtime.contract.input_files import (
 from specdecode_runtime.contract.metric_names import (
     DEFAULT_BUCKETS,
     METRICS,
+    Metric,
     bucket_label,
     bucket_labels,
     exposed_name,
@@ -1913,3 +1914,113 @@ def test_the_version_is_the_installed_distribution_s_or_the_source_tree_s(monkey
     assert package_version() == specdecode_runtime.__version__
     monkeypatch.setattr(metadata, "version", lambda name: "9.9.9" if name == "specdecode-operator" else "?")
     assert package_version() == "9.9.9"
+
+
+# ---- edges the first mutation runs found untested ------------------------------------------------------------------
+def test_line_fit_over_a_narrow_spread_of_x():
+    assert _line([1, 2], [3.0, 5.0]) == pytest.approx((1.0, 2.0))  # sum of squares 0.5: still a line
+
+
+def test_a_bucket_probed_at_tier_1_without_a_draft_cost_is_not_fitted():
+    assert fit_bucket([_pt("verify", 0, 5.0), _pt("verify", 1, 8.0)]) is None
+
+
+def test_each_argument_follows_the_model_path_with_a_quantized_target():
+    cfg = config(
+        **{
+            "target: {model: /t, tensorParallelSize: 8}": "target: {model: /t, tensorParallelSize: 8, quantization: fp8}"
+        }
+    )
+    assert sglang_cli_args(cfg)[:6] == ["--model-path", "/t", "--tp-size", "8", "--quantization", "fp8"]
+
+
+def test_references_expand_from_the_process_environment_by_default(monkeypatch):
+    monkeypatch.setenv("SPECDECODE_NODE_RANK", "2")
+    assert expand_env_refs(["--node-rank", "$(SPECDECODE_NODE_RANK)"]) == ["--node-rank", "2"]
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"[" + b"X" * 9 + b"]", "body is not valid JSON"),  # letters outside strings are no brackets
+        (b"[X" + b"[" * 8, "JSON nested deeper than 8 levels"),
+        (b"[" * 8 + b"]" + b"[[", "JSON nested deeper than 8 levels"),  # a close gives back one level, not more
+    ],
+)
+def test_only_brackets_outside_strings_count_towards_the_depth(raw, message):
+    assert _body_error(raw)[1].startswith(message)
+
+
+async def test_a_body_that_reaches_the_bound_exactly_is_checked_for_one_byte_more():
+    body = b"[" + b"1," * 20 + b"1]"  # 43 bytes, read 4 at a time: 20 bytes land exactly on the bound
+    request = _Request(body, length=None, chunk=4)
+    assert await _read_error(request, max_bytes=20) == (413, "body larger than 20 bytes")
+
+
+def test_registering_a_metric(monkeypatch):
+    from specdecode_runtime.contract import metric_names
+
+    monkeypatch.setattr(metric_names, "METRICS", {})
+    assert metric_names._metric("x_seconds", "summary", ("bucket",), "seconds", "help text") == "x_seconds"
+    assert metric_names.METRICS == {"x_seconds": Metric("x_seconds", "summary", ("bucket",), "seconds", "help text")}
+
+
+@pytest.mark.parametrize("text", ["1e3", "1E3", "-2.5e-3", "+1_0E+2"])
+def test_the_yaml_12_exponent_pattern(text):
+    from specdecode_runtime.contract.input_files import _yaml12_float
+
+    assert _yaml12_float().match(text)
+    assert not _yaml12_float().match("x" + text)
+
+
+def test_depth_is_given_back_level_by_level():
+    depth = BoundedLoader.max_depth
+    # the deepest branch comes after a finished sibling two levels down: 2 + (depth - 1) = depth + 1 levels
+    text = "[[[], " + "[" * (depth - 1) + "]" * (depth - 1) + "]]"
+    assert _yaml_errors(text)[0].endswith(f"not valid YAML: nested deeper than {depth} levels")
+    ok = "[[[], " + "[" * (depth - 2) + "]" * (depth - 2) + "]]"
+    assert parse_yaml_documents(ok, "f")
+
+
+def test_a_merge_key_does_not_end_the_duplicate_check():
+    (error,) = _yaml_errors("b: &b {x: 1}\nc:\n  <<: *b\n  y: 1\n  y: 2\n")
+    assert error.endswith("duplicate key 'y' (first on line 4)")
+
+
+def test_past_the_recursion_limit_the_depth_bound_still_answers(monkeypatch):
+    monkeypatch.setattr(BoundedLoader, "max_depth", 10**6)
+    assert _yaml_errors("[" * 5000 + "]" * 5000) == ["not valid YAML: nested deeper than 1000000 levels"]
+
+
+def test_documents_from_standard_input_and_a_bounded_file(tmp_path):
+    with pytest.raises(InputError) as err:
+        load_documents("-", stdin=io.StringIO("a: [\n"))
+    assert err.value.source == "<stdin>"
+    assert load_documents("-", stdin=io.StringIO("a: 1\n")) == [{"a": 1}]
+    f = tmp_path / "x.yaml"
+    f.write_text("a: 1234567\n")
+    for read in (lambda: load_documents(str(f), max_bytes=5), lambda: load_single(str(f), what="x", max_bytes=5)):
+        with pytest.raises(InputError) as err:
+            read()
+        assert err.value.errors == ["larger than 5 bytes"]
+
+
+def test_a_marker_inside_a_path_is_skipped_not_the_rest():
+    assert format_loc(("c", "list[int]", 1)) == "c[1]"
+
+
+def test_validation_errors_use_the_given_field_names_in_declaration_order():
+    class Late(BaseModel):
+        zeta: int
+        alpha: int
+
+    with pytest.raises(ValidationError) as err:
+        Late(zeta="x", alpha="y")
+    assert format_validation_error(err.value, {"zeta": "Zeta"}) == [
+        "Zeta: Input should be a valid integer, unable to parse string as an integer",
+        "alpha: Input should be a valid integer, unable to parse string as an integer",
+    ]
+
+
+def test_profile_settings_default_to_one_node():
+    assert "NCCL_IB_DISABLE" in {s.name for s in profile_settings("PCIe")}
