@@ -2024,3 +2024,59 @@ def test_validation_errors_use_the_given_field_names_in_declaration_order():
 
 def test_profile_settings_default_to_one_node():
     assert "NCCL_IB_DISABLE" in {s.name for s in profile_settings("PCIe")}
+
+
+def test_completion_scripts_differ_per_shell(capsys):
+    sub = argparse.ArgumentParser(prog="specdecode").add_subparsers()
+    completion = add_completion_command(sub, "specdecode")
+    scripts = {}
+    for shell in ("bash", "fish"):
+        args = completion.parse_args([shell])
+        assert args.func(args) == 0
+        scripts[shell] = capsys.readouterr().out
+    assert scripts["bash"] != scripts["fish"] and "complete --command specdecode" in scripts["fish"]
+    assert "the shell to complete in" in completion.format_help()
+    assert "print the shell completion script" in sub._choices_actions[0].help
+
+
+def test_lazy_commands_keep_their_help():
+    parser = argparse.ArgumentParser(prog="p")
+    add_lazy_commands(parser.add_subparsers(), {"two": ("os", "the second command")}, None, lambda *a: None)
+    assert "the second command" in parser.format_help()
+
+
+def test_several_step_table_errors_read_as_one_line():
+    with pytest.raises(StepTableError) as err:
+        parse_step_table(_rows((1, 3), (8, 4)), candidates=[1])
+    assert str(err.value) == (
+        "table[0].steps: 3 is not a captured candidate; table[1].steps: 4 is not a captured candidate; "
+        "allowed steps: [1]"
+    )
+
+
+def test_a_timeline_of_three_phases():
+    data = _scenario()
+    data["phases"].append({"name": "c", "seconds": 20, "batchSize": 1, "acceptance": [0.5]})
+    s = parse_scenario(data)
+    assert [s.phase_at(t)[0] for t in (9.0, 12.0, 15.0, 34.9)] == [0, 1, 2, 2]
+    assert s.phase_at(35.0) == (2, s.phases[2]) and s.phase_at(1e9)[1].name == "c"
+
+
+def test_scenario_errors_name_their_source(tmp_path):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario([1])
+    assert err.value.source == "<scenario>"
+    f = tmp_path / "s.yaml"
+    f.write_text("")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    assert (err.value.source, err.value.errors) == (str(f), ["empty: expected one scenario mapping"])
+    f.write_text(yaml.safe_dump(_scenario(name="")))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    assert err.value.source == str(f)
+
+
+def test_a_claim_path_keeps_its_own_letters():
+    assert parse_model("pvc://models/X/") == PvcSource("models", "X")
+    assert parse_model("pvc://models/dirXX") == PvcSource("models", "dirXX")
