@@ -100,6 +100,7 @@ from specdecode_runtime.contract.input_files import (
     MAX_DEPTH,
     BoundedLoader,
     InputError,
+    _yaml_problem,
     format_loc,
     format_validation_error,
     load_documents,
@@ -2080,3 +2081,56 @@ def test_scenario_errors_name_their_source(tmp_path):
 def test_a_claim_path_keeps_its_own_letters():
     assert parse_model("pvc://models/X/") == PvcSource("models", "X")
     assert parse_model("pvc://models/dirXX") == PvcSource("models", "dirXX")
+
+
+class _Recording(io.BytesIO):
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.asked: list[int | None] = []
+
+    def read(self, n=-1):
+        self.asked.append(n)
+        return super().read(n)
+
+
+class _Stdin:
+    """Standard input as a process sees it: text with a byte buffer underneath."""
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = _Recording(data)
+
+    def read(self, n=-1):
+        raise AssertionError("the text layer is not read when there is a byte buffer")
+
+
+def test_standard_input_is_read_as_bytes_up_to_one_past_the_bound():
+    stdin = _Stdin(b"a" * 10)
+    assert read_text("-", stdin=stdin, max_bytes=10) == "a" * 10 and stdin.buffer.asked == [11]
+    with pytest.raises(InputError) as err:
+        read_text("-", stdin=_Stdin(b"\xff"))
+    assert err.value.errors == ["line 1: not UTF-8 text (byte 0xff at offset 0); save the file as UTF-8"]
+
+    class Text(io.StringIO):
+        asked: list = []
+
+        def read(self, n=-1):
+            self.asked.append(n)
+            return super().read(n)
+
+    text = Text("b" * 5)
+    assert read_text("-", stdin=text, max_bytes=7) == "bbbbb" and text.asked == [8]
+
+
+def test_an_unreadable_file_is_named():
+    with pytest.raises(InputError) as err:
+        read_text("/nonexistent/dir/x.yaml")
+    assert err.value.source == "/nonexistent/dir/x.yaml"
+
+
+def test_yaml_problems_without_a_problem_mark_or_a_problem():
+    assert _yaml_problem(yaml.YAMLError("boom")) == "not valid YAML: boom"
+    mark = yaml.Mark("f", 0, 4, 2, None, None)
+    context_only = yaml.MarkedYAMLError("while parsing a block", mark, "bad indent", None)
+    assert _yaml_problem(context_only) == "line 5, column 3: not valid YAML: while parsing a block: bad indent"
+    duplicate = yaml.MarkedYAMLError("while constructing a mapping", None, "duplicate key 'a'", mark)
+    assert _yaml_problem(duplicate) == "line 5, column 3: not valid YAML: duplicate key 'a'"
