@@ -77,7 +77,26 @@ TARGETS = {
             "tests/api/test_draft_tp_rule_parity.py",
         ),
     ),
-    "contract": Target(("specdecode_runtime.contract",)),
+    # the contract is imported by ~40 test files, among them the simulator's and the launcher's end-to-end suites
+    # (tests/runtime/test_launch.py alone takes 90 s) and the rank-0 channel's multi-process preflight; these are the
+    # fast ones that exercise its arithmetic, tables, refusals and file formats directly (seconds each)
+    "contract": Target(
+        ("specdecode_runtime.contract",),
+        tests=(
+            "tests/runtime/test_contract.py",
+            "tests/runtime/test_contract_boundaries.py",
+            "tests/tuner/test_goodput_model.py",
+            "tests/tuner/test_served_tiers.py",
+            "tests/tuner/test_cost_refine.py",
+            "tests/api/test_draft_tp_rule_parity.py",
+            "tests/cli/test_input_files.py",
+            "tests/cli/test_validate_launch_parity.py",
+            "tests/sim/test_scenario_files.py",
+            "tests/sim/test_spec_metrics.py",
+            "tests/sim/test_sim_cost_probe.py",
+            "tests/sim/test_control_hostile_input.py",
+        ),
+    ),
     "tuner": Target(("specdecode_operator.tuner",)),
     "render": Target(("specdecode_operator.render",)),
     # the step endpoint's auth (token file, bearer header) and its checks of a table against the captured step

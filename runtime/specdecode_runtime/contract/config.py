@@ -112,10 +112,15 @@ class RuntimeConfig(_Model):
     def from_yaml(cls, text: str, source: str = CONFIG_FILE_NAME) -> RuntimeConfig:
         """Parsed with the bounded loader; problems raise ``InputError`` with ``field.path: message`` lines."""
         docs = parse_yaml_documents(text, source)
-        return _validate(docs[0] if len(docs) == 1 else docs or None, source)
+        return _validate(docs, source)
 
 
-def _validate(data: object, source: str) -> RuntimeConfig:
+def _validate(docs: list[object], source: str) -> RuntimeConfig:
+    """One document, checked as a runtime config. The document count is checked on the list of documents, not on
+    the document: a single document that is a YAML list is a wrong type, not "1 YAML documents"."""
+    if len(docs) > 1:
+        raise InputError(source, [f"holds {len(docs)} YAML documents; expected one runtime config"])
+    data = docs[0] if docs else None
     if isinstance(data, dict) and (data.get("kind") == "SpecDecodeDeployment" or "spec" in data):
         raise InputError(
             source,
@@ -124,12 +129,10 @@ def _validate(data: object, source: str) -> RuntimeConfig:
                 "from a SpecDecodeDeployment into its <name>-runtime ConfigMap (`specdecode render -f SDD -o runtime-config` prints it)"
             ],
         )
-    if isinstance(data, list):
-        raise InputError(source, [f"holds {len(data)} YAML documents; expected one runtime config"])
     return validate_model(RuntimeConfig, data, source, what="runtime config")
 
 
 def load_runtime_config(path: str) -> RuntimeConfig:
     """``runtime.yaml`` from disk through the bounded reader (size, UTF-8, depth, duplicate keys)."""
     docs = load_documents(path)
-    return _validate(docs[0] if len(docs) == 1 else docs or None, str(path))
+    return _validate(docs, str(path))

@@ -194,14 +194,21 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+# pydantic's union-branch and key/value markers (``int``, ``constrained-int``, ``list[int]``, ``dict[str,int]``,
+# ``function-after[...]``): whole names only, so a field that merely starts like one (``interconnect``) is kept
+_LOC_MARKER = re.compile(
+    r"^(?:int|float|str|bool|bytes|none|constrained-\w+|function-[\w-]+\[.*\]|(?:list|dict|tuple|set|literal)\[.*\])$"
+)
+
+
 def format_loc(loc: Iterable[Any], aliases: dict[str, str] | None = None) -> str:
     """A pydantic location as a field path the user wrote: ``spec.draft.ranks[0]``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif str(part).startswith(("function-", "int", "dict[", "list[", "float", "str")):
-            continue  # pydantic's union-branch and key/value markers say nothing to a user
+        elif _LOC_MARKER.match(str(part)):
+            continue  # says nothing to a user
         else:
             name = (aliases or {}).get(str(part), str(part))
             out += ("." if out else "") + name
