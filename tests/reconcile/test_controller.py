@@ -233,6 +233,29 @@ def test_the_sweep_waits_while_the_queue_holds_work_for_at_most_one_more_period(
     run(main())
 
 
+def test_the_sweep_waits_while_passes_are_in_flight_with_nothing_queued():
+    """The end of a creation wave: every object taken by a worker, none waiting. The sweep still waits (for at most
+    one more period), or it would re-pass the objects done first while the last ones are being created."""
+
+    async def main():
+        ctl, rec = make(resync_seconds=0.2)
+        ctl.observe("ADDED", sdd("a", "1"), {})
+        await settle(ctl)
+        rec.gate = asyncio.Event()  # passes now hang
+        for uid in "bc":  # fewer than the workers: nothing waits in the queue, two passes run
+            ctl.observe("ADDED", sdd(uid, "1"), {})
+        await asyncio.sleep(0.3)
+        assert len(ctl.queue) == 0 and ctl.queue.processing == 2
+        swept = lambda: "a" in ctl.queue._dirty or "a" in ctl.queue._processing  # noqa: E731 - idle workers take it
+        assert not swept()  # the sweep due at 0.2 s waits for the passes in flight
+        await asyncio.sleep(0.35)
+        assert swept()  # but not longer than one more period
+        rec.gate.set()
+        await ctl.stop()
+
+    run(main())
+
+
 class FakeLoop:
     def __init__(self, context, body, state, reconcile):
         self.body, self.reconcile, self.ticks = body, reconcile, 0

@@ -249,13 +249,15 @@ class Controller:
         level-based fallback for what sends no event, so every object is looked at once per period. An object with
         a recent pass (an event within the last half period) already looked.
 
-        While the queue still holds event-driven work (a creation wave), the sweep waits for it to drain, for at
-        most one more period: its passes would only find what the queued ones are about to do, and delay them."""
+        While the queue still holds event-driven work or passes are in flight (a creation wave), the sweep waits for
+        them to finish, for at most one more period: its passes would only find what the queued and running ones are
+        about to do, and would delay the wave's last objects (at 1000 new objects the queue empties several seconds
+        before its last passes end, and a sweep then re-passed the 700 objects done first)."""
         period = self.context.config.resync_seconds
         while True:
             await asyncio.sleep(period)
             waited = 0.0
-            while len(self.queue) and waited < period:
+            while (len(self.queue) or self.queue.processing) and waited < period:
                 step = min(1.0, period / 10)
                 await asyncio.sleep(step)
                 waited += step
