@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
+import socket
 import sys
 from typing import Any, Callable, Sequence
+
+from .. import __version__ as SOURCE_VERSION  # the package's own __init__, which imports nothing
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran but could not do its job; the message says why
@@ -21,14 +25,13 @@ SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 
 def package_version() -> str:
     """The installed distribution's version; the source tree's when run without installing."""
+    # lazy: importlib.metadata costs ~30 ms of every start; only --version reads it
     from importlib import metadata
 
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        from .. import __version__  # the package's own __init__, which imports nothing
-
-        return __version__
+        return SOURCE_VERSION
 
 
 class _VersionAction(argparse.Action):
@@ -76,6 +79,7 @@ def add_completion_command(subparsers: Any, prog: str) -> argparse.ArgumentParse
 
 
 def _print_completion(prog: str, shell: str) -> int:
+    # lazy: argcomplete costs ~0.38 s; only `completion` and a shell's completion request load it
     import argcomplete
 
     sys.stdout.write(argcomplete.shellcode([prog], shell=shell))
@@ -111,6 +115,7 @@ def completing() -> bool:
 def autocomplete(parser: argparse.ArgumentParser) -> None:
     """Answer a completion request and exit, or do nothing; argcomplete is only imported when asked."""
     if completing():
+        # lazy: argcomplete costs ~0.38 s; only a shell's completion request loads it
         import argcomplete
 
         argcomplete.autocomplete(parser)
@@ -156,7 +161,7 @@ def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse
 def _is_input_error(error: Exception) -> bool:
     """Whether ``error`` is the input reader's (a file that cannot be used). Imported here, on the error path only,
     so that a command that reads no file never loads PyYAML and pydantic."""
-    from .input_files import InputError
+    from .input_files import InputError  # lazy: PyYAML and pydantic, on the error path only
 
     return isinstance(error, InputError)
 
@@ -169,7 +174,6 @@ def check_port(flag: str, port: int) -> None:
 
 def check_can_listen(flag: str, host: str, port: int) -> None:
     """Fail now, with the flag's name, when ``host:port`` cannot be bound - not later inside a server thread."""
-    import socket
 
     try:
         socket.create_server((host, port)).close()
@@ -179,7 +183,6 @@ def check_can_listen(flag: str, host: str, port: int) -> None:
 
 def float_in(low: float, high: float) -> Callable[[str], float]:
     """argparse type: a finite number with ``low < value <= high`` (``nan`` and ``inf`` would never end a loop)."""
-    import math
 
     def parse(text: str) -> float:
         try:
