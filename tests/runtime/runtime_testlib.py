@@ -40,3 +40,24 @@ nccl: {profile: PCIe, env: {NCCL_DEBUG: WARN}}
 server: {port: 30000}
 topology: {nodes: 1, gpusPerNode: 8, interconnect: PCIe}
 """
+
+
+# A Live runtime.yaml with a split draft (TP 8, draft TP 2), for the contract's tests: ``config(old=new)`` edits it.
+CONFIG = """\
+name: demo
+target: {model: /t, tensorParallelSize: 8}
+draft: {model: /d, tensorParallelSize: 2}
+speculative: {numSteps: 3, eagleTopK: 1, candidateSteps: [1, 3, 5], autotune: {mode: Live, minSteps: 1, maxSteps: 5}}
+nccl: {profile: PCIe}
+"""
+
+
+def config(**changes: str):
+    """``CONFIG`` with each ``old=new`` text replaced (each ``old`` must be there), parsed as a RuntimeConfig."""
+    from specdecode_runtime.contract.config import RuntimeConfig
+
+    text = CONFIG
+    for old, new in changes.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return RuntimeConfig.from_yaml(text)

@@ -1,6 +1,7 @@
 """The contract's derived values: each computed once, here, for the renderer, the tuner and the launcher."""
 
 import pytest
+from runtime_testlib import config
 
 from specdecode_runtime.contract.capabilities import autotune_steps, candidate_steps, step_candidates
 from specdecode_runtime.contract.config import RuntimeConfig
@@ -15,21 +16,6 @@ from specdecode_runtime.contract.step_table import StepTable, StepTableError, pa
 from specdecode_runtime.contract.versions import SGLANG_VERSION
 from specdecode_runtime.draft_group import DraftGroupError, choose_draft_ranks
 from specdecode_runtime.launch import unsupported_reasons
-
-CONFIG = """\
-name: demo
-target: {model: /t, tensorParallelSize: 8}
-draft: {model: /d, tensorParallelSize: 2}
-speculative: {numSteps: 3, eagleTopK: 1, candidateSteps: [1, 3, 5], autotune: {mode: Live, minSteps: 1, maxSteps: 5}}
-nccl: {profile: PCIe}
-"""
-
-
-def config(**changes: str) -> RuntimeConfig:
-    text = CONFIG
-    for old, new in changes.items():
-        text = text.replace(old, new)
-    return RuntimeConfig.from_yaml(text)
 
 
 def test_autotune_steps_off_keeps_the_step_count_as_the_only_candidate():

@@ -13,6 +13,7 @@ import math
 import pytest
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
+from runtime_testlib import CONFIG, config
 
 from specdecode_runtime.contract.capabilities import (
     ADAPTIVE_ALGORITHMS,
@@ -139,23 +140,6 @@ from specdecode_runtime.contract.scenario import (
 )
 from specdecode_runtime.contract.server_args import expand_env_refs, flag_value, sglang_cli_args, unexpanded_refs
 from specdecode_runtime.contract.step_table import MAX_TABLE_ENTRIES, StepTable, StepTableError, parse_step_table
-
-CONFIG = """\
-name: demo
-target: {model: /t, tensorParallelSize: 8}
-draft: {model: /d, tensorParallelSize: 2}
-speculative: {numSteps: 3, eagleTopK: 1, candidateSteps: [1, 3, 5], autotune: {mode: Live, minSteps: 1, maxSteps: 5}}
-nccl: {profile: PCIe}
-"""
-
-
-def config(**changes: str) -> RuntimeConfig:
-    text = CONFIG
-    for old, new in changes.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    return RuntimeConfig.from_yaml(text)
-
 
 # every coefficient distinct and non-zero, so dropping or swapping a term changes the total
 COST = CycleCost(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from specdecode_operator.tuner.estimator import Acceptance
 from specdecode_operator.tuner.snapshot import parse_metrics
+from specdecode_runtime.contract.goodput import CycleCost
 from specdecode_runtime.contract.metric_names import SIMULATED_LABELS
 from specdecode_runtime.contract.scenario import parse_scenario
 from specdecode_runtime.metrics import SpecMetrics
@@ -61,3 +63,23 @@ def scenario(phases, cost=None, **extra):
         **extra,
     }
     return parse_scenario(data)
+
+
+# The policy tests' cycle cost (ms): a 10 ms verify, 0.5 ms per draft step, per extend and of overhead.
+COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
+
+
+def acc(alphas, observed=None, spread=0.02) -> Acceptance:
+    """An acceptance curve with a +-``spread`` interval, 10^4 samples per position, ``observed`` positions seen."""
+    n = len(alphas)
+    return Acceptance(
+        list(alphas),
+        [a - spread for a in alphas],
+        [min(1, a + spread) for a in alphas],
+        [1e4] * n,
+        n if observed is None else observed,
+    )
+
+
+HIGH = acc([0.95] * 8)
+LOW = acc([0.05] * 8)

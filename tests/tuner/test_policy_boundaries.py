@@ -9,6 +9,7 @@ run of the policy."""
 import math
 
 import pytest
+from helpers import COST, HIGH, acc
 
 from specdecode_operator.tuner.cost_refine import RefinedCost
 from specdecode_operator.tuner.estimator import Acceptance
@@ -27,22 +28,6 @@ from specdecode_operator.tuner.policy import (
     switch,
 )
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens, goodput, inter_token_latency_ms
-
-COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
-
-
-def acc(alphas, observed=None, spread=0.02):
-    n = len(alphas)
-    return Acceptance(
-        list(alphas),
-        [a - spread for a in alphas],
-        [min(1, a + spread) for a in alphas],
-        [1e4] * n,
-        n if observed is None else observed,
-    )
-
-
-HIGH = acc([0.95] * 8)
 
 
 def round_of(state, a=HIGH, cfg=None, now=100.0, workload_changed=False, aggregate=None, cost=COST, batch=1):

@@ -3,7 +3,8 @@ bucket's state for the next interval."""
 
 import math
 
-from specdecode_operator.tuner.estimator import Acceptance
+from helpers import COST, HIGH, LOW, acc
+
 from specdecode_operator.tuner.policy import (
     BucketState,
     PolicyConfig,
@@ -16,24 +17,6 @@ from specdecode_operator.tuner.policy import (
     judge_rollback,
     switch,
 )
-from specdecode_runtime.contract.goodput import CycleCost
-
-COST = CycleCost(10, 0.0, 0.5, 0, 0.5, 0, 0.5)
-
-
-def acc(alphas, observed=None, spread=0.02):
-    n = len(alphas)
-    return Acceptance(
-        list(alphas),
-        [a - spread for a in alphas],
-        [min(1, a + spread) for a in alphas],
-        [1e4] * n,
-        n if observed is None else observed,
-    )
-
-
-HIGH = acc([0.95] * 8)
-LOW = acc([0.05] * 8)
 
 
 def round_of(state, a=HIGH, cfg=None, now=100.0, workload_changed=False, aggregate=None):
