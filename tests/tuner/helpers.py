@@ -83,3 +83,16 @@ def acc(alphas, observed=None, spread=0.02) -> Acceptance:
 
 HIGH = acc([0.95] * 8)
 LOW = acc([0.05] * 8)
+
+
+# The cost refinement tests' true cycle cost (ms): every term non-zero, a split draft's broadcast included.
+REFINE_COST = CycleCost(
+    verify_base=8.0,
+    verify_per_token=0.04,
+    draft_base=0.6,
+    draft_per_seq=0.002,
+    extend_base=0.67,
+    extend_per_token=0.0017,
+    overhead=0.3,
+    broadcast=0.05,
+)

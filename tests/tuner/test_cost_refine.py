@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from helpers import REFINE_COST
 
 from specdecode_operator.tuner.cost_refine import CostRefiner, RefinedCost, parts
 from specdecode_runtime.contract.goodput import CycleCost
 
-TRUE = CycleCost(
-    verify_base=8.0,
-    verify_per_token=0.04,
-    draft_base=0.6,
-    draft_per_seq=0.002,
-    extend_base=0.67,
-    extend_per_token=0.0017,
-    overhead=0.3,
-    broadcast=0.05,
-)
+TRUE = REFINE_COST
 # the probe read verify 12 % low and the draft step 15 % high: the per-step slope is wrong
 BIASED = CycleCost(
     verify_base=8.0 * 0.88,

@@ -10,20 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import REFINE_COST
 
 from specdecode_operator.tuner.cost_refine import MAX_OBS, CostRefiner, RefinedCost, features, parts
-from specdecode_runtime.contract.goodput import CycleCost
 
-BASE = CycleCost(
-    verify_base=8.0,
-    verify_per_token=0.04,
-    draft_base=0.6,
-    draft_per_seq=0.002,
-    extend_base=0.67,
-    extend_per_token=0.0017,
-    overhead=0.3,
-    broadcast=0.05,
-)
+BASE = REFINE_COST
 
 
 def test_features_are_the_plain_cycle_the_speculative_extra_and_the_steps():
