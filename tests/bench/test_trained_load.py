@@ -98,3 +98,78 @@ def test_the_committed_run_summarizes_to_the_figures_the_readme_quotes():
     assert f"**Batch 1: {s['best_static']['b1']['speedup_over_nospec']}x no speculation**" in md
     committed = json.loads((ROOT / "bench/results/gpu_h200_trained_load.json").read_text())
     assert committed["speedup_over_nospec"] == s["speedup_over_nospec"]
+
+
+def test_paired_rounds_cancel_a_drifting_server():
+    """A server that gets 2 % faster every measurement: one pass in a fixed order (A then B) reports A 2 % slow
+    every round; alternating the order and taking the median ratio recovers A == B."""
+    clock = {"n": 0, "cfg": None}
+
+    def measure():
+        clock["n"] += 1
+        return 1000.0 * (1.02 ** clock["n"])  # the same configuration's speed keeps rising
+
+    def set_a():
+        clock["cfg"] = "a"
+
+    def set_b():
+        clock["cfg"] = "b"
+
+    out = live_tune.paired(measure, set_a, set_b, pairs=4)
+    assert [list(r) for r in out["rounds"]] == [["a", "b", "ratio"]] * 4
+    assert out["rounds"][0]["ratio"] == pytest.approx(1 / 1.02, abs=1e-3)  # A first: looks slower
+    assert out["rounds"][1]["ratio"] == pytest.approx(1.02, abs=1e-3)  # B first: looks faster
+    assert out["median_ratio"] == pytest.approx(1.0, abs=2e-3)
+
+
+def test_counters_delta_keeps_what_changed_in_counters_and_summaries_only():
+    before = {"specdecode_tokens_generated_total{}": 10.0, "specdecode_num_steps{bucket=1}": 3.0}
+    after = {
+        "specdecode_tokens_generated_total{}": 25.0,
+        "specdecode_num_steps{bucket=1}": 7.0,  # a gauge: not a count over the point
+        "specdecode_cycle_seconds_sum{bucket=1,phase=verify}": 0.5,  # new since before
+        "specdecode_verify_cycles_total{bucket=2-7}": 0.0,  # unchanged
+    }
+    assert live_tune.counters_delta(before, after) == {
+        "specdecode_tokens_generated_total{}": 15.0,
+        "specdecode_cycle_seconds_sum{bucket=1,phase=verify}": 0.5,
+    }
+
+
+REPLAY_RAW = ROOT / "bench/results/gpu_h200/trained_replay"
+
+
+def test_decode_only_figures_from_the_pods_counters():
+    summarize_replay = _module("summarize_replay")
+    counters = {
+        "specdecode_verify_cycles_total{bucket=1}": 100.0,
+        "specdecode_requests_verified_total{bucket=1}": 100.0,
+        "specdecode_tokens_generated_total{}": 300.0,
+        "specdecode_cycle_seconds_sum{bucket=1,phase=draft}": 0.1,
+        "specdecode_cycle_seconds_sum{bucket=1,phase=verify}": 0.2,
+        "specdecode_cycle_seconds_sum{bucket=1,phase=draft_extend}": 0.05,
+        "specdecode_cycle_seconds_sum{bucket=1,phase=other}": 0.15,
+        "specdecode_position_attempts_total{bucket=1,position=1}": 100.0,
+        "specdecode_position_accepted_total{bucket=1,position=1}": 80.0,
+        "specdecode_position_attempts_total{bucket=1,position=2}": 80.0,
+        "specdecode_position_accepted_total{bucket=1,position=2}": 40.0,
+    }
+    fig = summarize_replay.pod_figures(counters)
+    assert fig["cycle_ms"] == pytest.approx(5.0)  # 0.5 s over 100 cycles
+    assert fig["decode_tokens_per_s"] == pytest.approx(600.0)  # 300 tokens in 0.5 s
+    assert fig["tokens_per_seq_cycle"] == pytest.approx(3.0)
+    assert fig["alphas"] == [0.8, 0.5]
+    assert summarize_replay.pod_figures({}) is None
+
+
+@pytest.mark.skipif(not REPLAY_RAW.is_dir(), reason="no committed replay run")
+def test_the_committed_replay_summary_is_what_its_raw_reports_say(tmp_path):
+    summarize_replay = _module("summarize_replay")
+    s = summarize_replay.summarize(REPLAY_RAW)
+    committed = json.loads((ROOT / "bench/results/gpu_h200_trained_replay.json").read_text())
+    assert json.loads(json.dumps(s)) == committed
+    for key, p in s["points"].items():
+        # the pod's own decode time never exceeds the clients' wall time for the same requests
+        assert p["served_tokens_per_s"] <= p["decode_tokens_per_s"], key
+        if key.endswith("_k0"):
+            assert p["tokens_per_seq_cycle"] == 1.0  # steps 0: one token per sequence per cycle

@@ -286,6 +286,44 @@ def replay(url: str, prompts: list[str], batch: int, per_thread: int, max_new_to
     return sum(n for _, _, n in load.records) / (time.perf_counter() - t0)
 
 
+def gpu_clocks() -> dict:
+    """SM clock, power and temperature now (``nvidia-smi``; empty where there is none): a server measured twice
+    minutes apart can differ by far more than the effect under test, and this says whether the GPU moved."""
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split("\n")[0]
+        sm, mem, power, temp = (float(x) for x in out.split(","))
+        return {"sm_mhz": sm, "mem_mhz": mem, "power_w": power, "temp_c": temp}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+
+
+def paired(measure, set_a, set_b, pairs: int) -> dict:
+    """A against B in alternating rounds (A B, B A, A B, ...) on the same fixed request set, and the median of the
+    per-round ratios: a drift of the server over minutes (measured: the same configuration 1.5x faster later in one
+    run) moves both sides of a round alike, so it cancels in the ratio, which one pass in a fixed order cannot do."""
+    rounds = []
+    for i in range(pairs):
+        got = {}
+        for name, setter in (("a", set_a), ("b", set_b)) if i % 2 == 0 else (("b", set_b), ("a", set_a)):
+            setter()
+            got[name] = measure()
+        rounds.append({"a": round(got["a"], 1), "b": round(got["b"], 1), "ratio": round(got["a"] / got["b"], 4)})
+    ratios = sorted(r["ratio"] for r in rounds)
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    return {"rounds": rounds, "median_ratio": round(median, 4), "spread": round(ratios[-1] - ratios[0], 4)}
+
+
 def measure_static(load: Load, settle_s: float, window_s: float) -> float:
     time.sleep(settle_s)
     t0 = time.perf_counter()
@@ -309,6 +347,29 @@ def greedy_outputs(url: str, prompts: list[str], n: int) -> list[list[int]]:
 def scrape(url: str) -> str:
     _, raw = http("GET", url + "/metrics", timeout=10)
     return raw.decode(errors="replace")
+
+
+def pod_samples(url: str) -> dict[str, float]:
+    """The pod's own ``specdecode_*`` samples (``name{label=value,...}`` -> value), the probe's costs included."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(scrape(url)):
+        for s in family.samples:
+            if s.name.startswith("specdecode_"):
+                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+                out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def counters_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What the pod counted during one measurement (counters and summaries; gauges and the probe's costs left
+    out): the decode-only side of a point, next to the served tok/s the clients saw."""
+    return {
+        k: round(v - before.get(k, 0.0), 6)
+        for k, v in after.items()
+        if k.split("{", 1)[0].endswith(("_total", "_sum", "_count")) and v != before.get(k, 0.0)
+    }
 
 
 def run_live(a, url: str, control: dict, load: Load, batch: int) -> dict:
@@ -388,6 +449,12 @@ def main() -> int:
         help="N > 0: measure every static point (and the tuner's final table) on one fixed set of N "
         "requests per client thread instead of a window of the steady load",
     )
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=4,
+        help="with --replay: rounds of the tuner's final table against the best static, alternating their order",
+    )
     p.add_argument("--check-prompts", type=int, default=8, help="greedy outputs kept to compare servers")
     p.add_argument("--check-tokens", type=int, default=64)
     a = p.parse_args()
@@ -401,6 +468,7 @@ def main() -> int:
         result["ready_s"] = round(wait_ready(url, proc, 600), 1)
         if a.server == "live":
             put_table(control, single(a.initial_steps))
+            result["probe_costs"] = {k: v for k, v in pod_samples(url).items() if k.startswith("specdecode_cost_")}
         result["greedy"] = greedy_outputs(url, prompts[: a.check_prompts], a.check_tokens)
         for b in [int(x) for x in a.batches.split(",")]:
             load = Load(url, prompts, b, a.max_new_tokens)
@@ -426,21 +494,35 @@ def main() -> int:
                             )
                             print(f"b{b} static k={k}: refused {row['refused'][str(k)]}", flush=True)
                             continue
+                        before = pod_samples(url)
+                        row.setdefault("gpu", {})[str(k)] = gpu_clocks()
                         row["static"][str(k)] = round(measure(), 1)
+                        row.setdefault("pod_counters", {})[str(k)] = counters_delta(before, pod_samples(url))
                         print(f"b{b} static k={k}: {row['static'][str(k)]} tok/s", flush=True)
                     if a.replay:
                         load = Load(url, prompts, b, a.max_new_tokens).start()
                     row["live"] = run_live(a, url, control, load, b)
-                    if a.replay:  # the tuner's final table on the same fixed set as the statics
-                        load.close()
-                        put_table(
-                            control, {"table": [{"minBatch": lo, "steps": k} for lo, k in row["live"]["final_table"]]}
-                        )
-                        row["live"]["tokens_per_s_replay"] = round(measure(), 1)
                     best_k = max(row["static"], key=lambda k: row["static"][k])
                     row["best_static"] = {"steps": int(best_k), "tokens_per_s": row["static"][best_k]}
+                    if a.replay:  # the tuner's final table on the same fixed set as the statics
+                        load.close()
+                        final = {"table": [{"minBatch": lo, "steps": k} for lo, k in row["live"]["final_table"]]}
+                        put_table(control, final)
+                        before = pod_samples(url)
+                        row["live"]["tokens_per_s_replay"] = round(measure(), 1)
+                        row["live"]["pod_counters_replay"] = counters_delta(before, pod_samples(url))
+                        row["paired"] = paired(
+                            measure,
+                            lambda: put_table(control, final),
+                            lambda: put_table(control, single(int(best_k))),
+                            a.pairs,
+                        )
                     live_tps = row["live"].get("tokens_per_s_replay") or row["live"]["tokens_per_s_last"]
-                    row["live_over_best_static"] = round(live_tps / row["static"][best_k], 4)
+                    row["live_over_best_static"] = (
+                        row["paired"]["median_ratio"]
+                        if row.get("paired")
+                        else round(live_tps / row["static"][best_k], 4)
+                    )
                     print(
                         f"b{b} live: {row['live']['tokens_per_s_last']} tok/s (table {row['live']['final_table']}),"
                         f" best static k={best_k} {row['static'][best_k]}",
