@@ -145,6 +145,22 @@ def test_cache_records_of_separately_decoded_events_share_their_strings_and_pin_
     assert a["metadata"]["ownerReferences"][0] is not first["metadata"]["ownerReferences"][0]
 
 
+def test_children_of_one_owner_share_one_owner_reference_and_equal_label_sets_one_copy(rendered):
+    """The seven children of an object carry the same owner reference: their records hold one list between them,
+    and a child with a different owner gets its own."""
+    first, second = (json.loads(json.dumps(served(rendered[kind]))) for kind in ("Deployment", "Service"))
+    a, b = children.cache_record(first, fields=False), children.cache_record(second, fields=False)
+    assert a["metadata"]["ownerReferences"] is b["metadata"]["ownerReferences"]
+    if first["metadata"]["labels"] == second["metadata"]["labels"]:
+        assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    other = json.loads(json.dumps(first))
+    other["metadata"]["ownerReferences"][0]["uid"] = "another-owner"
+    c = children.cache_record(other, fields=False)
+    assert c["metadata"]["ownerReferences"] is not a["metadata"]["ownerReferences"]
+    assert c["metadata"]["ownerReferences"][0]["uid"] == "another-owner"
+    assert a["metadata"]["ownerReferences"] == first["metadata"]["ownerReferences"]
+
+
 def test_a_stub_rebuilt_from_its_key_and_hash_is_the_stub(rendered):
     desired = rendered["Deployment"]
     assert children.stub_of(children.key_of(desired), children.input_hash(desired)) == children.stub(desired)

@@ -151,8 +151,13 @@ def summarize(raw: Path) -> dict:
                 "live_table_later": lr["served_tokens_per_s"],
                 "ratio": round(lr["served_tokens_per_s"] / static["served_tokens_per_s"], 3),
                 "static_cycle_ms": static.get("cycle_ms"),
-                "live_cycle_ms": lr and _cycle(lives, b),
+                "live_cycle_ms": _cycle(lives, b),
             }
+            if static.get("planner_tokens_per_s") and lr["decode_tokens_per_s"]:
+                # the same steps and acceptance, so the same prediction: against the later (warm) measurement
+                drift[b]["planner_over_decode_later"] = round(
+                    static["planner_tokens_per_s"] / lr["decode_tokens_per_s"], 3
+                )
     greedy = {"nospec": nospec["greedy"]}
     greedy.update({f"live_{i}": lv["greedy"] for i, lv in enumerate(lives)})
     greedy.update({f"stock_k{k}": st["greedy"] for k, st in stock.items()})
@@ -338,7 +343,8 @@ def markdown(s: dict) -> str:
         out.append(
             f"- {b}, steps {d['steps']}: {d['static_first_pass']} tok/s in the first pass, "
             f"{d['live_table_later']} tok/s minutes later (x{d['ratio']}); mean cycle {d['static_cycle_ms']} ms "
-            f"then {d['live_cycle_ms']} ms."
+            f"then {d['live_cycle_ms']} ms; the planner over decode-only {s['planner_over_measured'].get(b + '_k' + str(d['steps']), {}).get('over_decode')} "
+            f"then {d.get('planner_over_decode_later')}."
         )
     out += ["", "## Greedy outputs against no speculation (8 held-out prompts x 64 tokens, one at a time)", ""]
     for name, g in s["greedy_vs_nospec"].items():

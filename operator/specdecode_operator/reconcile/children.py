@@ -121,7 +121,7 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
     rec: dict[str, Any] = {
         "apiVersion": slim(obj.get("apiVersion")),
         "kind": slim(obj.get("kind")),
-        "metadata": {k: slim(md[k]) for k in _KEEP_METADATA if k in md},
+        "metadata": {k: (shared if k in _SHARED_METADATA else slim)(md[k]) for k in _KEEP_METADATA if k in md},
     }
     spec = obj.get("spec")
     if isinstance(spec, dict) and "replicas" in spec:
@@ -139,6 +139,27 @@ def cache_record(obj: dict, fields: bool = True) -> dict:
         1,
     )
     return rec
+
+
+_SHARED_METADATA = ("labels", "ownerReferences")  # the same for every child of an object, and for many objects
+_SHARED: dict[str, Any] = {}
+_SHARED_MAX = 8192  # distinct label sets and owner references kept; past it the table starts over
+
+
+def shared(value: Any) -> Any:
+    """One slim copy per distinct value, shared by every record that holds an equal one: the seven children of an
+    object carry the same owner reference and label set, which otherwise cost a list and dicts per child (~2 MB at
+    1000 objects). Records are never modified in place (a pass replaces a record whole), so sharing is safe."""
+    try:
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return slim(value)
+    hit = _SHARED.get(key)
+    if hit is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        hit = _SHARED[key] = slim(value)
+    return hit
 
 
 def slim(value: Any) -> Any:
