@@ -5,7 +5,9 @@ target's verify and the draft's forward do, so a fit that misreads the tier or t
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime import cost_probe
+from specdecode_runtime.contract import cost_profile
 from specdecode_runtime.cost_probe import ProbePoint
 from specdecode_runtime.metrics import SpecMetrics
 
@@ -155,8 +158,28 @@ def test_fit_recovers_a_known_linear_cost_exactly():
         (c.extend_per_token, ept),
         (c.overhead, ov),
         (c.broadcast, bc),
+        (c.warm_extend_base, eb),  # steps 0 keeps the draft warm: the extend's line at one token per sequence
+        (c.warm_extend_per_seq, ept),
     ):
         assert got == pytest.approx(want, rel=1e-6)
+    # the target-only cycle is priced with that extend: verify of one token, overhead, extend of one token
+    assert c.cycle_ms(0, 16) == pytest.approx(vb + vpt * 16 + ov + eb + ept * 16, rel=1e-6)
+
+
+def test_the_steps_0_price_includes_the_draft_extend_the_h200_probe_measured():
+    """The start-up probe of the trained model's pod on one H200 (bench/results/gpu_h200/trained_replay): SGLang's
+    tier 0 still extends the draft's KV every cycle, so steps 0 costs its verify, its overhead and that extend."""
+    raw = Path(__file__).resolve().parents[2] / "bench/results/gpu_h200/trained_replay/live_b1.json"
+    samples = {}
+    for key, sec in json.loads(raw.read_text())["probe_costs"].items():
+        labels = dict(x.split("=", 1) for x in key.split("{", 1)[1].rstrip("}").split(","))
+        samples[(labels["stage"], int(labels["steps"]), labels["bucket"], int(labels["batch"]))] = sec
+    b1 = cost_profile.fit_profile(cost_profile.points_from_samples(samples))["1"]
+    verify0, overhead = 1000 * samples[("verify", 0, "1", 1)], 1000 * samples[("overhead", 0, "1", 1)]
+    extend = [1000 * v for (st, _, bucket, _), v in samples.items() if st == "draft_extend" and bucket == "1"]
+    assert b1.warm_extend_ms(1) == pytest.approx(sum(extend) / len(extend), rel=0.05)  # ~0.19 ms, flat in steps
+    # the verify line is fitted over every tier, so it reads a few per cent off the one-token point
+    assert b1.cycle_ms(0, 1) == pytest.approx(verify0 + overhead + b1.warm_extend_ms(1), rel=0.05)
 
 
 def test_exported_points_round_trip_through_the_metrics_text():

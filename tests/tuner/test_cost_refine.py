@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from helpers import REFINE_COST
 
@@ -29,6 +31,22 @@ def test_parts_reproduce_the_cycle_time():
         for k in (1, 3, 7):
             assert t0 + s + d * k == pytest.approx(TRUE.cycle_ms(k, b))
     assert RefinedCost(TRUE).cycle_ms(4, 12) == pytest.approx(TRUE.cycle_ms(4, 12))
+
+
+def test_a_profile_that_keeps_the_draft_warm_at_steps_0_is_refined_without_bias():
+    """Timings that match the profile exactly, at steps 0 and at two speculative step counts, leave every factor at
+    1: the fit's features split the cycle the way ``cycle_ms`` does, steps 0's draft extend in the plain part."""
+    warm = dataclasses.replace(TRUE, warm_extend_base=0.5, warm_extend_per_seq=0.01)
+    for b in (1, 7.5, 40):
+        t0, s, d = parts(warm, b)
+        assert t0 == pytest.approx(warm.cycle_ms(0, b))
+        assert t0 + s + 3 * d == pytest.approx(warm.cycle_ms(3, b))
+    r = CostRefiner()
+    for _ in range(6):
+        for k, frac in ((0, 0.0), (3, 1.0), (6, 1.0)):
+            r.add(8.0, k, frac, warm.cycle_ms(k, 8.0), 500)
+    fitted = r.refine(warm)
+    assert (fitted.rv, fitted.rs, fitted.rd) == pytest.approx((1.0, 1.0, 1.0), abs=1e-6)
 
 
 def test_no_observations_keep_the_profile():

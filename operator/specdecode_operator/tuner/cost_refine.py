@@ -126,8 +126,9 @@ class CostRefiner:
             b, steps, f, y = obs.T
             c = base
             # parts() over all observations at once (the cost model is linear in the batch)
-            t0 = c.verify_base + c.verify_per_token * b + c.overhead
-            s = c.extend_base + c.extend_per_token * b + c.broadcast
+            warm = c.warm_extend_base + c.warm_extend_per_seq * b  # steps 0's draft extend, in T0 (not in S)
+            t0 = c.verify_base + c.verify_per_token * b + c.overhead + warm
+            s = c.extend_base + c.extend_per_token * b + c.broadcast - warm
             d = c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b
             x = np.stack([t0, f * s, d * steps], axis=1)
             w = self.forget ** np.arange(n - 1, -1, -1) / (self.obs_sd * y) ** 2

@@ -346,11 +346,9 @@ class Estimator:
             if d.cycles <= 0:
                 continue
             steps, b = d.steps or 0, d.requests / d.cycles
-            pred["verify"] += d.cycles * (
-                profile.verify_ms(steps, b) if steps else profile.cycle_ms(0, b) - profile.overhead
-            )
+            pred["verify"] += d.cycles * profile.verify_ms(steps, b)  # steps 0: one token per sequence
             pred["draft"] += d.draft_steps * profile.draft_step_ms(b)
-            pred["draft_extend"] += d.cycles * profile.extend_ms(steps, b) if steps else 0.0
+            pred["draft_extend"] += d.cycles * (profile.extend_ms(steps, b) if steps else profile.warm_extend_ms(b))
             pred["other"] += d.cycles * (profile.overhead + (profile.broadcast if steps else 0.0))
         weight = w.cycles / (w.cycles + self.prior_weight_cycles)
         scale = {}
@@ -367,6 +365,8 @@ class Estimator:
                 extend_per_token=profile.extend_per_token * scale["draft_extend"],
                 overhead=profile.overhead * scale["other"],
                 broadcast=profile.broadcast * scale["other"],
+                warm_extend_base=profile.warm_extend_base * scale["draft_extend"],
+                warm_extend_per_seq=profile.warm_extend_per_seq * scale["draft_extend"],
             ),
             "profile-scaled",
         )

@@ -7,6 +7,7 @@ prediction from numbers, reported with the numbers, never a default.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -68,15 +69,14 @@ def plan(
     for n in tps:
         c = cost_for_draft_tp(scenario, n)
         if measured_scale != 1.0:
-            c = CycleCost(
-                c.verify_base,
-                c.verify_per_token,
-                c.draft_base * measured_scale,
-                c.draft_per_seq * measured_scale,
-                c.extend_base * measured_scale,
-                c.extend_per_token * measured_scale,
-                c.overhead,
-                c.broadcast,
+            c = dataclasses.replace(
+                c,
+                draft_base=c.draft_base * measured_scale,
+                draft_per_seq=c.draft_per_seq * measured_scale,
+                extend_base=c.extend_base * measured_scale,
+                extend_per_token=c.extend_per_token * measured_scale,
+                warm_extend_base=c.warm_extend_base * measured_scale,
+                warm_extend_per_seq=c.warm_extend_per_seq * measured_scale,
             )
         table[n] = {steps: predict(scenario, c, steps, alphas) for steps in candidate_steps}
     best_tp, best_steps = max(

@@ -60,6 +60,9 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
 
     vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
     eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
+    # steps 0 keeps the draft warm with the same extend over one token per sequence (the line at batch * 1 tokens,
+    # before the draft's intercept is folded into the speculative cycles' base below)
+    warm_base, warm_per_seq = (eb, ept) if by["draft_extend"] else (0.0, 0.0)
     draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
     if by["draft"]:
         # A tier's whole draft phase D(k) = a + b*k: b is the cost of one draft step; a (negative when the first
@@ -78,6 +81,8 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
         extend_per_token=ept,
         overhead=overhead,
         broadcast=bcast,
+        warm_extend_base=warm_base,
+        warm_extend_per_seq=warm_per_seq,
     )
 
 

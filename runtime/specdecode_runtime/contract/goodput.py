@@ -46,7 +46,10 @@ class CycleCost:
 
     A speculative cycle of ``steps`` draft steps costs ``verify + steps * draftStep + draftExtend + overhead`` where
     verify and draft-extend process batch*(steps+1) tokens and a draft step processes one token per sequence.
-    steps = 0 is plain decoding: ``verify.base + verify.perToken * batch + overhead``.
+    steps = 0 is the target-only cycle: ``verify.base + verify.perToken * batch + overhead``, plus ``warm_extend_*``:
+    what the cycle spends keeping the draft's KV current so a later tier drafts from a warm state (SGLang 0.5.23's
+    tier 0 still runs the draft extend over the new token of every sequence; measured on one H200 it was a quarter
+    of a batch-1 steps-0 cycle). 0 for an engine whose steps 0 is plain decoding.
     """
 
     verify_base: float
@@ -57,6 +60,12 @@ class CycleCost:
     extend_per_token: float
     overhead: float
     broadcast: float = 0.0  # proposal broadcast per cycle when the draft runs on a subset of the TP ranks
+    warm_extend_base: float = 0.0  # steps 0: the draft extend over one token per sequence, fixed part
+    warm_extend_per_seq: float = 0.0  # ... and per sequence
+
+    def warm_extend_ms(self, batch: float) -> float:
+        """What a steps-0 cycle spends extending the draft's KV (0 where steps 0 is plain decoding)."""
+        return self.warm_extend_base + self.warm_extend_per_seq * batch
 
     def verify_ms(self, steps: int, batch: float) -> float:
         return self.verify_base + self.verify_per_token * batch * (steps + 1)
@@ -69,7 +78,7 @@ class CycleCost:
 
     def cycle_ms(self, steps: int, batch: float) -> float:
         if steps <= 0:
-            return self.verify_base + self.verify_per_token * batch + self.overhead
+            return self.verify_base + self.verify_per_token * batch + self.overhead + self.warm_extend_ms(batch)
         return (
             self.verify_ms(steps, batch)
             + steps * self.draft_step_ms(batch)
