@@ -173,3 +173,23 @@ def test_the_committed_replay_summary_is_what_its_raw_reports_say(tmp_path):
         assert p["served_tokens_per_s"] <= p["decode_tokens_per_s"], key
         if key.endswith("_k0"):
             assert p["tokens_per_seq_cycle"] == 1.0  # steps 0: one token per sequence per cycle
+
+
+def test_the_trained_scenario_holds_the_replay_runs_probe_costs_and_acceptance():
+    """bench/scenarios/h200-trained-measured.yaml is derived from the committed raw run, not typed in: its costs are
+    the pod's start-up probe fitted to the scenario's linear form, its acceptance the pod's count at b1, steps 7."""
+    import dataclasses
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "bench/gpu"))
+    summarize_replay = _module("summarize_replay")
+    import summarize_tp1
+
+    live = json.loads((ROOT / "bench/results/gpu_h200/trained_replay/live_b1.json").read_text())
+    profile = summarize_replay.probe_profile(live["probe_costs"])
+    costs = summarize_tp1.scenario_costs({k: dataclasses.asdict(v) for k, v in profile.items()})
+    scenario = yaml.safe_load((ROOT / "bench/scenarios/h200-trained-measured.yaml").read_text())
+    assert scenario["cost"] == costs
+    summary = json.loads((ROOT / "bench/results/gpu_h200_trained_replay.json").read_text())
+    assert scenario["phases"][0]["acceptance"] == summary["points"]["b1_k7"]["alphas"]

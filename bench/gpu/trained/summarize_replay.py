@@ -270,8 +270,9 @@ def findings(s: dict) -> list[str]:
                 "for stock no speculation"
                 for k, p in k0.items()
             )
-            + " (first in each pass, so the drift above is in these too); the goodput model prices steps 0 as plain "
-            "decode, without that extend."
+            + " (first in each pass, so the drift above is in these too). The goodput model prices that extend "
+            "(`CycleCost.warm_extend_*`, the probe's draft-extend line at one token per sequence); it priced steps 0 "
+            "as plain decoding before this run."
         )
     diffs = {n: g for n, g in s["greedy_vs_nospec"].items() if g["prompts_identical"] < g["prompts"]}
     if diffs:
