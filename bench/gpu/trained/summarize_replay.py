@@ -263,7 +263,7 @@ def findings(s: dict) -> list[str]:
     k0 = {k: p for k, p in s["points"].items() if k.endswith("_k0")}
     if k0:
         out.append(
-            "- **Steps 0 is not free**: the target-only tier keeps the draft's KV warm (SGLang 0.5.23 runs the draft "
+            f"- **Steps 0 is not free**: the target-only tier keeps the draft's KV warm (SGLang {SGLANG_VERSION} runs the draft "
             "extend every cycle at tier 0), "
             + ", ".join(
                 f"{k}: {p['served_tokens_per_s']} tok/s served against {s['nospec_tokens_per_s'][k[1:].split('_')[0]]} "
