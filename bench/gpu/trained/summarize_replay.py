@@ -130,6 +130,7 @@ def summarize(raw: Path) -> dict:
                 "served_tokens_per_s": replay,
                 "decode_tokens_per_s": fig.get("decode_tokens_per_s"),
                 "mean_batch": fig.get("mean_batch"),
+                "cycle_ms": fig.get("cycle_ms"),
                 "over_best_static": round(replay / row["static"][bk], 3) if replay else None,
                 "speedup_over_nospec": round(replay / base[b], 3) if replay else None,
                 "bucket_steps_at_mean_batch": _steps_at(lv["final_table"], fig.get("mean_batch")),
@@ -151,7 +152,7 @@ def summarize(raw: Path) -> dict:
                 "live_table_later": lr["served_tokens_per_s"],
                 "ratio": round(lr["served_tokens_per_s"] / static["served_tokens_per_s"], 3),
                 "static_cycle_ms": static.get("cycle_ms"),
-                "live_cycle_ms": _cycle(lives, b),
+                "live_cycle_ms": lr["cycle_ms"],
             }
             if static.get("planner_tokens_per_s") and lr["decode_tokens_per_s"]:
                 # the same steps and acceptance, so the same prediction: against the later (warm) measurement
@@ -204,15 +205,6 @@ def _steps_at(table: list, batch: float | None) -> int | None:
         if b >= lo:
             steps = int(k)
     return steps
-
-
-def _cycle(lives: list[dict], b: str) -> float | None:
-    for live in lives:
-        row = live["batches"].get(b.lstrip("b"))
-        if row:
-            fig = pod_figures(row["live"].get("pod_counters_replay") or {})
-            return fig["cycle_ms"] if fig else None
-    return None
 
 
 def _first_difference(outs: list[list[int]], ref: list[list[int]]) -> list[dict]:
