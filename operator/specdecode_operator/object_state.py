@@ -67,6 +67,9 @@ class Validation:
 class ObjectState:
     # The controller (reconcile/controller.py): when the last pass ended (the resync sweep skips recent ones).
     passed_at: float = -math.inf  # monotonic time
+    # The object was deleted (or is being deleted): a pass still in flight applies no more children. Its owner
+    # reference would name a uid that is gone, and the garbage collector would only delete them again.
+    deleted: bool = False
     own_status_rvs: tuple[str, ...] = ()  # resourceVersions of our own status writes: their echoes are skipped
     # Validation, once per generation, shared by the reconciler and the tuning loop.
     validation: Validation | None = None

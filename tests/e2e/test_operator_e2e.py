@@ -5,6 +5,8 @@ Each test states the behaviour a user or a GitOps tool relies on."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
 import pytest
@@ -195,6 +197,39 @@ def test_delete_garbage_collects_children(cluster):
             (ref,) = [r for r in obj["metadata"]["ownerReferences"] if r.get("controller")]
             assert ref["uid"] == created["metadata"]["uid"] and ref["blockOwnerDeletion"] is True, key
         return
+    wait_for(lambda: children_of(cluster, "llama") == {}, what="children collected")
+
+
+def test_a_pass_in_flight_when_the_owner_is_deleted_applies_no_more_children(emulator_factory):
+    """A pass that reads a child while its owner is deleted must not apply that child afterwards: the owner reference
+    would name a uid that is gone (the garbage collector deletes such an object again, see
+    test_emulator_garbage_collection.py). The pass's read of its Deployment is held until the operator has seen the
+    DELETED event, so the deletion lands mid-pass every time."""
+    cluster = emulator_factory()
+    context = cluster.operator.context
+    client = context.reconciler.client
+    real_get = client.get
+    held = threading.Event()
+
+    async def get(api_version, plural, namespace, name):
+        if plural == "deployments" and not held.is_set():
+            held.set()
+            for _ in range(1000):  # at most 10 s: until the controller has dropped the deleted object
+                if not context.controller.objects:
+                    break
+                await asyncio.sleep(0.01)
+        return await real_get(api_version, plural, namespace, name)
+
+    client.get = get
+    em = cluster.emulator
+    cluster.create_sdd(sdd())
+    wait_for(held.is_set, what="the first pass reading its Deployment")
+    mark = len(em.log)
+    cluster.delete_sdd("llama")
+    wait_for(lambda: not context.controller.objects, what="the operator saw the deletion")
+    wait_for(lambda: [r for r in em.log[mark:] if r.verb == "get" and r.resource == "deployments"], what="the read")
+    wait_for(lambda: not context.controller.queue.processing, what="the pass ended")
+    assert [r for r in em.log[mark:] if r.verb == "apply" and r.resource == "deployments"] == []
     wait_for(lambda: children_of(cluster, "llama") == {}, what="children collected")
 
 

@@ -194,6 +194,32 @@ def test_deleted_or_deselected_objects_are_forgotten():
     run(main())
 
 
+def test_a_deletion_during_a_pass_stops_its_child_writes_and_queues_nothing_more():
+    """The reconciler applies no child for a state marked deleted (test_operator_e2e.py has the pass itself); a
+    pass ending after the deletion, even a failed one (its status write found the object gone), is not retried."""
+
+    async def main():
+        ctl, rec = make(results=["error"])
+        rec.gate = asyncio.Event()
+        ctl.observe("ADDED", sdd("a", "1"), {})
+        await asyncio.sleep(0.01)  # the pass is running
+        state = ctl.objects["a"].state
+        ctl.observe("DELETED", sdd("a", "2"), {})
+        assert state.deleted and ctl.objects == {}
+        rec.gate.set()
+        await settle(ctl)
+        assert ctl.queue.failures("a") == 0 and len(rec.bodies) == 1
+        ctl.observe("ADDED", sdd("b", "1"), {})
+        await settle(ctl)
+        deleting = sdd("b", "2")
+        deleting["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        ctl.observe("MODIFIED", deleting, {})
+        assert ctl.objects["b"].state.deleted  # being deleted: the garbage collector's part from here on
+        await ctl.stop()
+
+    run(main())
+
+
 def test_the_sweep_queues_objects_whose_last_pass_is_older_than_the_period():
     async def main():
         import time

@@ -14,6 +14,8 @@ the echo of our own write (a Deployment becoming ready, someone else's edit), th
 sweep (every ``resync_seconds``, objects whose last pass is older than that: drift that sends no event, such as
 a deleted child or the control-token Secret, which is not watched) and a failed pass's per-object back-off.
 Deletion needs no hook: the children carry our controller owner reference and the garbage collector removes them.
+A pass still in flight when the object's deletion arrives applies no more children (``ObjectState.deleted``): one
+written after the deletion would name an owner uid that is gone, and the collector would delete it again.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class Controller:
         if not uid:
             return
         if event_type == "DELETED" or not self._selected(md):
+            if event_type == "DELETED" and uid in self.objects:
+                self.objects[uid].state.deleted = True  # a pass in flight stops applying children
             self.forget(uid)
             return
         if self.context.stopping.is_set():
@@ -101,6 +105,7 @@ class Controller:
         if self.tuner is not None:  # made by ``_start`` above
             self.tuner.consider(uid, entry)
         if md.get("deletionTimestamp"):
+            entry.state.deleted = True  # a pass in flight stops applying children
             return  # the garbage collector's part: nothing to reconcile
         seen = self._during_pass.get(uid)
         if seen is not None:
@@ -214,6 +219,8 @@ class Controller:
         finally:
             seen = self._during_pass.pop(uid, [])
         entry.state.passed_at = time.monotonic()
+        if entry.state.deleted:
+            return  # deleted during the pass: nothing to do again (its status write may have failed with 404)
         if any(not self._echo(entry, key, rv) for key, rv in seen):
             self.queue.add(uid)  # a change during the pass: once more, on the newest body
         if result == "error":

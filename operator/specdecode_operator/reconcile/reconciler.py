@@ -269,6 +269,8 @@ class Reconciler:
             if current is not None:
                 current = await self._remove_added_keys(p, key, plural, child, current)
             if children.needs_apply(child, current):
+                if p.state.deleted:
+                    return  # the owner was deleted during this pass (seen by the controller): nothing to own it
                 current = await self._apply_child(p, key, plural, child, current)
             self._mark_checked(p.state, key, child, current)
         if kind in WORKLOAD_KINDS:

@@ -44,6 +44,7 @@ class ApiServerEmulator(ReadHandlers, WriteHandlers, kmock.KubernetesEmulator):
     _owners: dict = attrs.field(factory=dict, init=False)  # object key -> {path: {manager: operation}}
     _rv: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     _born: dict = attrs.field(factory=dict, init=False)  # object key -> the resourceVersion that created it
+    _gc_tasks: set = attrs.field(factory=set, init=False)  # deletions of orphans, queued by writes (deletion.py)
 
     # ----------------------------------------------------------------------------------------- declaration
     def declare(self, meta: ResourceMeta, *, verbs: set[str] | None = None) -> ResourceMeta:

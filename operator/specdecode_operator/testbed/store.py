@@ -23,6 +23,8 @@ class ObjectStore:
         _owners: dict
         _rv: Any
         _born: dict
+        _gc_tasks: set
+        metas: dict
         keep_history: bool
     else:
         __slots__ = ()
