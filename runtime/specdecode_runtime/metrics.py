@@ -34,6 +34,8 @@ from .contract.metric_names import (
     PHASES,
     POSITION_ACCEPTED,
     POSITION_ATTEMPTS,
+    PREFILL_PHASE,
+    PREFILL_SECONDS,
     REQUESTS_VERIFIED,
     TOKENS_GENERATED,
     VERIFY_CYCLES,
@@ -86,6 +88,7 @@ class SpecMetrics:
         self.candidate_steps = self._declare(Gauge, CANDIDATE_STEPS, multiprocess_mode="mostrecent")
         self.draft_tp = self._declare(Gauge, DRAFT_TP, multiprocess_mode="mostrecent")
         self.tokens_generated = self._declare(Counter, TOKENS_GENERATED)
+        self.prefill_seconds = self._declare(Counter, PREFILL_SECONDS)
         self.nccl_latency = self._declare(Gauge, NCCL_LATENCY, multiprocess_mode="mostrecent")
         self.cost_seconds = self._declare(Gauge, COST_SECONDS, multiprocess_mode="mostrecent")
         self._children: dict[tuple, object] = {}
@@ -120,14 +123,15 @@ class SpecMetrics:
     ) -> None:
         """One decode cycle. ``accepted_per_req`` is SGLang's ``num_correct_drafts_per_req`` (bonus excluded), which
         it already copies to the CPU after verify, so recording adds no device sync. ``steps == 0`` is a plain
-        decode step: it counts as a cycle with no positions attempted."""
+        decode step: it counts as a cycle with no positions attempted. A ``prefill`` entry of ``phase_seconds``
+        (prefill work that ran inside the cycle, which the four phases exclude) goes to its own counter."""
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         if steps > self.max_positions:
             raise ValueError(f"steps must be <= max_positions ({self.max_positions}), got {steps}")
-        unknown = set(phase_seconds) - set(PHASES)
+        unknown = set(phase_seconds) - set(PHASES) - {PREFILL_PHASE}
         if unknown:
-            raise ValueError(f"unknown phase(s) {sorted(unknown)}; allowed: {list(PHASES)}")
+            raise ValueError(f"unknown phase(s) {sorted(unknown)}; allowed: {[*PHASES, PREFILL_PHASE]}")
         attempts, accepted = position_counts(steps, accepted_per_req if steps else [0] * len(accepted_per_req))
         tokens = sum(int(c) + 1 for c in accepted_per_req) if steps else len(accepted_per_req)
         self.add_cycles(
@@ -140,6 +144,9 @@ class SpecMetrics:
             phase_seconds={p: float(phase_seconds.get(p, 0.0)) for p in PHASES},
             tokens=tokens,
         )
+        prefill = float(phase_seconds.get(PREFILL_PHASE, 0.0))
+        if prefill > 0.0:
+            self._child(self.prefill_seconds, self.bucket(batch_size)).inc(prefill)
 
     def add_cycles(
         self,

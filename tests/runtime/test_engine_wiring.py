@@ -133,6 +133,51 @@ def test_cycle_clock_busy_intervals_never_overlap():
     assert clock.phases(None, done=0.07) == {}  # no stamp: nothing invented
 
 
+def test_cycle_clock_reports_prefill_inside_a_cycle_apart_from_its_phases():
+    """The overlap scheduler launches a prefill (and processes its result) between a decode cycle's launch and its
+    result: that host time is the cycle's ``prefill``, not its ``other``; a prefill before the interval counts in
+    no cycle, and one straddling the interval's start counts only from it."""
+    from specdecode_runtime.sglang_patch.cycle_clock import CycleClock, CycleStamp
+
+    clock = CycleClock()
+    clock.prefill(-0.5, -0.4)  # before the first cycle's launch: outside every busy interval
+    clock.prefill(0.005, 0.015)  # launched between the decode launch (0..0.004) and its results (0.030)
+    p1 = clock.phases(CycleStamp(0.0, 0.001, 0.003, 0.004, steps=3), done=0.030)
+    assert p1 == pytest.approx(
+        {"draft": 0.001, "verify": 0.002, "draft_extend": 0.001, "other": 0.016, "prefill": 0.010}
+    )
+    clock.prefill(0.025, 0.040)  # straddles the next interval's start (0.030): 0.010 of it is inside
+    p2 = clock.phases(CycleStamp(0.028, 0.029, 0.031, 0.032, steps=3), done=0.050)
+    assert p2["prefill"] == pytest.approx(0.010) and p2["other"] == pytest.approx(0.020 - 0.004 - 0.010)
+    assert sum(p2.values()) == pytest.approx(0.050 - 0.030)
+    # a prefill longer than what the launch phases leave: prefill takes the rest, never a negative other
+    clock.prefill(0.050, 0.100)
+    p3 = clock.phases(CycleStamp(0.051, 0.052, 0.060, 0.061, steps=1), done=0.070)
+    assert p3["other"] == 0 and p3["prefill"] == pytest.approx(0.070 - 0.051 - 0.010)
+    # spans are consumed: the next cycle without prefill has none
+    assert "prefill" not in clock.phases(CycleStamp(0.071, 0.072, 0.073, 0.074, steps=1), done=0.080)
+
+
+def test_prefill_seconds_go_to_their_own_counter_not_the_cycle_phases():
+    from prometheus_client import CollectorRegistry
+
+    from specdecode_runtime.metrics import SpecMetrics
+
+    reg = CollectorRegistry()
+    m = SpecMetrics(registry=reg)
+    phases = {"draft": 0.001, "verify": 0.002, "draft_extend": 0.001, "other": 0.003, "prefill": 0.010}
+    m.record_cycle(8, 3, [1, 2, 3, 0, 0, 0, 0, 0], phases)
+    m.record_cycle(8, 3, [1, 2, 3, 0, 0, 0, 0, 0], {k: v for k, v in phases.items() if k != "prefill"})
+    assert reg.get_sample_value("specdecode_prefill_seconds_total", {"bucket": "8-31"}) == pytest.approx(0.010)
+    total = sum(
+        reg.get_sample_value("specdecode_cycle_seconds_sum", {"bucket": "8-31", "phase": p})
+        for p in ("draft", "verify", "draft_extend", "other")
+    )
+    assert total == pytest.approx(2 * 0.007)  # the decode phases alone
+    with pytest.raises(ValueError, match="allowed: .*prefill"):
+        m.record_cycle(8, 3, [0] * 8, {"prefil": 0.1})
+
+
 def _settings(**kw):
     from specdecode_runtime.engine import EngineSettings
 

@@ -76,7 +76,7 @@ def test_plain_decode_counts_a_cycle_without_positions():
 
 def test_unknown_phase_is_refused():
     with pytest.raises(ValueError, match="allowed"):
-        SpecMetrics(CollectorRegistry()).record_cycle(1, 1, [1], {"prefill": 0.1})
+        SpecMetrics(CollectorRegistry()).record_cycle(1, 1, [1], {"queue": 0.1})
 
 
 def test_gauges_and_const_labels():

@@ -495,7 +495,7 @@ def main() -> int:
                             print(f"b{b} static k={k}: refused {row['refused'][str(k)]}", flush=True)
                             continue
                         before = pod_samples(url)
-                        row.setdefault("gpu", {})[str(k)] = gpu_clocks()
+                        row.setdefault("gpu", {})[str(k)] = {**gpu_clocks(), "host_load1": round(os.getloadavg()[0], 2)}
                         row["static"][str(k)] = round(measure(), 1)
                         row.setdefault("pod_counters", {})[str(k)] = counters_delta(before, pod_samples(url))
                         print(f"b{b} static k={k}: {row['static'][str(k)]} tok/s", flush=True)
@@ -511,12 +511,28 @@ def main() -> int:
                         before = pod_samples(url)
                         row["live"]["tokens_per_s_replay"] = round(measure(), 1)
                         row["live"]["pod_counters_replay"] = counters_delta(before, pod_samples(url))
+                        detail: list[dict] = []  # per measurement, in order: what the pod counted, GPU, host
+
+                        def observed() -> float:
+                            before, gpu, load1 = pod_samples(url), gpu_clocks(), os.getloadavg()[0]
+                            tps = measure()
+                            detail.append(
+                                {
+                                    "tokens_per_s": round(tps, 1),
+                                    "gpu": gpu,
+                                    "host_load1": round(load1, 2),
+                                    "pod_counters": counters_delta(before, pod_samples(url)),
+                                }
+                            )
+                            return tps
+
                         row["paired"] = paired(
-                            measure,
+                            observed,
                             lambda: put_table(control, final),
                             lambda: put_table(control, single(int(best_k))),
                             a.pairs,
                         )
+                        row["paired"]["measurements"] = detail
                     live_tps = row["live"].get("tokens_per_s_replay") or row["live"]["tokens_per_s_last"]
                     row["live_over_best_static"] = (
                         row["paired"]["median_ratio"]

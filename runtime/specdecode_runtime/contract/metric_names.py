@@ -89,6 +89,14 @@ DRAFT_TP = _metric(
 TOKENS_GENERATED = _metric(
     "specdecode_tokens_generated", "counter", (), "tokens", "Tokens emitted by decode cycles (accepted drafts + bonus)"
 )
+PREFILL_SECONDS = _metric(
+    "specdecode_prefill_seconds",
+    "counter",
+    ("bucket",),
+    "seconds",
+    "Host time of prefill batches that ran inside decode cycles (bucket of the cycle); specdecode_cycle_seconds "
+    "leaves it out, so its phases price decode cycles alone",
+)
 NCCL_LATENCY = _metric(
     "specdecode_nccl_latency_seconds",
     "gauge",
@@ -106,6 +114,7 @@ COST_SECONDS = _metric(
 )
 
 PHASES = ("draft", "verify", "draft_extend", "other")
+PREFILL_PHASE = "prefill"  # the cycle clock's key for prefill work inside a decode cycle (PREFILL_SECONDS)
 SIMULATED_LABELS = {"simulated": "true"}
 DEFAULT_BUCKETS = (1, 2, 8, 32, 64)  # lower bounds of the batch-size buckets: 1, 2-7, 8-31, 32-63, 64+
 

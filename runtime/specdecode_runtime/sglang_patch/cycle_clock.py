@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
+
+from ..contract.metric_names import PREFILL_PHASE as PREFILL
 
 
 @dataclass
@@ -33,15 +35,30 @@ class CycleClock:
     The busy interval of a cycle starts at ``max(launch start, previous decode completion)`` and ends at its
     completion, so consecutive intervals never overlap and their sum is the decode wall time. Under the overlap
     scheduler with CUDA graphs the three launch phases are CPU launch costs (the GPU runs them asynchronously) and
-    the GPU time lands in ``other``; when the CPU is the bottleneck the launch phases dominate. Phases sum to
-    ``max(busy interval, launch time)``."""
+    the GPU time lands in ``other``; when the CPU is the bottleneck the launch phases dominate.
+
+    Prefill batches interleave with decoding: the overlap scheduler launches a new request's prefill (and processes
+    its result) between a decode cycle's launch and that cycle's result, so without care their host time lands in
+    ``other``. With short requests at a large batch that is most of a cycle (a prefill every couple of cycles), and
+    a cost model fitted to it would price decode cycles at what prefills cost. The scheduler's hooks report each
+    prefill launch and result processing as a host interval (:meth:`prefill`); the part of them inside a cycle's
+    busy interval is returned under :data:`PREFILL` and left out of ``other``. The four decode phases then sum to
+    ``max(busy interval - prefill, launch time)``; what a prefill costs on the GPU beyond its host time still lands
+    in ``other`` (small for the eager, launch-bound prefill of a served model)."""
 
     now: Callable[[], float] = time.perf_counter
     prev_done: float | None = None
+    prefill_spans: list[tuple[float, float]] = field(default_factory=list)
+
+    def prefill(self, t0: float, t1: float) -> None:
+        """One prefill batch's host interval (its launch, or its result's processing)."""
+        if t1 > t0:
+            self.prefill_spans.append((t0, t1))
 
     def phases(self, stamp: CycleStamp | None, done: float | None = None) -> dict[str, float]:
         done = self.now() if done is None else done
         prev, self.prev_done = self.prev_done, done
+        spans, self.prefill_spans = self.prefill_spans, []
         if stamp is None or stamp.t_end is None:
             return {}
         vs = stamp.t_verify_start if stamp.t_verify_start is not None else stamp.t_end
@@ -51,6 +68,12 @@ class CycleClock:
             "verify": max(ve - vs, 0.0),
             "draft_extend": max(stamp.t_end - ve, 0.0),
         }
-        busy = done - (stamp.t_start if prev is None else max(stamp.t_start, prev))
-        launch["other"] = max(busy - sum(launch.values()), 0.0)
+        start = stamp.t_start if prev is None else max(stamp.t_start, prev)
+        busy = done - start
+        rest = max(busy - sum(launch.values()), 0.0)
+        inside = sum(max(0.0, min(t1, done) - max(t0, start)) for t0, t1 in spans)
+        prefill = min(inside, rest)
+        launch["other"] = rest - prefill
+        if prefill > 0.0:
+            launch[PREFILL] = prefill
         return launch

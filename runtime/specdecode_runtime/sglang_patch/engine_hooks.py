@@ -24,7 +24,8 @@ def set_verify_callback(cb: Callable[[list[int], int, int, dict[str, float]], No
     ``cb(num_correct_drafts_per_req, batch_size, num_steps, phase_seconds)`` is called with the accepted draft count
     per request (bonus token excluded), already on the CPU (no extra GPU sync), the tier that verify ran with
     (stamped at launch: under the overlap scheduler the worker may already run the next batch's tier), and the
-    host-side phase times of :class:`.cycle_clock.CycleClock` (empty if the result carries no stamp).
+    host-side phase times of :class:`.cycle_clock.CycleClock` (empty if the result carries no stamp; with a
+    ``prefill`` key for prefill work that ran inside the cycle, which the four phases exclude).
     Per-position acceptance follows: position j was accepted in a request iff its count >= j. Export from one rank
     (tp_rank 0)."""
     state.verify_cb = cb
@@ -116,6 +117,41 @@ def wrap_resolve(orig):
     return _resolve_spec_v2_tokens
 
 
+def _is_prefill(batch) -> bool:
+    return batch is not None and batch.forward_mode.is_extend()
+
+
+def wrap_run_batch(orig):
+    """Reports each prefill launch's host interval to the cycle clock (decode launches are stamped in
+    ``forward_batch_generation``)."""
+
+    def run_batch(self, batch, pp_proxy_tensors=None):
+        if state.verify_cb is None or not _is_prefill(batch):
+            return orig(self, batch, pp_proxy_tensors)
+        t0 = _time.perf_counter()
+        try:
+            return orig(self, batch, pp_proxy_tensors)
+        finally:
+            state.clock.prefill(t0, _time.perf_counter())
+
+    return run_batch
+
+
+def wrap_process_result(orig):
+    """Reports each prefill result's processing as a host interval to the cycle clock."""
+
+    def process_batch_result(self, batch, result):
+        if state.verify_cb is None or not _is_prefill(batch):
+            return orig(self, batch, result)
+        t0 = _time.perf_counter()
+        try:
+            return orig(self, batch, result)
+        finally:
+            state.clock.prefill(t0, _time.perf_counter())
+
+    return process_batch_result
+
+
 def wrap_ready(orig):
     def init_cuda_graphs(self):
         out = orig(self)
@@ -158,6 +194,8 @@ def install_engine_hooks(ps: PatchSet) -> None:
     ps.wrap(f"{EW2}.EAGLEWorkerV2.verify", wrap_verify_launch)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.init_cuda_graphs", wrap_ready)
     ps.wrap("sglang.srt.managers.scheduler.Scheduler.ingest_requests", wrap_ingest)
+    ps.wrap("sglang.srt.managers.scheduler.Scheduler.run_batch", wrap_run_batch)
+    ps.wrap("sglang.srt.managers.scheduler.Scheduler.process_batch_result", wrap_process_result)
     ps.wrap(
         "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
         "._resolve_spec_v2_tokens",

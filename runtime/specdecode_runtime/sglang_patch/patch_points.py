@@ -113,6 +113,19 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "one slot keyed '1' captures every tier for every graph batch size",
     ),
     PatchPoint(
+        "sglang.srt.managers.scheduler.Scheduler.run_batch",
+        ("self", "batch", "pp_proxy_tensors"),
+        "wrap",
+        "host interval of each prefill (extend) launch: under the overlap scheduler it runs inside a decode "
+        "cycle's busy interval, and the cycle clock reports it apart from the decode phases",
+    ),
+    PatchPoint(
+        "sglang.srt.managers.scheduler.Scheduler.process_batch_result",
+        ("self", "batch", "result"),
+        "wrap",
+        "host interval of each prefill (extend) result's processing, for the same reason",
+    ),
+    PatchPoint(
         "sglang.srt.managers.scheduler.Scheduler.ingest_requests",
         ("self", "stop_at_pause"),
         "wrap",
