@@ -46,3 +46,18 @@ def test_an_unknown_mode_is_refused_naming_the_variable():
 
     with pytest.raises(ValueError, match="SPECDECODE_CONTROL_AUTH must be ServiceAccount or Secret"):
         OperatorConfig.from_env({"SPECDECODE_CONTROL_AUTH": "Token"})
+
+
+def test_the_claims_are_read_as_pyjwt_reads_them_without_verifying():
+    """control_identity decodes its own token with the standard library (PyJWT and cryptography stay out of the
+    operator process): the same claims as ``jwt.decode`` without verification, and a ValueError where it refuses."""
+    import pytest
+
+    for t in (token(), token(iss="https://rotated.example", exp=1), jwt.encode({"sub": "x" * 301}, "k" * 32)):
+        assert control_identity.unverified_claims(t) == jwt.decode(t, options={"verify_signature": False})
+    header, payload, signature = token().split(".")
+    for bad in ("not a jwt", "a.b", f"{header}.!!!.{signature}", f"{header}.{header[:-2]}.{signature}", "e30.WzFd.x"):
+        with pytest.raises(jwt.InvalidTokenError):
+            jwt.decode(bad, options={"verify_signature": False})
+        with pytest.raises(ValueError):
+            control_identity.unverified_claims(bad)

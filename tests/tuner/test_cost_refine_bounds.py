@@ -57,7 +57,7 @@ def reference_fit(base, observations, prior_sd, obs_sd, forget):
     rhs = prec @ np.ones(3)
     n = len(observations)
     for age, (b, steps, f, y) in zip(range(n - 1, -1, -1), observations):
-        x = features(base, steps, b)
+        x = np.array(features(base, steps, b))
         x[1] = parts(base, b)[1] * f  # a mix of plain and speculative cycles pays the extra on a fraction f
         w = forget**age / (obs_sd * y) ** 2
         prec += w * np.outer(x, x)

@@ -15,14 +15,16 @@ factors get a Gaussian prior at 1 (the profile is right up to its error) and a w
 observed intervals (Bayesian linear regression, closed form), older intervals fading geometrically so the fit
 follows a workload whose context lengths drift. With data at one step count only the prior splits the correction
 between intercept and slope; each further step count (a climb, a probe) pins the slope down.
+
+Plain Python, not numpy: the fit is a 3 x 3 system over at most ``MAX_OBS`` rows (microseconds either way), and
+numpy was the only reason the operator process loaded it (about 10 MB of its resident memory at start).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
-
-import numpy as np
 
 from specdecode_runtime.contract.goodput import CycleCost
 
@@ -43,9 +45,30 @@ def parts(base: CycleCost, batch: float) -> tuple[float, float, float]:
     return t0, t1 - d - t0, d
 
 
-def features(base: CycleCost, steps: float, batch: float) -> np.ndarray:
+def features(base: CycleCost, steps: float, batch: float) -> list[float]:
     t0, s, d = parts(base, batch)
-    return np.array([t0, s if steps > 0 else 0.0, d * steps])
+    return [t0, s if steps > 0 else 0.0, d * steps]
+
+
+class SingularMatrix(ArithmeticError):
+    pass
+
+
+def inverse3(m: list[list[float]]) -> list[list[float]]:
+    """The inverse of a 3 x 3 matrix: Gauss-Jordan elimination with partial pivoting (as LAPACK's LU does)."""
+    a = [list(row) + [1.0 if i == j else 0.0 for j in range(3)] for i, row in enumerate(m)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(a[r][col]))
+        if a[pivot][col] == 0.0:
+            raise SingularMatrix
+        a[col], a[pivot] = a[pivot], a[col]
+        p = a[col][col]
+        a[col] = [v / p for v in a[col]]
+        for r in range(3):
+            if r != col and a[r][col] != 0.0:
+                f = a[r][col]
+                a[r] = [v - f * w for v, w in zip(a[r], a[col])]
+    return [row[3:] for row in a]
 
 
 @dataclass(frozen=True)
@@ -73,9 +96,9 @@ class RefinedCost:
         prior)."""
         if self.cov is None or steps == cur:
             return 0.0
-        g = features(self.base, steps, batch) - features(self.base, cur, batch)
-        var = float(g @ np.asarray(self.cov) @ g)
-        return float(np.sqrt(max(var, 0.0))) / max(self.cycle_ms(cur, batch), 1e-9)
+        g = [a - b for a, b in zip(features(self.base, steps, batch), features(self.base, cur, batch))]
+        var = sum(g[i] * self.cov[i][j] * g[j] for i in range(3) for j in range(3))
+        return math.sqrt(max(var, 0.0)) / max(self.cycle_ms(cur, batch), 1e-9)
 
     def step_ms(self, batch: float) -> float:
         """What one more draft step adds to a cycle."""
@@ -118,25 +141,35 @@ class CostRefiner:
     def refine(self, base: CycleCost, prior_sd: float | None = None) -> RefinedCost:
         """Posterior mean of (rv, rs, rd) given the observations (prior mean 1 each)."""
         sd = self.prior_sd if prior_sd is None else prior_sd
-        prec = np.eye(3) / (sd * sd)
-        rhs = prec @ np.ones(3)
+        p = 1.0 / (sd * sd)
+        # the prior's precision and right-hand side, plus each observation's weighted x x^T and x y (x: the features)
+        p00 = p11 = p22 = r0 = r1 = r2 = p
+        p01 = p02 = p12 = 0.0
+        c = base
         n = len(self.observations)
-        if n:
-            obs = np.array([(o.batch, o.steps, o.spec_fraction, o.cycle_ms) for o in self.observations])
-            b, steps, f, y = obs.T
-            c = base
-            # parts() over all observations at once (the cost model is linear in the batch)
+        for age, o in zip(range(n - 1, -1, -1), self.observations):
+            b, y = o.batch, o.cycle_ms
+            # parts() of the cost model, written out (it is linear in the batch)
             warm = c.warm_extend_base + c.warm_extend_per_seq * b  # steps 0's draft extend, in T0 (not in S)
-            t0 = c.verify_base + c.verify_per_token * b + c.overhead + warm
-            s = c.extend_base + c.extend_per_token * b + c.broadcast - warm
-            d = c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b
-            x = np.stack([t0, f * s, d * steps], axis=1)
-            w = self.forget ** np.arange(n - 1, -1, -1) / (self.obs_sd * y) ** 2
-            prec += (x * w[:, None]).T @ x
-            rhs += (x * (w * y)[:, None]).sum(axis=0)
+            x0 = c.verify_base + c.verify_per_token * b + c.overhead + warm
+            x1 = o.spec_fraction * (c.extend_base + c.extend_per_token * b + c.broadcast - warm)
+            x2 = o.steps * (c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b)
+            w = self.forget**age / (self.obs_sd * y) ** 2
+            w0, w1, w2 = w * x0, w * x1, w * x2
+            p00 += w0 * x0
+            p01 += w0 * x1
+            p02 += w0 * x2
+            p11 += w1 * x1
+            p12 += w1 * x2
+            p22 += w2 * x2
+            r0 += w0 * y
+            r1 += w1 * y
+            r2 += w2 * y
+        prec = [[p00, p01, p02], [p01, p11, p12], [p02, p12, p22]]
+        rhs = (r0, r1, r2)
         try:
-            cov = np.linalg.inv(prec)
-        except np.linalg.LinAlgError:
+            cov = inverse3(prec)
+        except SingularMatrix:
             return RefinedCost(base)
-        rv, rs, rd = (float(max(v, 0.05)) for v in cov @ rhs)
-        return RefinedCost(base, rv, rs, rd, tuple(tuple(float(x) for x in row) for row in cov))
+        rv, rs, rd = (max(sum(cov[i][j] * rhs[j] for j in range(3)), 0.05) for i in range(3))
+        return RefinedCost(base, rv, rs, rd, tuple(tuple(row) for row in cov))
