@@ -59,6 +59,7 @@ log = logging.getLogger("specdecode.cost_probe")
 
 GRAPH, EAGER = "graph", "eager"  # how a runner launches a stage: replaying captured CUDA graphs, or eager forwards
 RunStep = Callable[[str, int, int], None]  # (stage, steps, batch): launch one replay of that stage
+HOST_ROUNDS = 3  # rounds over the whole plan when host-timed (CPU forwards): see ``probe_at_start``
 
 
 def probe_batch(
@@ -170,9 +171,16 @@ def run_probe(
     warmup: int = 1,
     min_samples: int = 3,
     reduce: Callable[[list[float]], float] = statistics.median,
+    rounds: int = 1,
 ) -> list[ProbePoint]:
     """Time every planned point; a stage the runner cannot run (it raises) is left out with a log line, so a partial
     profile is still served (the tuner falls back per stage).
+
+    ``rounds`` > 1 times the whole plan that many times over and keeps ``reduce`` of each point's per-round values:
+    a point's calls are then spread over the probe's whole run instead of one short stretch of it, so a spell of
+    load on a shared machine slows one round of a point, not every call of it, and every point sees the same mix of
+    quiet and busy moments. Every round runs every point on every rank (a point dropped in an earlier round too), so
+    the ranks' collectives stay in step.
 
     A failing stage does not leave the sampling protocol: its remaining calls are skipped, ``agree`` still runs once
     per sample, and with ``agree`` rank 0's outcome decides on every rank whether the point is kept, so a stage
@@ -183,10 +191,11 @@ def run_probe(
         max_batch = getattr(run_step, "max_batch", None)
     mode = getattr(run_step, "mode", EAGER)
     sizes = getattr(run_step, "graph_sizes", ()) if mode == GRAPH else ()
-    out = []
-    for stage, steps, label, batch in plan_points(
-        captured, buckets, split_draft, max_batch, mode=mode, graph_sizes=sizes
-    ):
+    plan = plan_points(captured, buckets, split_draft, max_batch, mode=mode, graph_sizes=sizes)
+    timed: dict[tuple[str, int, str, int], list[float]] = {point: [] for point in plan}
+    dropped: set[tuple[str, int, str, int]] = set()
+    for point in (p for _ in range(max(1, rounds)) for p in plan):
+        stage, steps, label, batch = point
         failure: list[BaseException] = []
 
         def run(
@@ -214,11 +223,13 @@ def run_probe(
         local = bool(failure) or not sec == sec
         failed = agree(local) if agree is not None else local  # rank 0 decides, as for the sample count
         if failed or local:
-            why = failure[0] if failure else "failed on TP rank 0"
-            log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, why)
+            if point not in dropped:
+                why = failure[0] if failure else "failed on TP rank 0"
+                log.warning("specdecode: cost probe %s k=%d batch=%d skipped: %s", stage, steps, batch, why)
+            dropped.add(point)
             continue
-        out.append(ProbePoint(stage, steps, label, batch, sec))
-    return out
+        timed[point].append(sec)
+    return [ProbePoint(*point, reduce(timed[point])) for point in plan if point not in dropped]
 
 
 def export(points: Iterable[ProbePoint], metrics) -> None:
@@ -256,8 +267,14 @@ def probe_at_start(
 
     A runner whose forwards run on the host CPU (``host_timed``: SGLang on ``--device cpu``) is timed by the host
     clock on cores it shares with every other process: a preempted call is slower, never faster, and a busy
-    machine preempts whole runs of calls, which moves a median of three by several times. There the probe keeps
-    the fastest of at least five calls (timeit's rule), the forward's own cost."""
+    machine preempts whole runs of calls, which moves a median of three by several times. There a call is timed
+    by the CPU time the process spent on it (``time.process_time``: the forward runs in this process, on one
+    thread in the tests), not by the wall clock, so the time other processes held the cores is not counted; the
+    probe keeps the fastest of at least five calls (timeit's rule), the forward's own cost, and takes those calls
+    in ``HOST_ROUNDS`` rounds over the whole plan: what CPU time still feels of a busy machine (caches and memory
+    bandwidth shared with it) comes in spells, and the five calls of one round follow each other within a few
+    tens of milliseconds. A CPU forward of the tiny test models costs milliseconds, so the rounds add seconds; a
+    GPU probe keeps one round of replays timed by CUDA events."""
     if sync is None:
         sync = _device_sync()
     graph = getattr(run_step, "mode", EAGER) == GRAPH
@@ -275,6 +292,8 @@ def probe_at_start(
             warmup=3 if graph else 1,
             min_samples=5 if graph or host else 3,
             reduce=min if host else statistics.median,
+            rounds=HOST_ROUNDS if host else 1,
+            clock=time.process_time if host else time.perf_counter,
         )
     finally:
         close = getattr(run_step, "close", None)

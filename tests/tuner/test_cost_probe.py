@@ -87,6 +87,54 @@ def test_a_host_timed_runner_keeps_the_fastest_of_five_calls_a_graph_runner_the_
     assert probe(True, "graph") == pytest.approx(0.029)  # graphs (CUDA events): the median of five stays
 
 
+def test_a_host_timed_probe_takes_each_points_calls_in_rounds_over_the_whole_plan():
+    """A spell of load covers whole runs of consecutive calls: here every call of the first points of the plan. The
+    host-timed probe times the whole plan in HOST_ROUNDS rounds and keeps each point's fastest call, so no point's
+    cost is set by one spell; a GPU runner keeps one round."""
+
+    def probe(host_timed: bool) -> tuple[list, list]:
+        order: list = []
+        timed = {"n": 0}
+
+        def run_step(stage: str, steps: int, batch: int) -> None:
+            if not order or order[-1] != (stage, steps, batch):
+                order.append((stage, steps, batch))
+
+        def timer(run) -> float:
+            run()
+            timed["n"] += 1
+            return 0.030 if timed["n"] <= 12 else 0.010  # a busy spell: the first 12 timed calls, 3x as slow
+
+        run_step.host_timed = host_timed  # type: ignore[attr-defined]
+        run_step.mode = "eager"  # type: ignore[attr-defined]
+        run_step.timer = timer  # type: ignore[attr-defined]
+        points = cost_probe.probe_at_start(run_step, [1], (1,), budget_s=0.0, sync=lambda: None)
+        return points, order
+
+    plan = [(stage, k, b) for stage, k, _, b in cost_probe.plan_points([1], (1,))]
+    points, order = probe(True)
+    assert order == plan * cost_probe.HOST_ROUNDS  # round after round, not one point's calls all at once
+    assert [p.seconds for p in points] == pytest.approx([0.010] * len(plan))
+    points, order = probe(False)
+    assert order == plan
+    assert points[0].seconds == pytest.approx(0.030)  # one round: the spell set the first point's cost
+
+
+def test_a_host_timed_probe_counts_the_cpu_time_of_a_call_not_the_time_others_held_the_cores():
+    """A call that waits (here: sleeps, as a preempted forward waits for its core) costs wall-clock time but no CPU
+    time of this process: the host-timed probe does not count it; a GPU runner's host clock would."""
+
+    def run_step(stage: str, steps: int, batch: int) -> None:
+        time.sleep(0.004)
+
+    run_step.host_timed = True  # type: ignore[attr-defined]
+    run_step.mode = "eager"  # type: ignore[attr-defined]
+    host = cost_probe.probe_at_start(run_step, [], (1,), budget_s=0.0, sync=lambda: None)
+    run_step.host_timed = False  # type: ignore[attr-defined]
+    wall = cost_probe.probe_at_start(run_step, [], (1,), budget_s=0.0, sync=lambda: None)
+    assert max(p.seconds for p in host) < 0.002 < 0.004 <= min(p.seconds for p in wall)
+
+
 def test_plan_covers_every_captured_tier_per_bucket():
     pts = cost_probe.plan_points([0, 1, 3], buckets=(1, 2, 8), split_draft=True)
     by_bucket = {b: [p for p in pts if p[2] == b] for b in ("1", "2-7", "8+")}
