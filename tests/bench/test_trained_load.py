@@ -193,3 +193,53 @@ def test_the_trained_scenario_holds_the_replay_runs_probe_costs_and_acceptance()
     assert scenario["cost"] == costs
     summary = json.loads((ROOT / "bench/results/gpu_h200_trained_replay.json").read_text())
     assert scenario["phases"][0]["acceptance"] == summary["points"]["b1_k7"]["alphas"]
+
+
+PAIRED_RAW = ROOT / "bench/results/gpu_h200/trained_paired"
+
+
+def test_paired_order_is_the_order_paired_measures_in():
+    """summarize_paired reads the measurements back in the order paired() took them: a swapped order would
+    attribute the best static's figures to the tuner's table."""
+    summarize_paired = _module("summarize_paired")
+    seen = []
+
+    def setter(name):
+        return lambda: seen.append(name)
+
+    live_tune.paired(lambda: 1.0, setter("a"), setter("b"), pairs=4)
+    assert summarize_paired._order(4) == seen
+
+
+def test_decode_figures_leave_prefill_out_of_the_cycle_and_report_it_apart():
+    summarize_paired = _module("summarize_paired")
+    counters = {
+        "specdecode_verify_cycles_total{bucket=8-31}": 100.0,
+        "specdecode_requests_verified_total{bucket=8-31}": 800.0,
+        "specdecode_tokens_generated_total{}": 2400.0,
+        "specdecode_cycle_seconds_sum{bucket=8-31,phase=draft}": 0.1,
+        "specdecode_cycle_seconds_sum{bucket=8-31,phase=verify}": 0.1,
+        "specdecode_cycle_seconds_sum{bucket=8-31,phase=draft_extend}": 0.1,
+        "specdecode_cycle_seconds_sum{bucket=8-31,phase=other}": 0.1,
+        "specdecode_prefill_seconds_total{bucket=8-31}": 0.3,
+    }
+    fig = summarize_paired.decode_figures(counters)
+    assert fig["cycle_ms"] == pytest.approx(4.0)  # the four decode phases only
+    assert fig["launch_ms"] == pytest.approx(3.0)
+    assert fig["prefill_ms_per_cycle"] == pytest.approx(3.0)
+    assert fig["decode_tokens_per_s"] == pytest.approx(2400 / 0.4)
+
+
+@pytest.mark.skipif(not PAIRED_RAW.is_dir(), reason="no committed paired run")
+def test_the_committed_paired_summary_is_what_its_raw_reports_say():
+    summarize_paired = _module("summarize_paired")
+    s = summarize_paired.summarize(PAIRED_RAW)
+    committed = json.loads((ROOT / "bench/results/gpu_h200_trained_paired.json").read_text())
+    assert json.loads(json.dumps(s)) == committed
+    for b, e in s["live"].items():
+        # every measurement of the paired rounds kept its own counters: as many per side as rounds
+        assert len(e["final_table_measurements"]) == len(e["best_static_measurements"]) == len(e["rounds"]), b
+        for r, a in zip(e["rounds"], e["final_table_measurements"][:1]):
+            assert a["served_tokens_per_s"] == r["a"]  # the first measurement of round 0 is the table's
+    for key, p in s["points"].items():
+        assert p["served_tokens_per_s"] <= p["decode_tokens_per_s"], key
