@@ -51,7 +51,7 @@ SLOW_TEST_DIRS = (
 
 # Data files some tests read relative to the repository root (the tuner's simulated-probe tests load the bench
 # scenarios)
-DATA_DIRS = ("crds", "examples", "charts", "bench/scenarios")
+DATA_DIRS = ("crds", "examples", "charts", "bench/scenarios", "bench/results/gpu_h200")
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,20 @@ TARGETS = {
         ),
     ),
     "tuner": Target(("specdecode_operator.tuner",)),
-    "render": Target(("specdecode_operator.render",)),
+    # test_dockerfile.py names render only for the control port; it reads the repository's Dockerfile and
+    # pyproject.toml, which the staging directory does not hold (mutmut's own pyproject.toml is there)
+    "render": Target(
+        ("specdecode_operator.render",),
+        tests=(
+            "tests/chart/test_chart_overrides.py",
+            "tests/chart/test_pod_security.py",
+            "tests/cli/test_validate_launch_parity.py",
+            "tests/reconcile/test_children.py",
+            "tests/render/test_property.py",
+            "tests/render/test_render.py",
+            "tests/runtime/test_model_sources.py",
+        ),
+    ),
     # the step endpoint's auth (token file, bearer header) and its checks of a table against the captured step
     # counts; the rank-0 channel's multi-process preflight (tests/sim/test_gloo_control_preflight.py) spawns
     # process groups, seconds per mutant, and is left to its own suite

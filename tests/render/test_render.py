@@ -244,3 +244,47 @@ def test_service_account_step_control_tells_the_pods_whom_to_accept_and_projects
     assert pod["automountServiceAccountToken"] is False  # only the projected token, where the runtime reads it
     (projected,) = [v["projected"] for v in pod["volumes"] if v["name"] == "control-issuer"]
     assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}} in projected["sources"]
+
+
+def test_control_auth_mounts_the_projected_token_where_the_runtime_reads_it_and_keeps_the_other_mounts():
+    from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth
+
+    auth = ControlAuth("https://kubernetes.default.svc", "specdecode-runtime", ("system:serviceaccount:a:b",))
+    sdd = load(ROOT / "examples/pcie8-glm5-eagle3.yaml")
+    plain = container(render(sdd))["volumeMounts"]
+    mounts = container(render(sdd, RenderOptions(control_auth=auth)))["volumeMounts"]
+    assert mounts[: len(plain)] == plain  # the runtime's own mounts stay as they were
+    assert mounts[len(plain) :] == [{"name": "control-issuer", "mountPath": API_MOUNT_DIR, "readOnly": True}]
+
+
+def test_gpu_product_is_required_inside_every_user_node_selector_term_and_the_rest_of_the_affinity_is_kept():
+    """Node selector terms are ORed: the product must be ANDed into each of the user's terms (a term of its own
+    would let a pod land on any node matching a user term); pod affinity and preferred terms pass through."""
+    doc = yaml.safe_load((ROOT / "examples/pcie8-glm5-eagle3.yaml").read_text())
+    product = doc["spec"]["placement"]["gpuProduct"]
+    user_terms = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}], "matchFields": []},
+    ]
+    preferred = [{"weight": 1, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}]
+    pod_affinity = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    doc["spec"]["placement"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": user_terms},
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        },
+        **pod_affinity,
+    }
+    dep = by_kind(render(parse(doc)))[("Deployment", "glm5-pcie")]
+    affinity = dep["spec"]["template"]["spec"]["affinity"]
+    gpu = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [product]}
+    node = affinity["nodeAffinity"]
+    assert node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [*user_terms[0]["matchExpressions"], gpu]},
+        {"matchExpressions": [*user_terms[1]["matchExpressions"], gpu], "matchFields": []},
+    ]
+    assert node["preferredDuringSchedulingIgnoredDuringExecution"] == preferred
+    assert affinity["podAntiAffinity"] == pod_affinity["podAntiAffinity"]
+    doc["spec"]["placement"].pop("gpuProduct")
+    doc["spec"]["placement"]["affinity"] = {}
+    assert "affinity" not in by_kind(render(parse(doc)))[("Deployment", "glm5-pcie")]["spec"]["template"]["spec"]
