@@ -25,6 +25,7 @@ Usage (GPU machine, kit installed; see h200_live.sh):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -559,8 +560,11 @@ def main() -> int:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass  # the server already exited (e.g. before it was ready): its log below says why
         except Exception:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         log = next(work.glob("server-*.log"), None)
         if log:
             result["server_log_tail"] = log.read_text(errors="replace")[-4000:]
