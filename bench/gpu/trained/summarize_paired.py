@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from summarize_replay import ROOT, _first_difference, _steps_at, pod_figures, probe_profile  # noqa: E402
+from summarize_replay import ROOT, _steps_at, greedy_vs_nospec, pod_figures, probe_profile  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench/gpu"))
 import summary_cli  # noqa: E402
@@ -141,15 +141,7 @@ def summarize(raw: Path) -> dict:
     greedy = {"nospec": nospec["greedy"]}
     greedy.update({f"live_{i}": lv["greedy"] for i, lv in enumerate(lives)})
     greedy.update({f"stock_k{k}": st["greedy"] for k, st in stock.items()})
-    identical = {
-        name: {
-            "prompts_identical": sum(a == c for a, c in zip(outs, greedy["nospec"])),
-            "prompts": len(greedy["nospec"]),
-            "first_difference": _first_difference(outs, greedy["nospec"]),
-        }
-        for name, outs in greedy.items()
-        if name != "nospec"
-    }
+    identical = greedy_vs_nospec(greedy)
     # the patched server against stock SGLang at the step count it started with: token for token
     initial = int(lives[0]["args"]["initial_steps"])
     if initial in stock:

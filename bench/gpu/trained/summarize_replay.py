@@ -162,15 +162,7 @@ def summarize(raw: Path) -> dict:
     greedy = {"nospec": nospec["greedy"]}
     greedy.update({f"live_{i}": lv["greedy"] for i, lv in enumerate(lives)})
     greedy.update({f"stock_k{k}": st["greedy"] for k, st in stock.items()})
-    identical = {
-        name: {
-            "prompts_identical": sum(a == c for a, c in zip(outs, greedy["nospec"])),
-            "prompts": len(greedy["nospec"]),
-            "first_difference": _first_difference(outs, greedy["nospec"]),
-        }
-        for name, outs in greedy.items()
-        if name != "nospec"
-    }
+    identical = greedy_vs_nospec(greedy)
     return {
         "device": "1x NVIDIA H200 (lent test machine)",
         "sglang": SGLANG_VERSION,
@@ -205,6 +197,19 @@ def _steps_at(table: list, batch: float | None) -> int | None:
         if b >= lo:
             steps = int(k)
     return steps
+
+
+def greedy_vs_nospec(greedy: dict[str, list[list[int]]]) -> dict:
+    """Every server's greedy outputs against ``greedy["nospec"]``: prompts identical and where each first differs."""
+    return {
+        name: {
+            "prompts_identical": sum(a == c for a, c in zip(outs, greedy["nospec"])),
+            "prompts": len(greedy["nospec"]),
+            "first_difference": _first_difference(outs, greedy["nospec"]),
+        }
+        for name, outs in greedy.items()
+        if name != "nospec"
+    }
 
 
 def _first_difference(outs: list[list[int]], ref: list[list[int]]) -> list[dict]:

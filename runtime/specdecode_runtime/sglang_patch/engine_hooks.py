@@ -121,33 +121,32 @@ def _is_prefill(batch) -> bool:
     return batch is not None and batch.forward_mode.is_extend()
 
 
+def _timed_prefill(orig, self, batch, *args):
+    """``orig(self, batch, *args)``; for a prefill batch (while metrics are on) its host interval goes to the cycle
+    clock, which leaves the part inside a decode cycle out of that cycle's phases."""
+    if state.verify_cb is None or not _is_prefill(batch):
+        return orig(self, batch, *args)
+    t0 = _time.perf_counter()
+    try:
+        return orig(self, batch, *args)
+    finally:
+        state.clock.prefill(t0, _time.perf_counter())
+
+
 def wrap_run_batch(orig):
-    """Reports each prefill launch's host interval to the cycle clock (decode launches are stamped in
-    ``forward_batch_generation``)."""
+    """Each prefill launch (decode launches are stamped in ``forward_batch_generation``)."""
 
     def run_batch(self, batch, pp_proxy_tensors=None):
-        if state.verify_cb is None or not _is_prefill(batch):
-            return orig(self, batch, pp_proxy_tensors)
-        t0 = _time.perf_counter()
-        try:
-            return orig(self, batch, pp_proxy_tensors)
-        finally:
-            state.clock.prefill(t0, _time.perf_counter())
+        return _timed_prefill(orig, self, batch, pp_proxy_tensors)
 
     return run_batch
 
 
 def wrap_process_result(orig):
-    """Reports each prefill result's processing as a host interval to the cycle clock."""
+    """Each prefill result's processing."""
 
     def process_batch_result(self, batch, result):
-        if state.verify_cb is None or not _is_prefill(batch):
-            return orig(self, batch, result)
-        t0 = _time.perf_counter()
-        try:
-            return orig(self, batch, result)
-        finally:
-            state.clock.prefill(t0, _time.perf_counter())
+        return _timed_prefill(orig, self, batch, result)
 
     return process_batch_result
 
