@@ -40,6 +40,9 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import host_probe  # noqa: E402
+
 SGLANG_ARGS = [
     "--attention-backend",
     "triton",
@@ -181,7 +184,7 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
     port = free_port()
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     control: dict = {}
-    common = ["--host", "127.0.0.1", "--port", str(port)] + SGLANG_ARGS
+    common = ["--host", "127.0.0.1", "--port", str(port)] + SGLANG_ARGS + (["--dtype", a.dtype] if a.dtype else [])
     if a.server == "nospec":
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target] + common
     elif a.server.startswith("stock:"):
@@ -231,6 +234,7 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
         cfg = work / "runtime.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=True))
         extra = [x for x in SGLANG_ARGS if x != "--enable-metrics"]  # launch sets it (our series share /metrics)
+        extra += ["--dtype", a.dtype] if a.dtype else []
         cmd = [sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(cfg), "--"] + extra
     else:
         raise SystemExit(f"--server {a.server!r}: allowed nospec, stock:K, live")
@@ -323,6 +327,31 @@ def paired(measure, set_a, set_b, pairs: int) -> dict:
     mid = len(ratios) // 2
     median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
     return {"rounds": rounds, "median_ratio": round(median, 4), "spread": round(ratios[-1] - ratios[0], 4)}
+
+
+class Observer:
+    """One measurement with what the pod counted during it, the GPU's clocks, the host's load and CPU speed (the
+    sampler process), and the scheduler process's CPU time and involuntary switches: enough to say afterwards
+    whether a slow point was the server, the GPU or the host."""
+
+    def __init__(self, url: str, sampler: host_probe.HostSampler | None):
+        self.url, self.sampler = url, sampler
+
+    def __call__(self, measure) -> tuple[float, dict]:
+        before, gpu, load1 = pod_samples(self.url), gpu_clocks(), os.getloadavg()[0]
+        sched0, w0 = host_probe.scheduler_stats(), time.time()
+        tps = measure()
+        w1 = time.time()
+        detail = {
+            "tokens_per_s": round(tps, 1),
+            "gpu": gpu,
+            "host_load1": round(load1, 2),
+            "pod_counters": counters_delta(before, pod_samples(self.url)),
+            "wall_s": round(w1 - w0, 3),
+            "scheduler": host_probe.stats_delta(sched0, host_probe.scheduler_stats()),
+            "host_cpu": self.sampler.window(w0, w1) if self.sampler else {},
+        }
+        return tps, detail
 
 
 def measure_static(load: Load, settle_s: float, window_s: float) -> float:
@@ -458,6 +487,33 @@ def main() -> int:
     )
     p.add_argument("--check-prompts", type=int, default=8, help="greedy outputs kept to compare servers")
     p.add_argument("--check-tokens", type=int, default=64)
+    p.add_argument(
+        "--check-steps",
+        default="",
+        help="live server: greedy outputs at each of these step counts (comma-separated) besides the initial one",
+    )
+    p.add_argument("--dtype", default="", help="the servers' --dtype (float32 for a greedy check without bf16 ties)")
+    p.add_argument("--greedy-only", action="store_true", help="only the greedy outputs: no load, no measurements")
+    p.add_argument(
+        "--pair-replay",
+        type=int,
+        default=0,
+        help="requests per client thread in each paired round (default: --replay): short rounds alternate faster "
+        "than the host drifts",
+    )
+    p.add_argument(
+        "--repeat",
+        default="",
+        help="live server, STEPS:N: the static step count STEPS measured N times in a row before the tuner runs "
+        "(and N more with the scheduler pinned when --pin-core is given): the server's own spread",
+    )
+    p.add_argument(
+        "--pin-core",
+        type=int,
+        default=-1,
+        help="bind the scheduler's main thread to this core (the rest of the server off it) after --repeat's "
+        "unpinned half; every later measurement runs pinned",
+    )
     a = p.parse_args()
     if a.server != "nospec" and not a.draft:
         p.error("--draft is required for stock:K and live")
@@ -471,7 +527,17 @@ def main() -> int:
             put_table(control, single(a.initial_steps))
             result["probe_costs"] = {k: v for k, v in pod_samples(url).items() if k.startswith("specdecode_cost_")}
         result["greedy"] = greedy_outputs(url, prompts[: a.check_prompts], a.check_tokens)
-        for b in [int(x) for x in a.batches.split(",")]:
+        if a.server == "live" and a.check_steps:
+            result["greedy_by_steps"] = {}
+            for k in [int(x) for x in a.check_steps.split(",")]:
+                put_table(control, single(k))
+                result["greedy_by_steps"][str(k)] = greedy_outputs(url, prompts[: a.check_prompts], a.check_tokens)
+            put_table(control, single(a.initial_steps))
+        sampler = host_probe.HostSampler(work / "host-samples.txt").start()
+        observe = Observer(url, sampler)
+        if a.greedy_only:
+            a.batches = ""
+        for b in [int(x) for x in a.batches.split(",") if x]:
             load = Load(url, prompts, b, a.max_new_tokens)
             if not a.replay or a.server == "live":
                 load.start()
@@ -495,11 +561,32 @@ def main() -> int:
                             )
                             print(f"b{b} static k={k}: refused {row['refused'][str(k)]}", flush=True)
                             continue
-                        before = pod_samples(url)
-                        row.setdefault("gpu", {})[str(k)] = {**gpu_clocks(), "host_load1": round(os.getloadavg()[0], 2)}
-                        row["static"][str(k)] = round(measure(), 1)
-                        row.setdefault("pod_counters", {})[str(k)] = counters_delta(before, pod_samples(url))
+                        tps, det = observe(measure)
+                        row.setdefault("gpu", {})[str(k)] = {**det["gpu"], "host_load1": det["host_load1"]}
+                        row["static"][str(k)] = round(tps, 1)
+                        row.setdefault("pod_counters", {})[str(k)] = det["pod_counters"]
+                        row.setdefault("host", {})[str(k)] = {
+                            "scheduler": det["scheduler"],
+                            "host_cpu": det["host_cpu"],
+                        }
                         print(f"b{b} static k={k}: {row['static'][str(k)]} tok/s", flush=True)
+                    if a.repeat:
+                        rk, rn = (int(x) for x in a.repeat.split(":"))
+                        put_table(control, single(rk))
+                        row["repeat"] = {"steps": rk}
+                        if "pinned" not in result:
+                            row["repeat"]["unpinned"] = [observe(measure)[1] for _ in range(rn)]
+                        if a.pin_core >= 0 and "pinned" not in result:
+                            result["pinned"] = host_probe.pin(
+                                a.pin_core, os.getpgid(proc.pid), also=(sampler.proc.pid,) if sampler.proc else ()
+                            )
+                        if a.pin_core >= 0:
+                            row["repeat"]["pinned"] = [observe(measure)[1] for _ in range(rn)]
+                        print(
+                            f"b{b} repeat k={rk}: unpinned {[m['tokens_per_s'] for m in row['repeat'].get('unpinned', [])]}"
+                            f" pinned {[m['tokens_per_s'] for m in row['repeat'].get('pinned', [])]}",
+                            flush=True,
+                        )
                     if a.replay:
                         load = Load(url, prompts, b, a.max_new_tokens).start()
                     row["live"] = run_live(a, url, control, load, b)
@@ -509,22 +596,15 @@ def main() -> int:
                         load.close()
                         final = {"table": [{"minBatch": lo, "steps": k} for lo, k in row["live"]["final_table"]]}
                         put_table(control, final)
-                        before = pod_samples(url)
-                        row["live"]["tokens_per_s_replay"] = round(measure(), 1)
-                        row["live"]["pod_counters_replay"] = counters_delta(before, pod_samples(url))
+                        tps, det = observe(measure)
+                        row["live"]["tokens_per_s_replay"] = round(tps, 1)
+                        row["live"]["pod_counters_replay"] = det["pod_counters"]
                         detail: list[dict] = []  # per measurement, in order: what the pod counted, GPU, host
+                        per = a.pair_replay or a.replay
 
                         def observed() -> float:
-                            before, gpu, load1 = pod_samples(url), gpu_clocks(), os.getloadavg()[0]
-                            tps = measure()
-                            detail.append(
-                                {
-                                    "tokens_per_s": round(tps, 1),
-                                    "gpu": gpu,
-                                    "host_load1": round(load1, 2),
-                                    "pod_counters": counters_delta(before, pod_samples(url)),
-                                }
-                            )
+                            tps, det = observe(lambda: replay(url, prompts, b, per, a.max_new_tokens))
+                            detail.append(det)
                             return tps
 
                         row["paired"] = paired(
@@ -557,6 +637,9 @@ def main() -> int:
             result["batches"][str(b)] = row
             a.out.write_text(json.dumps(result, indent=1))
     finally:
+        with contextlib.suppress(NameError):
+            sampler.stop()
+            result["host_samples"] = sampler.samples()
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
