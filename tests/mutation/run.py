@@ -110,6 +110,7 @@ TARGETS = {
             "tests/reconcile/test_children.py",
             "tests/render/test_property.py",
             "tests/render/test_render.py",
+            "tests/render/test_render_pod_parts.py",
             "tests/runtime/test_model_sources.py",
         ),
     ),
