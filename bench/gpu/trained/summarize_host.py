@@ -30,7 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from summarize_paired import _order, decode_figures  # noqa: E402
-from summarize_replay import ROOT, _steps_at  # noqa: E402
+from summarize_replay import ROOT, _steps_at, probe_profile  # noqa: E402
+
+from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
 
 BOOTSTRAP = 2000
 
@@ -127,6 +129,58 @@ def paired_summary(row: dict) -> dict:
     }
 
 
+def cycle_pricing(run: dict, b: str) -> dict:
+    """The goodput model's cycle time against the measured decode cycle, per point: priced by the start-up probe
+    alone (GPU graph replays and sampling) and by the tuner's refined costs at the end of its Live run (the pod's
+    served phases, host work included). Cycle time, not tok/s: the model's tokens per cycle come from the
+    acceptance it is given, and the content of a measurement (which prompts) moves acceptance, not cost. The
+    refined cost is known at the bucket's batch only, so it is compared where the measured mean batch is within
+    10 % of it."""
+    row = run["batches"][b]
+    profile = probe_profile(run.get("probe_costs") or {})
+    refined = row["live"].get("refined_cost_ms") or {}
+    points = [(f"static k{k}", int(k), row["pod_counters"][k]) for k in row["static"]]
+    order = _order(len(row["paired"]["rounds"]))
+    steps = {"a": _steps_at(row["live"]["final_table"], float(b)), "b": row["best_static"]["steps"]}
+    points += [
+        (f"paired {i} ({'table' if s == 'a' else 'static'})", steps[s], m["pod_counters"])
+        for i, (s, m) in enumerate(zip(order, row["paired"]["measurements"]))
+    ]
+    out = {}
+    for name, k, counters in points:
+        fig = decode_figures(counters)
+        cost = profile.get(bucket_label(max(1, round(fig["mean_batch"]))))
+        entry = {"steps": k, "mean_batch": fig["mean_batch"], "measured_cycle_ms": fig["cycle_ms"]}
+        if cost is not None:
+            entry["probe_over_measured"] = round(cost.cycle_ms(k, fig["mean_batch"]) / fig["cycle_ms"], 3)
+        if str(k) in refined and abs(fig["mean_batch"] - int(b)) <= 0.1 * int(b):
+            entry["refined_over_measured"] = round(refined[str(k)] / fig["cycle_ms"], 3)
+        out[name] = entry
+    return out
+
+
+def _range(values: list[float]) -> list[float] | None:
+    return [min(values), max(values)] if values else None
+
+
+def pricing_summary(points: dict) -> dict:
+    probe = [p["probe_over_measured"] for p in points.values() if "probe_over_measured" in p]
+    refined = [p["refined_over_measured"] for p in points.values() if "refined_over_measured" in p]
+    return {
+        "points": points,
+        "probe_over_measured_range": _range(probe),
+        "refined_over_measured_range": _range(refined),
+        "refined_over_measured_median": round(statistics.median(refined), 3) if refined else None,
+        "refined_within_10pct": sum(abs(r - 1.0) <= 0.10 for r in refined),
+        "refined_points": len(refined),
+        "refined_outside_10pct": [
+            f"{n} ({p['refined_over_measured']})"
+            for n, p in points.items()
+            if "refined_over_measured" in p and abs(p["refined_over_measured"] - 1.0) > 0.10
+        ],
+    }
+
+
 def summarize(raw: Path) -> dict:
     def load(name: str) -> dict:
         return json.loads((raw / name).read_text())
@@ -141,6 +195,7 @@ def summarize(raw: Path) -> dict:
         "pinned": b1.get("pinned"),
         "repeat_b1": repeat_summary(b1["batches"]["1"]["repeat"]),
         "live_over_best_static": {"1": paired_summary(b1["batches"]["1"]), "8": paired_summary(b8["batches"]["8"])},
+        "cycle_pricing": {"1": pricing_summary(cycle_pricing(b1, "1")), "8": pricing_summary(cycle_pricing(b8, "8"))},
     }
 
 
@@ -185,6 +240,21 @@ def findings(s: dict) -> list[str]:
                 "; the same step count on both sides, so this measures the server's noise"
                 if same
                 else f"; decode cycles per round: table {p['cycles']['table']}, static {p['cycles']['best_static']}"
+            )
+            + "."
+        )
+    for b, c in s["cycle_pricing"].items():
+        out.append(
+            f"**b{b}, the model's cycle time over the measured decode cycle**: priced by the start-up probe alone "
+            f"{c['probe_over_measured_range'][0]}-{c['probe_over_measured_range'][1]} (it times the GPU's graph "
+            "replays, not the host's work per cycle); priced by the tuner's refined costs (the served phases) "
+            + (
+                f"{c['refined_over_measured_range'][0]}-{c['refined_over_measured_range'][1]}, median "
+                f"{c['refined_over_measured_median']}, {c['refined_within_10pct']} of {c['refined_points']} points "
+                "within 10 %"
+                + (f"; outside: {', '.join(c['refined_outside_10pct'])}" if c["refined_outside_10pct"] else "")
+                if c["refined_points"]
+                else "not comparable here (no point at the bucket's batch)"
             )
             + "."
         )
