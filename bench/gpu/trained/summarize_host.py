@@ -33,6 +33,7 @@ from summarize_paired import _order, decode_figures  # noqa: E402
 from summarize_replay import ROOT, _steps_at, probe_profile  # noqa: E402
 
 from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
+from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
 BOOTSTRAP = 2000
 
@@ -265,7 +266,7 @@ def markdown(s: dict) -> str:
     lines = [
         "# The trained model on one H200: greedy identity in float32, and the host's part in the paired comparison",
         "",
-        f"{s['device']}, SGLang 0.5.23 + the runtime's patches (Live tiers 0-7), triton attention, CUDA graphs, "
+        f"{s['device']}, SGLang {SGLANG_VERSION} + the runtime's patches (Live tiers 0-7), triton attention, CUDA graphs, "
         "overlap scheduler; a freshly trained 304M code LM and EAGLE-3 head (b8 on a second training of the same "
         "recipe: the lent machine was released between calls). Raw: `bench/results/gpu_h200/trained_host/`.",
         "",
