@@ -254,10 +254,10 @@ class Tuner:
         reported = [set(s.candidates) for s in snapshots if getattr(s, "candidates", None)]
         if not reported:
             return
-        if self._rendered is None:
-            self._rendered = self.config.policy.candidates
-        base = set(self._rendered) if self._rendered is not None else set(range(0, self.config.policy.max_steps + 1))
-        served = tuple(sorted(base.intersection(*reported)))
+        if self._rendered is None:  # recorded once: without rendered candidates, every step count in bounds
+            rendered = self.config.policy.candidates
+            self._rendered = tuple(rendered) if rendered is not None else tuple(range(self.config.policy.max_steps + 1))
+        served = tuple(sorted(set(self._rendered).intersection(*reported)))
         if served and served != self.config.policy.candidates:
             self.config.policy = replace(self.config.policy, candidates=served)
 
