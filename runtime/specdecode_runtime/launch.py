@@ -22,6 +22,7 @@ draft and target-verify CUDA graphs for every captured batch size) and start-up 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -241,5 +242,13 @@ def _start(plan: LaunchPlan) -> int:  # pragma: no cover - needs GPUs and a mode
     from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(plan.args)
-    launch_server(server_args, run_scheduler_process_func=run_scheduler_process)
+    kwargs = {}
+    if cfg.cost_probe is not None and cfg.cost_probe.served is not None:
+        # lazy: prometheus_client reads PROMETHEUS_MULTIPROC_DIR at import; the calibration's metrics load it, after
+        # os.environ holds the directory (module docstring, step 5)
+        from .served_probe import warmup_with_calibration
+
+        stock = inspect.signature(launch_server).parameters["execute_warmup_func"].default
+        kwargs["execute_warmup_func"] = warmup_with_calibration(cfg, stock)
+    launch_server(server_args, run_scheduler_process_func=run_scheduler_process, **kwargs)
     return 0

@@ -62,8 +62,9 @@ CASES: dict[str, dict] = {
     "live-algorithm": _sdd(draft={"algorithm": "NEXTN", **FULL_TP}),
     "live-top-k": _sdd(speculative={"eagleTopK": 4}, draft=FULL_TP),
 }
-# Only a hand-written runtime.yaml can trip these: the renderer always writes numSteps among the Live candidates.
-RENDERER_NEVER_WRITES = {"live-num-steps"}
+# Only a hand-written runtime.yaml can trip these: the renderer always writes numSteps among the Live candidates,
+# and never writes costProbe.served (the served calibration is set in runtime.yaml by hand or by the GPU test bed).
+RENDERER_NEVER_WRITES = {"live-num-steps", "served-warmup"}
 
 
 def test_every_refusal_rule_has_a_case():

@@ -700,7 +700,61 @@ def test_every_rule_name_is_one_a_refusal_can_carry():
         "live-algorithm",
         "live-top-k",
         "live-num-steps",
+        "served-warmup",
     }
+
+
+SERVED = {"nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ncostProbe: {served: {batches: [1, 8]}}"}
+
+
+@pytest.mark.parametrize("mode", ["mode: Live", "mode: Rollout", "mode: 'Off'"])
+def test_the_served_calibration_refuses_a_skipped_warm_up_in_every_mode(mode):
+    changes = {**SERVED, "mode: Live": mode}
+    want = (
+        "costProbe.served",
+        "the served calibration runs in SGLang's server warm-up, which --skip-server-warmup skips; remove one of them",
+        "served-warmup",
+    )
+    assert [p for p in _problems(["--skip-server-warmup"], **changes) if p[2] == "served-warmup"] == [want]
+    assert [p for p in _problems(["--skip-server-warmup=false"], **changes) if p[2] == "served-warmup"] == []
+    assert _problems([], **changes) == []
+    assert _problems(["--skip-server-warmup"]) == []  # without the calibration the warm-up may be skipped
+
+
+@pytest.mark.parametrize(
+    "served, error",
+    [
+        ("{}", None),
+        ("{batches: [1, 4096], tokens: 8, timeoutSeconds: 3600}", None),
+        ("{batches: [1, 2, 3, 4, 5, 6, 7, 8], tokens: 4096}", None),
+        ("{batches: []}", "costProbe.served.batches"),
+        ("{batches: [1, 2, 3, 4, 5, 6, 7, 8, 9]}", "costProbe.served.batches"),
+        ("{batches: [0]}", "costProbe.served.batches[0]"),
+        ("{batches: [4097]}", "costProbe.served.batches[0]"),
+        ("{tokens: 7}", "costProbe.served.tokens"),
+        ("{tokens: 4097}", "costProbe.served.tokens"),
+        ("{timeoutSeconds: 0}", "costProbe.served.timeoutSeconds"),
+        ("{timeoutSeconds: 3601}", "costProbe.served.timeoutSeconds"),
+        ("{batch: [1]}", "costProbe.served.batch"),
+    ],
+)
+def test_served_calibration_bounds(served, error):
+    text = CONFIG.replace("nccl: {profile: PCIe}", f"nccl: {{profile: PCIe}}\ncostProbe: {{served: {served}}}")
+    if error is None:
+        cfg = RuntimeConfig.from_yaml(text)
+        assert cfg.cost_probe.served is not None
+        again = RuntimeConfig.from_yaml(cfg.to_yaml())  # the renderer's round trip keeps it
+        assert again.cost_probe.served == cfg.cost_probe.served
+    else:
+        with pytest.raises(InputError) as err:
+            RuntimeConfig.from_yaml(text)
+        assert error in str(err.value)
+
+
+def test_without_served_the_probe_config_dumps_as_before():
+    cfg = config(**{"nccl: {profile: PCIe}": "nccl: {profile: PCIe}\ncostProbe: {budgetMs: 3}"})
+    assert cfg.cost_probe.served is None
+    assert "served" not in cfg.to_yaml()
 
 
 # ---- SGLang's arguments --------------------------------------------------------------------------------------------
@@ -1061,9 +1115,14 @@ def test_scraped_samples_become_points_unless_unknown_negative_or_nan():
         ("warmup", 0, "1", 1): 0.5,
         ("overhead", 1, "1", 1): -0.001,
         ("broadcast", 1, "1", 1): math.nan,
+        ("cycle", 3, "1", 1): 0.009,
     }
-    assert points_from_samples(samples) == [ProbePoint("verify", 0, "1", 1, 0.005), ProbePoint("draft", 2, "1", 1, 0.0)]
-    assert set(STAGES) == {"draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast"}
+    assert points_from_samples(samples) == [
+        ProbePoint("verify", 0, "1", 1, 0.005),
+        ProbePoint("draft", 2, "1", 1, 0.0),
+        ProbePoint("cycle", 3, "1", 1, 0.009),
+    ]
+    assert set(STAGES) == {"draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast", "cycle"}
 
 
 # ---- bounded JSON bodies -------------------------------------------------------------------------------------------

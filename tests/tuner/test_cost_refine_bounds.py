@@ -8,6 +8,8 @@ reference here is the closed-form Bayesian linear regression (prior N(1, sd^2) p
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from helpers import REFINE_COST
@@ -66,13 +68,18 @@ def reference_fit(base, observations, prior_sd, obs_sd, forget):
     return cov @ rhs, cov
 
 
-def test_the_fit_is_the_posterior_of_the_per_observation_features():
+# the served calibration's host terms (a fixed part and a per-step part) belong to the speculative extra and the slope
+SERVED_BASE = dataclasses.replace(BASE, host_base=0.7, host_per_step=0.15)
+
+
+@pytest.mark.parametrize("base", [BASE, SERVED_BASE], ids=["replayed", "served-calibrated"])
+def test_the_fit_is_the_posterior_of_the_per_observation_features(base):
     obs = [(1.0, 0.0, 0.0, 8.9), (16.0, 3.0, 1.0, 14.2), (24.0, 5.0, 0.8, 19.5), (4.0, 2.0, 1.0, 11.1)]
     r = CostRefiner(prior_sd=0.2, obs_sd=0.03, forget=0.9)
     for b, steps, f, y in obs:
         r.add(b, steps, f, y, 100.0)
-    fitted = r.refine(BASE)
-    mean, cov = reference_fit(BASE, obs, 0.2, 0.03, 0.9)
+    fitted = r.refine(base)
+    mean, cov = reference_fit(base, obs, 0.2, 0.03, 0.9)
     assert [fitted.rv, fitted.rs, fitted.rd] == pytest.approx(list(mean), rel=1e-9)
     assert np.asarray(fitted.cov) == pytest.approx(cov, rel=1e-9)
 

@@ -682,6 +682,8 @@ PROFILE = CycleCost(
     broadcast=0.002,
     warm_extend_base=0.2,
     warm_extend_per_seq=0.01,
+    host_base=0.0005,  # host work of a speculative cycle: "other", like the overhead
+    host_per_step=0.0002,
 )
 
 
@@ -752,7 +754,7 @@ def scaled(profile: CycleCost, intervals: list[dict], prior: float) -> CycleCost
         pred["verify"] += c * profile.verify_ms(k, b)
         pred["draft"] += c * k * profile.draft_step_ms(b)
         pred["draft_extend"] += c * (profile.extend_ms(k, b) if k else profile.warm_extend_ms(b))
-        pred["other"] += c * (profile.overhead + (profile.broadcast if k else 0.0))
+        pred["other"] += c * (profile.overhead + (profile.broadcast + profile.host_ms(k) if k else 0.0))
         for phase, s in iv["phase_s"].items():
             meas[phase] += 1000.0 * s
     w = cycles / (cycles + prior)
@@ -768,6 +770,8 @@ def scaled(profile: CycleCost, intervals: list[dict], prior: float) -> CycleCost
         profile.broadcast * f["other"],
         profile.warm_extend_base * f["draft_extend"],
         profile.warm_extend_per_seq * f["draft_extend"],
+        profile.host_base * f["other"],
+        profile.host_per_step * f["other"],
     )
 
 

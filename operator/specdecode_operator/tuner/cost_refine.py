@@ -152,8 +152,10 @@ class CostRefiner:
             # parts() of the cost model, written out (it is linear in the batch)
             warm = c.warm_extend_base + c.warm_extend_per_seq * b  # steps 0's draft extend, in T0 (not in S)
             x0 = c.verify_base + c.verify_per_token * b + c.overhead + warm
-            x1 = o.spec_fraction * (c.extend_base + c.extend_per_token * b + c.broadcast - warm)
-            x2 = o.steps * (c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b)
+            x1 = o.spec_fraction * (c.extend_base + c.extend_per_token * b + c.broadcast + c.host_base - warm)
+            x2 = o.steps * (
+                c.verify_per_token * b + c.draft_base + c.draft_per_seq * b + c.extend_per_token * b + c.host_per_step
+            )
             w = self.forget**age / (self.obs_sd * y) ** 2
             w0, w1, w2 = w * x0, w * x1, w * x2
             p00 += w0 * x0

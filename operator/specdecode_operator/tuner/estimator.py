@@ -349,7 +349,9 @@ class Estimator:
             pred["verify"] += d.cycles * profile.verify_ms(steps, b)  # steps 0: one token per sequence
             pred["draft"] += d.draft_steps * profile.draft_step_ms(b)
             pred["draft_extend"] += d.cycles * (profile.extend_ms(steps, b) if steps else profile.warm_extend_ms(b))
-            pred["other"] += d.cycles * (profile.overhead + (profile.broadcast if steps else 0.0))
+            pred["other"] += d.cycles * (
+                profile.overhead + (profile.broadcast + profile.host_ms(steps) if steps else 0.0)
+            )
         weight = w.cycles / (w.cycles + self.prior_weight_cycles)
         scale = {}
         for phase, p in pred.items():
@@ -367,6 +369,8 @@ class Estimator:
                 broadcast=profile.broadcast * scale["other"],
                 warm_extend_base=profile.warm_extend_base * scale["draft_extend"],
                 warm_extend_per_seq=profile.warm_extend_per_seq * scale["draft_extend"],
+                host_base=profile.host_base * scale["other"],  # the scheduler's host work lands in "other"
+                host_per_step=profile.host_per_step * scale["other"],
             ),
             "profile-scaled",
         )

@@ -63,6 +63,7 @@ RULES = (
     "live-algorithm",
     "live-top-k",
     "live-num-steps",
+    "served-warmup",
 )
 
 
@@ -193,6 +194,16 @@ def serving_problems(cfg: RuntimeConfig, args: Sequence[str] | None = None) -> l
         for flag, why in LIVE_REFUSED.items():
             if _has_flag(args, flag):
                 out.append(ServingProblem("extraArgs", f"{flag} with autotune Live: {why}", f"live:{flag}"))
+    probe = getattr(cfg, "cost_probe", None)
+    if probe is not None and probe.served is not None and _has_flag(args, "--skip-server-warmup"):
+        out.append(
+            ServingProblem(
+                "costProbe.served",
+                "the served calibration runs in SGLang's server warm-up, which --skip-server-warmup skips; "
+                "remove one of them",
+                "served-warmup",
+            )
+        )
     return out
 
 

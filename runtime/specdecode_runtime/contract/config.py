@@ -3,7 +3,7 @@ launcher (which reads it in the pod). Values computed from it live in :mod:`.der
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,12 +68,27 @@ class ServerConfig(_Model):
     buckets: list[int] = Field(default=list(DEFAULT_BUCKETS))
 
 
+class ServedCalibrationConfig(_Model):
+    """Served calibration (``served_probe``): before the pod reports healthy, every captured tier decodes ``tokens``
+    tokens per request at each batch size of ``batches`` through the pod's own server, and the cycle it served is
+    exported as ``specdecode_cost_seconds{stage="cycle"}``. The stage replays cannot see the scheduler's host work
+    per cycle, which on a target with a short decode is as large as the GPU work; these points put it into the
+    profile the tuner and the planner start from. ``timeoutSeconds`` bounds the whole calibration: past it the pod
+    starts serving with the replayed profile alone."""
+
+    batches: list[Annotated[int, Field(ge=1, le=4096)]] = Field(default=[1], min_length=1, max_length=8)
+    tokens: int = Field(default=64, ge=8, le=4096)
+    timeout_seconds: float = Field(default=300.0, gt=0, le=3600, alias="timeoutSeconds")
+
+
 class CostProbeConfig(_Model):
     """Start-up cost probe (``cost_probe`` + ``sglang_patch.cost_runner``): after graph capture every TP rank times
-    the tiers' forwards on dummy batches, rank 0 exports ``specdecode_cost_seconds``. ``budgetMs`` bounds each point."""
+    the tiers' forwards on dummy batches, rank 0 exports ``specdecode_cost_seconds``. ``budgetMs`` bounds each point.
+    ``served`` (off unless given) adds the served calibration."""
 
     enabled: bool = True
     budget_ms: float = Field(default=2.0, gt=0, le=100, alias="budgetMs")
+    served: ServedCalibrationConfig | None = None
 
 
 class TopologyConfig(_Model):

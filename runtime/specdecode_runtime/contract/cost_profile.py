@@ -8,12 +8,13 @@ one fit. Pure: no clock, no device.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from .goodput import CycleCost
 
-STAGES = ("draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast")
+STAGES = ("draft_step", "draft", "verify", "draft_extend", "overhead", "broadcast", "cycle")
+SERVED = "cycle"  # a whole decode cycle as served (the start-up served calibration), not a stage replay
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
         eb = max(eb + da, 0.0)
     overhead = statistics.median(ms(p) for p in by["overhead"]) if by["overhead"] else 0.0
     bcast = statistics.median(ms(p) for p in by["broadcast"]) if by["broadcast"] else 0.0
-    return CycleCost(
+    replayed = CycleCost(
         verify_base=vb,
         verify_per_token=vpt,
         draft_base=draft,
@@ -84,6 +85,29 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
         warm_extend_base=warm_base,
         warm_extend_per_seq=warm_per_seq,
     )
+    return calibrate(replayed, by[SERVED]) if by[SERVED] else replayed
+
+
+def calibrate(cost: CycleCost, served: Iterable[ProbePoint]) -> CycleCost:
+    """``cost`` (fitted from stage replays) corrected by whole served cycles of the same bucket: what the scheduler's
+    host work adds to a cycle, which no replay of a captured stage sees.
+
+    The plain cycles (steps 0) set ``overhead`` (the median residual added, kept >= 0); the speculative ones set the
+    host terms from their residuals over the corrected cost, a line over the step count (``host_base`` may be
+    negative where the replays over-price a cycle; the slope is kept >= 0, as every fitted per-step cost is). The
+    replayed stages keep their split, so the draft's and the verify's shares (which the draft-TP planner scales)
+    are not blurred by host work."""
+    pts = [p for p in served if p.stage == SERVED and p.seconds > 0 and p.batch > 0]
+    plain = [1000.0 * p.seconds - cost.cycle_ms(0, p.batch) for p in pts if p.steps == 0]
+    if plain:
+        cost = replace(cost, overhead=max(cost.overhead + statistics.median(plain), 0.0))
+    spec = [p for p in pts if p.steps > 0]
+    if spec:
+        base, per_step = _line(
+            [p.steps for p in spec], [1000.0 * p.seconds - cost.cycle_ms(p.steps, p.batch) for p in spec], clamp=False
+        )
+        cost = replace(cost, host_base=base, host_per_step=per_step)
+    return cost
 
 
 def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:

@@ -50,6 +50,12 @@ class CycleCost:
     what the cycle spends keeping the draft's KV current so a later tier drafts from a warm state (SGLang 0.5.23's
     tier 0 still runs the draft extend over the new token of every sequence; measured on one H200 it was a quarter
     of a batch-1 steps-0 cycle). 0 for an engine whose steps 0 is plain decoding.
+
+    ``host_base + host_per_step * steps`` is the scheduler's host work that a speculative cycle adds and that no
+    replay of a captured stage sees (building the verify tree, accepting, the overlap scheduler's bookkeeping). It
+    comes from served cycles (the start-up served calibration, stage ``cycle``); 0 where only stage replays were
+    timed. On a target whose decode is short it is as large as the GPU work: on one H200 a 304M target's served
+    speculative cycle was 1.1-1.6x what its stage replays add up to.
     """
 
     verify_base: float
@@ -62,6 +68,12 @@ class CycleCost:
     broadcast: float = 0.0  # proposal broadcast per cycle when the draft runs on a subset of the TP ranks
     warm_extend_base: float = 0.0  # steps 0: the draft extend over one token per sequence, fixed part
     warm_extend_per_seq: float = 0.0  # ... and per sequence
+    host_base: float = 0.0  # host work per speculative cycle that stage replays do not see, fixed part
+    host_per_step: float = 0.0  # ... and per draft step
+
+    def host_ms(self, steps: int) -> float:
+        """The speculative cycle's host work beyond the timed stages (0 at steps 0, whose host work is overhead)."""
+        return self.host_base + self.host_per_step * steps if steps > 0 else 0.0
 
     def warm_extend_ms(self, batch: float) -> float:
         """What a steps-0 cycle spends extending the draft's KV (0 where steps 0 is plain decoding)."""
@@ -85,6 +97,7 @@ class CycleCost:
             + self.extend_ms(steps, batch)
             + self.overhead
             + self.broadcast
+            + self.host_ms(steps)
         )
 
 

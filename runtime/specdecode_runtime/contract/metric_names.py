@@ -109,8 +109,9 @@ COST_SECONDS = _metric(
     "gauge",
     ("stage", "steps", "bucket", "batch"),
     "seconds",
-    "Start-up cost probe: median seconds of one stage (draft_step|verify|draft_extend|overhead|"
-    "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture",
+    "Start-up cost probe: median seconds of one stage (draft_step|draft|verify|draft_extend|overhead|"
+    "broadcast) at a step tier and batch size, timed on dummy inputs after graph capture; stage cycle: a whole "
+    "decode cycle as served before the pod reported healthy (costProbe.served)",
 )
 
 PHASES = ("draft", "verify", "draft_extend", "other")
