@@ -136,3 +136,28 @@ def test_committed_run_regenerates_its_summary(tmp_path):
     b1 = s["live_over_best_static"]["1"]
     assert b1["median_ratio_ci95"][0] <= b1["median_ratio"] <= b1["median_ratio_ci95"][1]
     assert b1["cycles"] == {"table": [190], "best_static": [202]}
+
+
+@pytest.mark.skipif(not RAW.is_dir(), reason="committed raw run")
+def test_served_cycles_in_the_start_up_costs_price_the_cycles_they_came_from():
+    """With ``costProbe.served`` the pod's start-up costs carry stage ``cycle`` points: the summary prices the
+    points with them beside the stage replays alone, which they must not change. Here the committed b1 run's own
+    measured static cycles stand in for what a served calibration would have exported."""
+    run = json.loads((RAW / "live_b1.json").read_text())
+    row = run["batches"]["1"]
+    before = summarize_host.cycle_pricing(run, "1")
+    assert not any("calibrated_over_measured" in p for p in before.values())  # no served points in that run
+    figs = {k: summarize_host.decode_figures(row["pod_counters"][k]) for k in ("0", "3", "7")}
+    costs = dict(run["probe_costs"])
+    for k, fig in figs.items():
+        costs[f"specdecode_cost_seconds{{batch=1,bucket=1,stage=cycle,steps={k}}}"] = fig["cycle_ms"] / 1000.0
+    after = summarize_host.cycle_pricing({**run, "probe_costs": costs}, "1")
+    assert {n: p["probe_over_measured"] for n, p in after.items()} == {
+        n: p["probe_over_measured"] for n, p in before.items()
+    }
+    assert after["static k0"]["calibrated_over_measured"] == pytest.approx(1.0, abs=1e-3)
+    # the host line over two speculative tiers leaves no mean residual at them
+    model = [after[f"static k{k}"]["calibrated_over_measured"] * figs[k]["cycle_ms"] for k in ("3", "7")]
+    assert sum(model) == pytest.approx(figs["3"]["cycle_ms"] + figs["7"]["cycle_ms"], rel=2e-3)
+    summary = summarize_host.pricing_summary(after)
+    assert summary["calibrated_points"] == len(after)

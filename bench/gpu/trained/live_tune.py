@@ -231,6 +231,10 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
             "server": {"port": port, "controlPort": control["port"], "tokenFile": str(token_file)},
             "topology": {"nodes": 1, "gpusPerNode": 1},
         }
+        if a.served_calibration:  # the pod times what it serves per tier before it reports healthy (served_probe)
+            doc["costProbe"] = {
+                "served": {"batches": [int(x) for x in a.served_calibration.split(",")], "tokens": a.served_tokens}
+            }
         cfg = work / "runtime.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=True))
         extra = [x for x in SGLANG_ARGS if x != "--enable-metrics"]  # launch sets it (our series share /metrics)
@@ -514,7 +518,16 @@ def main() -> int:
         help="bind the scheduler's main thread to this core (the rest of the server off it) after --repeat's "
         "unpinned half; every later measurement runs pinned",
     )
+    p.add_argument(
+        "--served-calibration",
+        default="",
+        help="live server, BATCHES (e.g. 1,8,32): costProbe.served in runtime.yaml, so the pod's start-up profile "
+        "carries every tier's served cycle at these batch sizes (stage cycle) next to its stage replays",
+    )
+    p.add_argument("--served-tokens", type=int, default=64, help="decode tokens per request of the served calibration")
     a = p.parse_args()
+    if a.served_calibration and a.server != "live":
+        p.error("--served-calibration: only the live server runs the runtime's start-up calibration")
     if a.server != "nospec" and not a.draft:
         p.error("--draft is required for stock:K and live")
     work = Path(tempfile.mkdtemp(prefix="live-tune-"))

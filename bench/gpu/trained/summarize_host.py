@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE))
 from summarize_paired import _order, decode_figures  # noqa: E402
 from summarize_replay import ROOT, _steps_at, probe_profile  # noqa: E402
 
+from specdecode_runtime.contract.cost_profile import SERVED  # noqa: E402
 from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
 from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
@@ -138,7 +139,9 @@ def cycle_pricing(run: dict, b: str) -> dict:
     refined cost is known at the bucket's batch only, so it is compared where the measured mean batch is within
     10 % of it."""
     row = run["batches"][b]
-    profile = probe_profile(run.get("probe_costs") or {})
+    costs = run.get("probe_costs") or {}
+    profile = probe_profile({k: v for k, v in costs.items() if f"stage={SERVED}," not in k})  # stage replays alone
+    calibrated = probe_profile(costs) if any(f"stage={SERVED}," in k for k in costs) else {}
     refined = row["live"].get("refined_cost_ms") or {}
     points = [(f"static k{k}", int(k), row["pod_counters"][k]) for k in row["static"]]
     order = _order(len(row["paired"]["rounds"]))
@@ -154,6 +157,9 @@ def cycle_pricing(run: dict, b: str) -> dict:
         entry = {"steps": k, "mean_batch": fig["mean_batch"], "measured_cycle_ms": fig["cycle_ms"]}
         if cost is not None:
             entry["probe_over_measured"] = round(cost.cycle_ms(k, fig["mean_batch"]) / fig["cycle_ms"], 3)
+        served = calibrated.get(bucket_label(max(1, round(fig["mean_batch"]))))
+        if served is not None:  # the start-up profile with the served calibration (costProbe.served)
+            entry["calibrated_over_measured"] = round(served.cycle_ms(k, fig["mean_batch"]) / fig["cycle_ms"], 3)
         if str(k) in refined and abs(fig["mean_batch"] - int(b)) <= 0.1 * int(b):
             entry["refined_over_measured"] = round(refined[str(k)] / fig["cycle_ms"], 3)
         out[name] = entry
@@ -167,7 +173,19 @@ def _range(values: list[float]) -> list[float] | None:
 def pricing_summary(points: dict) -> dict:
     probe = [p["probe_over_measured"] for p in points.values() if "probe_over_measured" in p]
     refined = [p["refined_over_measured"] for p in points.values() if "refined_over_measured" in p]
+    calibrated = [p["calibrated_over_measured"] for p in points.values() if "calibrated_over_measured" in p]
+    served = (
+        {
+            "calibrated_over_measured_range": _range(calibrated),
+            "calibrated_over_measured_median": round(statistics.median(calibrated), 3),
+            "calibrated_within_10pct": sum(abs(r - 1.0) <= 0.10 for r in calibrated),
+            "calibrated_points": len(calibrated),
+        }
+        if calibrated
+        else {}
+    )
     return {
+        **served,
         "points": points,
         "probe_over_measured_range": _range(probe),
         "refined_over_measured_range": _range(refined),
@@ -256,6 +274,14 @@ def findings(s: dict) -> list[str]:
                 + (f"; outside: {', '.join(c['refined_outside_10pct'])}" if c["refined_outside_10pct"] else "")
                 if c["refined_points"]
                 else "not comparable here (no point at the bucket's batch)"
+            )
+            + (
+                f"; priced by the start-up profile with the served calibration "
+                f"{c['calibrated_over_measured_range'][0]}-{c['calibrated_over_measured_range'][1]}, median "
+                f"{c['calibrated_over_measured_median']}, {c['calibrated_within_10pct']} of "
+                f"{c['calibrated_points']} points within 10 %"
+                if c.get("calibrated_points")
+                else ""
             )
             + "."
         )
