@@ -23,6 +23,7 @@ MODE = "spec.speculative.autotune.mode"
 ENV = "spec.nccl.env"
 ARGS = "spec.runtime.extraArgs"
 CONTROL_PORT = "spec.runtime.controlPort"
+SERVED = "spec.runtime.servedCalibration"
 TARGET_MODEL = "spec.target.model"
 DRAFT_MODEL = "spec.draft.model"
 NAME = "metadata.name"
@@ -190,6 +191,28 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
         edits(("spec.runtime", {"port": 8000, "controlPort": 8000})),
         [(CONTROL_PORT, "must differ")],
     ),
+    # runtime.servedCalibration only with the specdecode launcher (a stock SGLang image has none), and its bounds
+    ("served calibration, specdecode", edits((SERVED, {"batches": [1, 4096], "tokens": 8})), OK),
+    ("served calibration, 8 batches, 4096 tokens", edits((SERVED, {"batches": list(range(1, 9)), "tokens": 4096})), OK),
+    ("served calibration defaults", edits((SERVED, {})), OK),
+    ("served calibration, sglang", sglang((SERVED, {"batches": [1]})), [(SERVED, "needs runtime.launcher specdecode")]),
+    ("served calibration, no batches", edits((SERVED, {"batches": []})), [(f"{SERVED}.batches", "")]),
+    ("served calibration, 9 batches", edits((SERVED, {"batches": list(range(1, 10))})), [(f"{SERVED}.batches", "")]),
+    (
+        "served calibration, batch 0",
+        edits((SERVED, {"batches": [0]})),
+        [(f"{SERVED}.batches[0]", "greater than or equal to 1")],
+    ),
+    (
+        "served calibration, batch 4097",
+        edits((SERVED, {"batches": [4097]})),
+        [(f"{SERVED}.batches[0]", "less than or equal to 4096")],
+    ),
+    ("served calibration, 7 tokens", edits((SERVED, {"tokens": 7})), [(f"{SERVED}.tokens", "")]),
+    ("served calibration, 4097 tokens", edits((SERVED, {"tokens": 4097})), [(f"{SERVED}.tokens", "")]),
+    ("served calibration, 0 s", edits((SERVED, {"timeoutSeconds": 0})), [(f"{SERVED}.timeoutSeconds", "")]),
+    ("served calibration, 3600 s", edits((SERVED, {"timeoutSeconds": 3600})), OK),
+    ("served calibration, 3601 s", edits((SERVED, {"timeoutSeconds": 3601})), [(f"{SERVED}.timeoutSeconds", "")]),
     # model: a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]
     ("model absolute path", edits((TARGET_MODEL, "/models/t")), OK),
     ("model relative path", edits((TARGET_MODEL, "models/t")), OK),

@@ -17,7 +17,7 @@ import yaml
 from specdecode_operator.api.models import SpecDecodeDeployment
 from specdecode_operator.api.validate import apply_defaults
 from specdecode_operator.cli import main as specdecode
-from specdecode_operator.render.runtime_config import runtime_config
+from specdecode_operator.render.runtime_config import runtime_config, spec_field
 from specdecode_runtime import SGLANG_VERSION
 from specdecode_runtime import cli as runtime_cli
 from specdecode_runtime.contract.capabilities import (
@@ -62,9 +62,10 @@ CASES: dict[str, dict] = {
     "live-algorithm": _sdd(draft={"algorithm": "NEXTN", **FULL_TP}),
     "live-top-k": _sdd(speculative={"eagleTopK": 4}, draft=FULL_TP),
 }
-# Only a hand-written runtime.yaml can trip these: the renderer always writes numSteps among the Live candidates,
-# and never writes costProbe.served (the served calibration is set in runtime.yaml by hand or by the GPU test bed).
-RENDERER_NEVER_WRITES = {"live-num-steps", "served-warmup"}
+CASES["served-warmup"] = _sdd(extra=["--skip-server-warmup"])
+CASES["served-warmup"]["spec"]["runtime"]["servedCalibration"] = {"batches": [1, 8]}
+# Only a hand-written runtime.yaml can trip these: the renderer always writes numSteps among the Live candidates.
+RENDERER_NEVER_WRITES = {"live-num-steps"}
 
 
 def test_every_refusal_rule_has_a_case():
@@ -103,7 +104,7 @@ def test_validate_refuses_what_launch_refuses(rule, tmp_path, capsys, installed_
 
     if not validate_object(obj):  # admission accepts it: validate must say what launch says, on the spec field
         for p in problems:
-            field = "spec.runtime.extraArgs" if p.field == "extraArgs" else f"spec.{p.field}"
+            field = spec_field(p.field)  # the renderer's map of runtime.yaml fields to spec fields
             assert f"{field}: {p.message}" in validate_err, validate_err
 
 

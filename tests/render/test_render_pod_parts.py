@@ -13,12 +13,15 @@ import posixpath
 import pytest
 import yaml
 
+from specdecode_operator.api.models import SpecDecodeDeployment
 from specdecode_operator.api.validate import parse
 from specdecode_operator.render import RenderOptions, names, render, to_json, to_yaml
 from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth
+from specdecode_operator.render.runtime_config import runtime_config
 from specdecode_runtime.contract import model_source as ms
 from specdecode_runtime.contract.config import CONFIG_MOUNT_DIR, RuntimeConfig
 from specdecode_runtime.sa_token_auth import settings_from_env
+from tests.cli.clitest import EXAMPLE
 
 GPU_KEY = "nvidia.com/gpu.product"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -618,3 +621,14 @@ def test_the_selector_string_selects_exactly_the_serving_pods():
     assert wanted.items() <= pod_labels.items()
     other = workload(rendered(document(name="other")))["spec"]["template"]["metadata"]["labels"]
     assert not wanted.items() <= other.items()  # another object's pods in the namespace are not counted
+
+
+def test_served_calibration_reaches_runtime_yaml_only_when_asked_for():
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    plain = runtime_config(SpecDecodeDeployment.model_validate(doc))
+    assert plain.cost_probe is None and "costProbe" not in plain.to_yaml()
+    doc["spec"].setdefault("runtime", {})["servedCalibration"] = {"batches": [1, 8, 32], "tokens": 32}
+    cfg = RuntimeConfig.from_yaml(runtime_config(SpecDecodeDeployment.model_validate(doc)).to_yaml())
+    served = cfg.cost_probe.served
+    assert (served.batches, served.tokens, served.timeout_seconds) == ([1, 8, 32], 32, 300.0)
+    assert cfg.cost_probe.enabled  # the stage replays stay on

@@ -6,7 +6,7 @@ renderer consumes them, and their descriptions are what ``kubectl explain`` prin
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
@@ -209,6 +209,28 @@ class Placement(_Model):
     )
 
 
+class ServedCalibration(_Model):
+    """Served calibration at start-up: before a pod reports healthy, every captured step tier decodes ``tokens``
+    tokens per request at each of ``batches`` through the pod's own server, and the cycle it served joins the
+    start-up cost profile (stage cycle). The stage replays of the cost probe cannot see the scheduler's host work per
+    cycle, which on a target with a short decode is as large as the GPU work; without it the tuner starts from a
+    profile that under-prices speculation there and corrects it online."""
+
+    batches: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [1],
+        min_length=1,
+        max_length=8,
+        description="Batch sizes to serve each tier at (1-8 of them, 1..4096).",
+    )
+    tokens: int = Field(default=64, ge=8, le=4096, description="Decode tokens per request of each measurement.")
+    timeoutSeconds: int = Field(
+        default=300,
+        ge=1,
+        le=3600,
+        description="Limit of the whole calibration; past it the pod serves with what was measured.",
+    )
+
+
 class Runtime(_Model):
     """The serving container."""
 
@@ -248,6 +270,11 @@ class Runtime(_Model):
         default_factory=dict,
         json_schema_extra=PRESERVE,
         description="core/v1 volume source (persistentVolumeClaim, hostPath, ...) mounted read-only at /models.",
+    )
+    servedCalibration: ServedCalibration | None = Field(
+        default=None,
+        description="Time every step tier as served before the pod reports healthy (specdecode launcher only; "
+        "adds seconds to the start); unset: the cost probe's stage replays alone.",
     )
 
 

@@ -169,6 +169,11 @@ RUNTIME_RULES = (
         ".extraArgs",
     ),
     Rule("self.port != self.controlPort", "runtime.port and runtime.controlPort must differ", ".controlPort"),
+    Rule(
+        "!has(self.servedCalibration) || self.launcher == 'specdecode'",
+        "runtime.servedCalibration needs runtime.launcher specdecode: a stock SGLang image has no served calibration",
+        ".servedCalibration",
+    ),
 )
 
 

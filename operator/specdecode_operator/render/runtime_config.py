@@ -6,9 +6,11 @@ from specdecode_runtime.contract.capabilities import autotune_steps
 from specdecode_runtime.contract.capabilities import serving_problems as contract_serving_problems
 from specdecode_runtime.contract.config import (
     AutotuneConfig,
+    CostProbeConfig,
     DraftConfig,
     NcclConfig,
     RuntimeConfig,
+    ServedCalibrationConfig,
     ServerConfig,
     SpeculativeConfig,
     TargetConfig,
@@ -66,6 +68,19 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
             interconnect=spec.placement.interconnect,
         ),
         extra_args=list(spec.runtime.extraArgs),
+        cost_probe=_cost_probe(sdd),
+    )
+
+
+def _cost_probe(sdd: SpecDecodeDeployment) -> CostProbeConfig | None:
+    """None (the probe's defaults, omitted from runtime.yaml) unless the served calibration is asked for."""
+    served = sdd.spec.runtime.servedCalibration
+    if served is None:
+        return None
+    return CostProbeConfig(
+        served=ServedCalibrationConfig(
+            batches=list(served.batches), tokens=served.tokens, timeout_seconds=float(served.timeoutSeconds)
+        )
     )
 
 
@@ -76,9 +91,10 @@ def serving_problems(sdd: SpecDecodeDeployment) -> list[Problem]:
     A stock SGLang image (``runtime.launcher: sglang``) runs without the launcher and its refusals."""
     if sdd.spec.runtime.launcher != "specdecode":
         return []
-    return [Problem(_spec_field(p.field), p.message) for p in contract_serving_problems(runtime_config(sdd))]
+    return [Problem(spec_field(p.field), p.message) for p in contract_serving_problems(runtime_config(sdd))]
 
 
-def _spec_field(runtime_field: str) -> str:
+def spec_field(runtime_field: str) -> str:
     """The SpecDecodeDeployment field a ``runtime.yaml`` field is rendered from."""
-    return "spec.runtime.extraArgs" if runtime_field == "extraArgs" else f"spec.{runtime_field}"
+    renamed = {"extraArgs": "spec.runtime.extraArgs", "costProbe.served": "spec.runtime.servedCalibration"}
+    return renamed.get(runtime_field, f"spec.{runtime_field}")
