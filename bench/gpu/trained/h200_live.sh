@@ -8,6 +8,7 @@
 # PHASE: train (make the models unless WORKDIR already holds them), nospec, live, stock (STOCK_STEPS, default
 # "3 5 7"). Default: all four in that order. Each phase writes OUTDIR/<phase>*.json (live_tune.py's report).
 # REPLAY=N (default 0, the recorded run): measure each point on one fixed set of N requests per client thread.
+# LIVE_ARGS: more live_tune.py flags for the live phase, e.g. "--served-calibration 1,8,32 --pairs 8".
 set -uo pipefail
 work="${1:?usage: h200_live.sh WORKDIR OUTDIR [PHASE ...]}"; out="${2:?usage: h200_live.sh WORKDIR OUTDIR [PHASE ...]}"
 shift 2
@@ -33,7 +34,8 @@ for ph in $phases; do
       cp "$work/eagle3/train_report.json" "$out/head_report.json" 2>/dev/null
       cp "$work/acceptance.json" "$out/acceptance.json" 2>/dev/null ;;
     nospec) tune --server nospec --replay "${REPLAY:-0}" --out "$out/nospec.json" ;;
-    live) tune --server live --replay "${REPLAY:-0}" --out "$out/live.json" ;;
+    # shellcheck disable=SC2086 # LIVE_ARGS is a list of flags
+    live) tune --server live --replay "${REPLAY:-0}" ${LIVE_ARGS:-} --out "$out/live.json" ;;
     stock) for k in ${STOCK_STEPS:-3 5 7}; do tune --server "stock:$k" --replay "${REPLAY:-0}" --out "$out/stock_$k.json"; done ;;
     *) echo "unknown phase '$ph' (allowed: train nospec live stock)" >&2; exit 2 ;;
   esac
