@@ -86,6 +86,7 @@ TARGETS = {
         tests=(
             "tests/runtime/test_contract.py",
             "tests/runtime/test_contract_boundaries.py",
+            "tests/runtime/test_served_calibration.py",
             "tests/tuner/test_goodput_model.py",
             "tests/tuner/test_served_tiers.py",
             "tests/tuner/test_cost_refine.py",
