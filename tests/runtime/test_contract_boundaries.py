@@ -131,6 +131,7 @@ from specdecode_runtime.contract.model_source import parse as parse_model
 from specdecode_runtime.contract.nccl import profile_env, profile_settings, resolve_profile
 from specdecode_runtime.contract.scenario import (
     MAX_BATCH,
+    MAX_COST_MS,
     MAX_CYCLES,
     ScenarioError,
     allowed_draft_tps,
@@ -1535,6 +1536,36 @@ def test_a_scenario_s_cycle_cost_and_shortest_step():
     assert s.max_simulated_seconds() == pytest.approx(MAX_CYCLES * 10.9 / 1000.0)
 
 
+def test_a_scenario_s_host_work_prices_speculative_cycles_only():
+    s = parse_scenario(_scenario(**{"cost.host": {"base": 1.5, "perStep": 0.25}}))
+    plain = parse_scenario(_scenario())
+    cost = s.cycle_cost()
+    assert (cost.host_base, cost.host_per_step) == (1.5, 0.25)
+    assert cost.cycle_ms(0, 4) == plain.cycle_cost().cycle_ms(0, 4)  # a plain cycle's host work is its overhead
+    assert cost.cycle_ms(3, 4) == pytest.approx(plain.cycle_cost().cycle_ms(3, 4) + 1.5 + 3 * 0.25)
+    assert s.plain_step_ms() == plain.plain_step_ms()
+    assert plain.cycle_cost().host_base == plain.cycle_cost().host_per_step == 0.0  # absent: stage replays alone
+
+
+@pytest.mark.parametrize(
+    "host, error",
+    [
+        ({"base": 0.0, "perStep": 0.0}, None),
+        ({"base": MAX_COST_MS, "perStep": MAX_COST_MS}, None),
+        ({"base": -0.001}, "cost.host.base"),
+        ({"perStep": -0.001}, "cost.host.perStep"),
+        ({"base": MAX_COST_MS * 1.01}, "cost.host.base"),
+        ({"per_step": 1.0, "bogus": 1}, "cost.host.bogus"),
+    ],
+)
+def test_a_scenario_s_host_work_bounds(host, error):
+    data = _scenario(**{"cost.host": host})
+    if error is None:
+        parse_scenario(data)
+    else:
+        assert any(e.startswith(error) for e in _scenario_errors(data)), _scenario_errors(data)
+
+
 @pytest.mark.parametrize("batch", [1, 2, MAX_BATCH, 3.0])
 def test_batch_sizes_at_and_inside_their_bounds(batch):
     assert parse_scenario(_scenario(**{"phases.0.batchSize": batch})).phases[0].batch_size == int(batch)
@@ -1636,6 +1667,11 @@ def test_draft_tp_costs_per_size():
     assert two.draft_per_seq == pytest.approx(0.04) and two.broadcast == pytest.approx(0.05)
     eight = cost_for_draft_tp(s, 8)
     assert eight.draft_base == pytest.approx(2.2) and eight.broadcast == 0.0  # the draft is on every target rank
+    hosted = parse_scenario(_scenario(cost={**TP8_COST, "host": {"base": 0.7, "perStep": 0.1}}, draftTp=DRAFT_TP))
+    for n in (1, 2, 8):  # the target's scheduler does the host work, whatever the draft's TP
+        c = cost_for_draft_tp(hosted, n)
+        assert (c.host_base, c.host_per_step) == (0.7, 0.1)
+        assert c.cycle_ms(3, 4) == pytest.approx(cost_for_draft_tp(s, n).cycle_ms(3, 4) + 0.7 + 0.3)
     extend = {**DRAFT_TP, "current": 1, "extendMs": {"base": 3.0, "perToken": 0.3}}
     cost1 = {**TP8_COST, "draftStep": {"base": 1.6, "perSeq": 0.08}, "draftExtend": {"base": 3.0, "perToken": 0.3}}
     s1 = parse_scenario(_scenario(cost={**cost1, "broadcast": 0.05}, draftTp=extend))

@@ -50,6 +50,15 @@ class DraftStepCost(_Model):
     per_seq: float = Field(default=0.0, ge=0, le=MAX_COST_MS, alias="perSeq")
 
 
+class HostCost(_Model):
+    """The scheduler's host work a speculative cycle adds beyond its stages (``base + perStep * steps``), as the
+    served calibration measures it (``goodput.CycleCost.host_*``); 0 for a cost timed by stage replays alone. The
+    target's scheduler does it, so a draft TP does not change it."""
+
+    base: float = Field(default=0.0, ge=0, le=MAX_COST_MS, description="milliseconds per speculative cycle")
+    per_step: float = Field(default=0.0, ge=0, le=MAX_COST_MS, alias="perStep", description="milliseconds per step")
+
+
 class CostModel(_Model):
     verify: LinearCost
     draft_step: DraftStepCost = Field(alias="draftStep")
@@ -58,6 +67,7 @@ class CostModel(_Model):
     broadcast: float = Field(
         default=0.0, ge=0, le=MAX_COST_MS, description="proposal broadcast per cycle (draft on a subset)"
     )
+    host: HostCost = Field(default_factory=HostCost)
 
 
 class DraftTpModel(_Model):
@@ -253,6 +263,8 @@ class Scenario(_Model):
             extend_per_token=c.draft_extend.per_token,
             overhead=c.overhead,
             broadcast=c.broadcast,
+            host_base=c.host.base,
+            host_per_step=c.host.per_step,
         )
 
     def phase_at(self, t: float) -> tuple[int, Phase]:
@@ -273,8 +285,8 @@ def allowed_draft_tps(scenario: Scenario) -> list[int]:
 
 
 def cost_for_draft_tp(scenario: Scenario, n: int) -> CycleCost:
-    """The scenario's cycle cost with the draft on ``n`` ranks: verify and overhead are the target's and do not
-    change; a draft forward (each step, and the draft-extend) costs ``compute/n + collectives * allReduce[n]``; a
+    """The scenario's cycle cost with the draft on ``n`` ranks: verify, overhead and host work are the target's and
+    do not change; a draft forward (each step, and the draft-extend) costs ``compute/n + collectives * allReduce[n]``; a
     proposal broadcast is paid once per cycle when ``n < targetTp``."""
     d = scenario.draft_tp
     if d is None:
@@ -294,6 +306,8 @@ def cost_for_draft_tp(scenario: Scenario, n: int) -> CycleCost:
         extend_per_token=ext.per_token / n,
         overhead=c.overhead,
         broadcast=d.broadcast_us / 1000.0 if n < d.target_tp else 0.0,
+        host_base=c.host.base,
+        host_per_step=c.host.per_step,
     )
 
 
