@@ -480,9 +480,11 @@ def test_acceptance_seen_once_is_used_until_it_is_stale():
     seen = d.buckets["1"]
     assert seen.observed_positions == 2 and seen.choice.kind == "hold"  # observed: no re-probe
     tuner.estimator.min_attempts = math.inf  # from now on no position has enough attempts to count as observed
+    pod.run("1", 100, 1, 0, [])  # plain decoding drafts nothing: no acceptance of its own
     at_limit = tuner.step(10.0 + 600.0, [pod.snap(610.0)]).buckets["1"]
     assert at_limit.observed_positions == 2 and at_limit.alphas == seen.alphas
     assert at_limit.choice.kind == "hold"
+    pod.run("1", 100, 1, 0, [])
     stale = tuner.step(610.5, [pod.snap(610.5)]).buckets["1"]
     assert stale.observed_positions == 0 and stale.alphas[2] == 0.5  # the window alone: position 3 never drafted
     assert (stale.choice.steps, stale.choice.kind, stale.choice.reason) == (1, "explore", REPROBE)
@@ -818,6 +820,7 @@ def test_rollout_keeps_using_the_acceptance_it_remembers():
     tuner, pod = rollout(restart_s=1e9), Pod()
     first = first_decision(tuner, pod, alphas=[0.95]).events
     tuner.estimator.min_attempts = math.inf  # no position counts as observed any more
+    pod.run("1", 300, 1, 2, [0.95])
     again = tuner.step(20.0, [pod.snap(20.0)])
     assert again.buckets["1"].observed_positions == 2 and again.events == first
 

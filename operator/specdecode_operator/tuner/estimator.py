@@ -328,6 +328,8 @@ class Estimator:
         if w.cycles <= 0:
             return profile, "profile" if profile else "none"
         if profile is None:
+            if sum(w.phase_s.values()) <= 0:
+                return None, "none"  # pods that count cycles but time none of them: no cost to decide on
             spec_cycles = sum(d.cycles for d in window if (d.steps or 0) > 0)
             return (
                 CycleCost(

@@ -157,6 +157,7 @@ class Tuner:
         self.restarts = 0
         self.measured_tokens_per_s: float | None = None
         self._rendered: tuple[int, ...] | None = None  # the policy's candidates before the pods reported theirs
+        self._active: list[str] = []  # buckets that ran cycles in the latest interval with any traffic
 
     # ------------------------------------------------------------------
     def _override(self, label: str) -> CycleCost | None:
@@ -281,8 +282,8 @@ class Tuner:
         if report.usable:
             aggregates = self._aggregates(now, positions, report)
             for label, lo in self.labels.items():
-                if label not in self.estimator.windows:
-                    continue
+                if label not in self.estimator.windows or report.bucket_cycles.get(label, 0) <= 0:
+                    continue  # a bucket idle this interval keeps its step count: nothing new to judge it on
                 rep = self._decide_bucket(label, lo, now, positions, report, aggregates.get(label))
                 if rep is None:
                     continue
@@ -290,6 +291,9 @@ class Tuner:
                 recommended[label] = rep.choice.steps
         if reports:
             self.last_reports = reports
+        active = [label for label in self.labels if report.bucket_cycles.get(label, 0) > 0]
+        if active:
+            self._active = active
         if cfg.mode == "Rollout":
             restart = self._rollout(now, reports, new_history, events) if reports else False
         else:
@@ -335,7 +339,7 @@ class Tuner:
             rollout_steps=self.rollout_steps if cfg.mode == "Rollout" else None,
             buckets=reports,
             history=new_history,
-            status=self._status(now, report, reports),
+            status=self._status(now, report),
             condition=condition,
             events=events,
             recommended_table=rec_table,
@@ -419,6 +423,8 @@ class Tuner:
         est = self.estimator
         cur = self.rollout_steps
         allowed = [steps for steps in cfg.policy.allowed() if steps > 0 or cfg.policy.allow_zero]
+        if not allowed:
+            return False  # no step count to render: the pods keep the one they run, as Live holds
         busy = {label: est.window(label).busy_s for label in reports}
         total_busy = sum(busy.values()) or 1.0
         score = {}
@@ -462,7 +468,7 @@ class Tuner:
                 fromSteps=cur,
                 toSteps=best,
                 reason=f"rollout: predicted {gain:+.1%} over {cfg.rollout_cooldown_s:.0f}s "
-                f"repays a {cfg.restart_s:.0f}s restart" + (" (mode Off: not applied)" if cfg.mode == "Off" else ""),
+                f"repays a {cfg.restart_s:.0f}s restart",
                 predictedGain=round(gain, 4),
             )
         )
@@ -480,7 +486,7 @@ class Tuner:
         for label in self.labels:
             batch = self.estimator.batch_mean(label)
             cost, source = self.cost(label)
-            if batch is None or cost is None or source == "None":
+            if batch is None or cost is None:  # no cost is source "None"
                 continue
             steps = self.rollout_steps if self.config.mode == "Rollout" else self.states[label].steps
             ref = self.refiners.get(label)
@@ -537,11 +543,11 @@ class Tuner:
             type=CONDITION_TYPE, status="True", reason="Scraped", message=f"{len(report.pods_used)} pod(s) scraped"
         )
 
-    def _status(self, now: float, report: ObserveReport, reports: dict[str, BucketReport]) -> SpeculativeStatus:
+    def _status(self, now: float, report: ObserveReport) -> SpeculativeStatus:
         est = self.estimator
         tokens = requests = accepted = drafted = 0.0
         busiest, busiest_cycles = None, -1.0
-        for label in self.labels:
+        for label in self._active:  # the buckets of the latest interval with traffic ("over the last interval")
             d = est.last_interval.get(label)
             if d is None:
                 continue
