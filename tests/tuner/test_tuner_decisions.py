@@ -238,3 +238,25 @@ def test_an_interval_without_traffic_keeps_the_figures_of_the_latest_one_with_so
     quiet = tuner.step(20.0, [pod.snap(20.0)]).status  # no cycle at all in this interval
     assert (quiet.acceptRate, quiet.acceptLength, quiet.numSteps) == (busy.acceptRate, busy.acceptLength, busy.numSteps)
     assert 0.1 < busy.acceptRate < 0.95  # both buckets of that interval count
+
+
+def test_a_bucket_without_cycle_timings_leaves_the_other_buckets_decided():
+    """Pods that time no cycle of one bucket (no cost for it, no profile) still get the other buckets decided."""
+    cfg = TunerConfig(policy=PolicyConfig(candidates=ALL), buckets=(1, 8), initial_steps=2)
+    tuner, pod = Tuner(cfg), Pod()
+    tuner.step(0.0, [pod.snap(0.0)])
+    pod.run("1-7", 1000, 1, 2, [0.95], cost=None)
+    pod.run("8+", 1000, 8, 2, [0.95])
+    d = tuner.step(10.0, [pod.snap(10.0)])
+    assert "1-7" not in d.buckets and "8+" in d.buckets
+
+
+def test_one_cycle_is_traffic_for_the_status_figures():
+    cfg = TunerConfig(policy=PolicyConfig(candidates=ALL), buckets=(1, 8), initial_steps=2)
+    tuner, pod = Tuner(cfg, profile=COST, refine=False), Pod()
+    tuner.step(0.0, [pod.snap(0.0)])
+    pod.run("1-7", 1000, 1, 2, [0.95])
+    first = tuner.step(10.0, [pod.snap(10.0)]).status
+    pod.run("8+", 1, 8, 2, [0.0])  # one cycle, nothing accepted
+    one = tuner.step(20.0, [pod.snap(20.0)]).status
+    assert first.acceptRate > 0.9 and one.acceptRate == 0.0
