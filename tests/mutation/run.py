@@ -87,6 +87,7 @@ TARGETS = {
             "tests/runtime/test_contract.py",
             "tests/runtime/test_contract_boundaries.py",
             "tests/runtime/test_served_calibration.py",
+            "tests/tuner/test_cost_probe.py",
             "tests/tuner/test_goodput_model.py",
             "tests/tuner/test_served_tiers.py",
             "tests/tuner/test_cost_refine.py",

@@ -347,3 +347,9 @@ def test_a_server_that_never_answers_gives_up_at_the_time_limit(caplog):
         port = s.getsockname()[1]
     assert served_probe.run_at_start(f"http://127.0.0.1:{port}", None, 3, [1], 32, 1.5, read=dict) == []
     assert "did not answer within 2 s" in caplog.text
+
+
+@pytest.mark.parametrize("steps, want", [(-1, 0.0), (0, 0.0), (1, 0.9 + 0.12), (5, 0.9 + 5 * 0.12)])
+def test_host_work_is_a_speculative_cycles_only(steps, want):
+    """A plain cycle's host work is its overhead; the host terms price what a speculative cycle adds."""
+    assert TRUE.host_ms(steps) == pytest.approx(want)
