@@ -134,6 +134,6 @@ def test_the_operator_fit_carries_the_served_cycles(calibrated):
             statistics.mean(1000.0 * p.seconds for p in spec), rel=1e-6
         )
         plain = next(p for p in served if p.steps == 0)
-        if 1000.0 * plain.seconds >= replayed[bucket].cycle_ms(0, 1) - replayed[bucket].overhead:
+        if 1000.0 * plain.seconds >= replayed[bucket].cycle_ms(0, plain.batch) - replayed[bucket].overhead:
             assert fitted[bucket].cycle_ms(0, plain.batch) == pytest.approx(1000.0 * plain.seconds, rel=1e-6)
         assert (fitted[bucket].host_base, fitted[bucket].host_per_step) != (0.0, 0.0)
