@@ -195,6 +195,7 @@ def test_pods_without_cycle_timings_and_no_profile_give_no_decision(refine):
     tuner = Tuner(TunerConfig(policy=PolicyConfig(candidates=ALL), initial_steps=2), refine=refine)
     d = first_decision(tuner, Pod(), cost=None)
     assert d.table[0] == (1, 2) and "1" not in d.buckets
+    assert tuner.estimator.cost("1", None) == (None, "none")  # what the estimator says: cycles counted, none timed
 
 
 def idle_after_one_interval() -> tuple[Tuner, list]:
