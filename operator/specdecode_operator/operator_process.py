@@ -22,7 +22,7 @@ import kubernetes
 
 from .context import OperatorContext
 from .endpoints import Endpoints, port_of, secure_metrics
-from .kube_client import USER_AGENT, kube_configuration
+from .kube_client import USER_AGENT, ApiError, kube_configuration
 from .leadership import LeaderElector
 from .metrics import OperatorMetrics
 from .registry import make_registry
@@ -158,7 +158,14 @@ class OperatorProcess:
                     ready_flag=ready,
                 )
             )
-            await self._kopf_task
+            try:
+                await self._kopf_task
+            except ApiError as err:
+                # A handler in flight when the replica stopped (the Lease lost, SIGTERM) met the client already
+                # closed, and kopf re-raises what its tasks ended with: that is the stop itself, not a failure.
+                if err.reason != "ShuttingDown" or self._stop is None or not self._stop.is_set():
+                    raise
+                log.info("specdecode: a handler in flight ended with the stop: %s", err)
             return 1 if self.elector is not None and self.role == "lost" else 0
         finally:
             if self.elector is not None:
