@@ -23,7 +23,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -57,13 +57,11 @@ class Totals:
     requests: float = 0.0  # sum of the batch size over the cycles
     draft_steps: float = 0.0
 
+    def plus(self, other: Totals, sign: float = 1.0) -> Totals:
+        return Totals(*(a + sign * b for a, b in zip(astuple(self), astuple(other))))
+
     def minus(self, before: Totals) -> Totals:
-        return Totals(
-            self.cycles - before.cycles,
-            self.seconds - before.seconds,
-            self.requests - before.requests,
-            self.draft_steps - before.draft_steps,
-        )
+        return self.plus(before, -1.0)
 
 
 Generate = Callable[[Sequence[Sequence[int]], int], Any]  # (prompts as token ids, max new tokens): one batch
@@ -85,12 +83,7 @@ def mean_steps(delta: Totals) -> float:
 def _sum(totals: Mapping[str, Totals]) -> Totals:
     out = Totals()
     for t in totals.values():
-        out = Totals(
-            out.cycles + t.cycles,
-            out.seconds + t.seconds,
-            out.requests + t.requests,
-            out.draft_steps + t.draft_steps,
-        )
+        out = out.plus(t)
     return out
 
 
