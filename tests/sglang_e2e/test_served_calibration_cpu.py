@@ -11,24 +11,17 @@ timings prove the plumbing, not GPU speed (``bench/gpu/trained/live_tune.py --se
 from __future__ import annotations
 
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
-from conftest import RUNTIME
-from test_stock_launch import _free_port, _get
+from test_stock_launch import _free_port, _get, launched
 
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime.contract.cost_profile import SERVED, fit_profile, points_from_samples
 from specdecode_runtime.contract.step_table import STEPS_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-STARTUP_TIMEOUT_S = 300
 TIERS = (0, 1, 3)
 BATCHES = (1, 2)
 
@@ -54,49 +47,10 @@ server: {{port: {port}, controlPort: {control}, tokenFile: {work / "token"}}}
 topology: {{nodes: 1, gpusPerNode: 1}}
 costProbe: {{served: {{batches: {list(BATCHES)}, tokens: 16, timeoutSeconds: 240}}}}
 """)
-    env = dict(
-        os.environ,
-        PROMETHEUS_MULTIPROC_DIR=str(work / "metrics"),
-        SPECDECODE_STATE_DIR=str(work / "state"),
-        PYTHONPATH=os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    )
-    log = open(work / "launch.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(work / "runtime.yaml")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # SGLang's shutdown kills the whole process tree of the server process
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"launch exited with {proc.returncode}:\n{(work / 'launch.log').read_text()[-4000:]}")
-            try:
-                _get(base + "/health")
-                break
-            except OSError:  # refused while starting, 503 while the warm-up (and the calibration) runs
-                if time.monotonic() > deadline:
-                    pytest.fail(
-                        f"not healthy after {STARTUP_TIMEOUT_S} s:\n{(work / 'launch.log').read_text()[-4000:]}"
-                    )
-                time.sleep(0.5)
+    with launched(work, port) as base:
         # the first moment /health answers 200: what /metrics holds now was there before any client could send
         at_health = _get(base + "/metrics").decode()
         yield {"base": base, "control": control, "metrics": at_health, "log": work / "launch.log"}
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=30)
-        log.close()
 
 
 def _cost_samples(text: str) -> dict[tuple[str, int, str, int], float]:

@@ -4,6 +4,7 @@ the counts SGLang itself reports for the request."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -49,22 +50,11 @@ def _series(text: str, name: str) -> dict[str, float]:
     return out
 
 
-@pytest.fixture(scope="module")
-def served(tiny_models, tmp_path_factory):
-    work = tmp_path_factory.mktemp("cpu-launch")
-    port, control = _free_port(), _free_port()
-    (work / "token").write_text("t0ken\n")
-    (work / "runtime.yaml").write_text(f"""\
-apiVersion: specdecode.io/runtime/v1
-name: cpu-launch
-device: cpu
-target: {{model: {tiny_models.target}, tensorParallelSize: 1}}
-draft: {{model: {tiny_models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
-speculative: {{numSteps: 3, eagleTopK: 1, candidateSteps: [3]}}
-nccl: {{profile: None, preflight: false}}
-server: {{port: {port}, controlPort: {control}, tokenFile: {work / "token"}}}
-topology: {{nodes: 1, gpusPerNode: 1}}
-""")
+@contextlib.contextmanager
+def launched(work, port: int, extra: list[str] = (), poll_s: float = 0.5):
+    """``specdecode-runtime launch`` of ``work/runtime.yaml`` in a session of its own (SGLang's shutdown kills the
+    whole process tree of the server process), until ``/health`` answers 200 (refused while starting, 503 while the
+    warm-up runs); yields the base URL and stops the tree afterwards."""
     env = dict(
         os.environ,
         PROMETHEUS_MULTIPROC_DIR=str(work / "metrics"),
@@ -72,18 +62,9 @@ topology: {{nodes: 1, gpusPerNode: 1}}
         PYTHONPATH=os.pathsep.join([str(RUNTIME), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
     log = open(work / "launch.log", "wb")
-    # Its own session: SGLang's shutdown and crash handling kill the whole process tree of the server process.
+    args = [sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(work / "runtime.yaml")]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specdecode_runtime",
-            "launch",
-            "--config",
-            str(work / "runtime.yaml"),
-            "--",
-            "--skip-server-warmup",
-        ],
+        [*args, *(["--", *extra] if extra else [])],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -103,7 +84,7 @@ topology: {{nodes: 1, gpusPerNode: 1}}
                     pytest.fail(
                         f"server not healthy after {STARTUP_TIMEOUT_S} s:\n{(work / 'launch.log').read_text()[-4000:]}"
                     )
-                time.sleep(2)
+                time.sleep(poll_s)
         yield base
     finally:
         try:
@@ -116,6 +97,26 @@ topology: {{nodes: 1, gpusPerNode: 1}}
                 pass
             proc.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models, tmp_path_factory):
+    work = tmp_path_factory.mktemp("cpu-launch")
+    port, control = _free_port(), _free_port()
+    (work / "token").write_text("t0ken\n")
+    (work / "runtime.yaml").write_text(f"""\
+apiVersion: specdecode.io/runtime/v1
+name: cpu-launch
+device: cpu
+target: {{model: {tiny_models.target}, tensorParallelSize: 1}}
+draft: {{model: {tiny_models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
+speculative: {{numSteps: 3, eagleTopK: 1, candidateSteps: [3]}}
+nccl: {{profile: None, preflight: false}}
+server: {{port: {port}, controlPort: {control}, tokenFile: {work / "token"}}}
+topology: {{nodes: 1, gpusPerNode: 1}}
+""")
+    with launched(work, port, ["--skip-server-warmup"], poll_s=2.0) as base:
+        yield base
 
 
 def test_launch_serves_the_engine_tokens(served, stock):
