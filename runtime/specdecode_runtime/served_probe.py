@@ -203,16 +203,23 @@ def read_metrics_dir() -> dict[str, Totals]:
 
 
 def _request(method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 60.0) -> Any:
+    return _exchange(method, url, body, token, timeout)[1]
+
+
+def _exchange(
+    method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 60.0
+) -> tuple[int, Any]:
+    """One bounded JSON request: the answer's status and its parsed body (an error status raises ``HTTPError``)."""
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback: the pod's own servers
-        raw = r.read(MAX_BODY + 1)
+        status, raw = r.status, r.read(MAX_BODY + 1)
     if len(raw) > MAX_BODY:
         raise ValueError(f"{method} {url}: answer larger than {MAX_BODY} bytes")
-    return json.loads(raw or b"null")
+    return status, json.loads(raw or b"null")
 
 
 def http_generate(base_url: str, timeout: float, api_key: str | None = None) -> Generate:
@@ -244,8 +251,9 @@ class Control:
         data = _request("GET", self.url, token=self.token, timeout=self.timeout)
         return StepTable.model_validate({"table": data["table"]}), sorted(int(c) for c in data["candidates"])
 
-    def put(self, table: StepTable) -> None:
-        _request("PUT", self.url, table.to_json(), token=self.token, timeout=self.timeout)
+    def put(self, table: StepTable) -> tuple[int, Any]:
+        """The answer's status and body (the table as accepted); a refusal raises ``HTTPError``."""
+        return _exchange("PUT", self.url, table.to_json(), token=self.token, timeout=self.timeout)
 
     def set_tier(self, steps: int) -> None:
         self.put(StepTable.single(steps))

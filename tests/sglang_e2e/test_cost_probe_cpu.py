@@ -98,6 +98,9 @@ def test_every_stage_is_measured_and_positive_in_every_bucket(probed):
     assert not [line for line in log.splitlines() if "cost probe" in line and "skipped" in line]
     assert run["checks"] and all(c["ok"] for c in run["checks"]), run["checks"]  # the probe left serving intact
     assert run["ok"] and run["tokens_equal_reference"] is None  # one layout: a measurement run, tokens not compared
+    # the live PUT went through the pod's control API and came back as the table the ranks were given
+    assert [(p["steps"], p["status"]) for p in run["puts"]] == [(LO, 200)], run["puts"]
+    assert run["puts"][0]["body"]["table"] == [{"minBatch": 1, "steps": LO}], run["puts"]
 
 
 def test_verify_and_draft_extend_grow_with_steps_and_batch(probed):

@@ -10,15 +10,14 @@ rank records are paused meanwhile (``rank_probe.quiet``), so the figure is what 
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 from ..contract.goodput import CycleCost
 from ..contract.metric_names import bucket_label
-from ..contract.step_table import STEPS_PATH, StepTable
+from ..contract.step_table import StepTable
+from ..served_probe import Control
 from .rank_probe import events
 
 WARM_TOKENS = 8
@@ -44,17 +43,10 @@ def _tokens(outputs: list[dict]) -> int:
 
 
 def put_steps(control: dict[str, Any], steps: int) -> dict:
-    """PUT a one-tier step table to the pod's control API: the status and the answer's body."""
-
-    body = json.dumps(StepTable.single(steps).to_json()).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{control['port']}{STEPS_PATH}",
-        data=body,
-        method="PUT",
-        headers={"Authorization": f"Bearer {control['token']}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback control port
-        return {"steps": steps, "status": r.status, "body": json.loads(r.read(65536) or b"{}")}
+    """PUT a one-tier step table to the pod's control API (the client the start-up calibration uses): the status
+    and the answer's body."""
+    status, body = Control(int(control["port"]), str(control["token"])).put(StepTable.single(steps))
+    return {"steps": steps, "status": status, "body": body}
 
 
 def _running_tier(rank_dir: Path) -> int | None:
