@@ -15,7 +15,7 @@ import statistics
 import urllib.request
 
 import pytest
-from test_stock_launch import _free_port, _get, launched
+from test_stock_launch import _get, launched, write_runtime
 
 from specdecode_operator.tuner.snapshot import parse_metrics
 from specdecode_runtime.contract.cost_profile import SERVED, fit_profile, points_from_samples
@@ -29,24 +29,13 @@ BATCHES = (1, 2)
 @pytest.fixture(scope="module")
 def calibrated(tiny_models, tmp_path_factory):
     work = tmp_path_factory.mktemp("cpu-served")
-    port, control = _free_port(), _free_port()
-    (work / "token").write_text("t0ken\n")
-    (work / "runtime.yaml").write_text(f"""\
-apiVersion: specdecode.io/runtime/v1
-name: cpu-served
-device: cpu
-target: {{model: {tiny_models.target}, tensorParallelSize: 1}}
-draft: {{model: {tiny_models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
-speculative:
-  numSteps: 3
-  eagleTopK: 1
-  candidateSteps: {list(TIERS)}
-  autotune: {{mode: Live, minSteps: 1, maxSteps: 3}}
-nccl: {{profile: None, preflight: false}}
-server: {{port: {port}, controlPort: {control}, tokenFile: {work / "token"}}}
-topology: {{nodes: 1, gpusPerNode: 1}}
-costProbe: {{served: {{batches: {list(BATCHES)}, tokens: 16, timeoutSeconds: 240}}}}
-""")
+    port, control = write_runtime(
+        work,
+        "cpu-served",
+        tiny_models,
+        f"{{numSteps: 3, eagleTopK: 1, candidateSteps: {list(TIERS)}, autotune: {{mode: Live, minSteps: 1, maxSteps: 3}}}}",
+        f"costProbe: {{served: {{batches: {list(BATCHES)}, tokens: 16, timeoutSeconds: 240}}}}\n",
+    )
     with launched(work, port) as base:
         # the first moment /health answers 200: what /metrics holds now was there before any client could send
         at_health = _get(base + "/metrics").decode()

@@ -99,22 +99,30 @@ def launched(work, port: int, extra: list[str] = (), poll_s: float = 0.5):
         log.close()
 
 
-@pytest.fixture(scope="module")
-def served(tiny_models, tmp_path_factory):
-    work = tmp_path_factory.mktemp("cpu-launch")
+def write_runtime(work, name: str, models, speculative: str, extra: str = "") -> tuple[int, int]:
+    """A one-rank CPU ``runtime.yaml`` (the tiny target with its agreeing EAGLE head, ``speculative`` as a YAML
+    flow mapping, ``extra`` top-level lines after it) and its control token in ``work``: the server and control
+    ports it names."""
     port, control = _free_port(), _free_port()
     (work / "token").write_text("t0ken\n")
     (work / "runtime.yaml").write_text(f"""\
 apiVersion: specdecode.io/runtime/v1
-name: cpu-launch
+name: {name}
 device: cpu
-target: {{model: {tiny_models.target}, tensorParallelSize: 1}}
-draft: {{model: {tiny_models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
-speculative: {{numSteps: 3, eagleTopK: 1, candidateSteps: [3]}}
+target: {{model: {models.target}, tensorParallelSize: 1}}
+draft: {{model: {models.eagle_agree}, algorithm: EAGLE, tensorParallelSize: 1}}
+speculative: {speculative}
 nccl: {{profile: None, preflight: false}}
 server: {{port: {port}, controlPort: {control}, tokenFile: {work / "token"}}}
 topology: {{nodes: 1, gpusPerNode: 1}}
-""")
+{extra}""")
+    return port, control
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models, tmp_path_factory):
+    work = tmp_path_factory.mktemp("cpu-launch")
+    port, _ = write_runtime(work, "cpu-launch", tiny_models, "{numSteps: 3, eagleTopK: 1, candidateSteps: [3]}")
     with launched(work, port, ["--skip-server-warmup"], poll_s=2.0) as base:
         yield base
 
