@@ -15,6 +15,10 @@ serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
   (the drafted tokens) and request-pool slots; on rank 0 also the drafts accepted per request, recounted from the
   target's logits. Every rank must write the same slots.
 * ``switch``: every step-tier swap, with the decode round it happened at.
+* ``draft_call``: every draft forward, decode draft extend and prefill draft extend on the ranks that run the
+  draft, with the worker's tier then (the target-only tier must run none; a prefill extend inside a decode round is
+  the catch-up after target-only cycles). Tier-0 cycles are ``verify`` records with ``plain: true``: the target's
+  own one-token decode, no drafts.
 * ``error``: the last line of every error SGLang logs in this process (a scheduler's fatal exception).
 * ``graph_capture``: per CUDA graph runner built (target verify, draft, draft extend) its tier, seconds and the device
   memory it took, so the report can say what each Live tier costs at start-up.
@@ -148,7 +152,7 @@ def _tp_sizes() -> dict[str, int]:
 def _wrap_sglang() -> None:
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
     from sglang.srt.model_executor.model_runner import ModelRunner
-    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 
     def target_backend(tier: bool) -> None:
         from sglang.srt.runtime_context import get_spec
@@ -190,7 +194,11 @@ def _wrap_sglang() -> None:
 
     def forward(orig):
         def forward_(self, forward_batch, *a, **k):
-            if self.is_draft_worker or not forward_batch.forward_mode.is_target_verify() or quiet():
+            mode = forward_batch.forward_mode
+            # a target-only cycle (tier 0) is the target's plain decode forward inside a speculative server: a
+            # one-token "verify" that accepts no drafts, recorded like one (same KV-slot and counter checks)
+            plain = mode.is_decode() and self.spec_algorithm.is_speculative()
+            if self.is_draft_worker or not (mode.is_target_verify() or plain) or quiet():
                 return orig(self, forward_batch, *a, **k)
             out = orig(self, forward_batch, *a, **k)
             loc, pools = forward_batch.out_cache_loc, forward_batch.req_pool_indices
@@ -203,7 +211,10 @@ def _wrap_sglang() -> None:
                 positions=forward_batch.positions.tolist() if forward_batch.positions is not None else None,
                 input_ids=ids,
                 req_pool_indices=pools.tolist() if pools is not None else None,
-                accepted=_recount(forward_batch, out, ids) if _rank == 0 else None,
+                accepted=([0] * int(forward_batch.batch_size) if plain else _recount(forward_batch, out, ids))
+                if _rank == 0
+                else None,
+                plain=plain,
             )
             return out
 
@@ -236,6 +247,20 @@ def _wrap_sglang() -> None:
             return out
 
         return apply_runtime_state
+
+    def draft_call(kind: str):
+        """Every draft forward and draft extend with the tier the worker ran then (on the ranks that run the draft):
+        at tier 0 there must be none; ``prefill_extend`` during a decode round is the catch-up extend."""
+
+        def wrapper(orig):
+            def call(self, batch, *a, **k):
+                if not quiet():
+                    record("draft_call", kind=kind, steps=int(self.speculative_num_steps), round=_decode_round)
+                return orig(self, batch, *a, **k)
+
+            return call
+
+        return wrapper
 
     def cell(orig):
         def __init__(self, kvc, *a, **k):
@@ -300,6 +325,9 @@ def _wrap_sglang() -> None:
     _wrap(ModelRunner, "forward", forward)
     _wrap(EAGLEWorkerV2, "forward_batch_generation", generation)
     _wrap(EAGLEWorkerV2, "apply_runtime_state", apply_state)
+    _wrap(EagleDraftWorker, "draft", draft_call("draft"))
+    _wrap(EagleDraftWorker, "_draft_extend_for_decode", draft_call("extend"))
+    _wrap(EagleDraftWorker, "_draft_extend_for_prefill", draft_call("prefill_extend"))
     if os.environ.get(CORRUPT_ENV) == "1":
         _corrupt_draft()
 

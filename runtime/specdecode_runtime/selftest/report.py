@@ -122,6 +122,20 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
                 + ("" if same else f"; ranks differ: {sw}"),
             )
         )
+    # Tier 0 is plain decoding: the target's own decode forward, no draft forward and no draft extend.
+    if opts.live_steps and 0 in opts.live_steps and r.layout in ("sharded", "split"):
+        calls = [e for evs in r.ranks.values() for e in evs if e.get("event") == "draft_call" and e["round"] >= 1]
+        at_zero = [(e["rank"], e["kind"], e["round"]) for e in calls if e["steps"] == 0]
+        plain = sum(1 for e in verifies.get(ranks[0], []) if e.get("plain"))
+        catch_ups = sum(1 for e in calls if e["kind"] == "prefill_extend" and e["rank"] == min(r.draft_ranks or [0]))
+        out.append(
+            Check(
+                TIER0_CHECK,
+                not at_zero and plain > 0,
+                f"{plain} target-only cycles on rank {ranks[0]}; draft calls at tier 0 (rank, kind, round): "
+                f"{at_zero[:6] or 'none'}; {catch_ups} prefill or catch-up extends on the draft's first rank",
+            )
+        )
     # D2: on the split layout the gathered vocabulary is resident when the KV pool is sized.
     if r.layout == "split":
         prof = _by_rank(r, "kv_profile")
@@ -178,6 +192,9 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
             )
         )
     return out
+
+
+TIER0_CHECK = "the target-only tier runs no draft forward and no draft extend"
 
 
 def draft_comparison(opts: Options, split: RunResult, sharded: RunResult | None) -> list[Check]:

@@ -210,8 +210,8 @@ _events = events  # rank records of one event kind, as the live-step driver read
 def _drive_live_steps(
     opts: Options, rank_dir: Path, control: dict[str, Any], done: threading.Event, result: RunResult
 ) -> None:
-    """PUT each live step table once rank 0 has verified two batches since the previous change, then wait until
-    rank 0 runs the new tier (or the generation has ended)."""
+    """PUT each live step table once rank 0 has decoded two batches since the previous change (``verify`` records,
+    target-only cycles included), then wait until rank 0 runs the new tier (or the generation has ended)."""
     current = opts.steps
     for steps in opts.live_steps:
         seen = len(_events(rank_dir, 0, "verify"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time as _time
 from typing import TYPE_CHECKING, Any, Callable
 
+from . import plain_decode
 from . import process_state as state
 from .cycle_clock import CycleClock, CycleStamp
 from .patch_points import EW2
@@ -69,16 +70,43 @@ def wrap_verify(orig):
     return on_verify_complete_cpu
 
 
+def _decode_cycle(orig, self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
+    """One decode cycle: the target alone where the tier is 0 (:mod:`.plain_decode`), else SGLang's speculative
+    cycle, preceded by the draft's catch-up over the positions decoded while speculation was off."""
+    if plain_decode.enabled and state.step_cb is not None and self.adaptive_controller is not None:
+        self.activate_step_by_batch(batch.seq_lens.shape[0])  # the tier of this cycle (SGLang asks again: same)
+        if self.speculative_num_steps == 0:
+            if plain_decode.eligible(batch):
+                stamp = state.cycle
+                if stamp is not None:
+                    stamp.steps, stamp.t_verify_start = 0, _time.perf_counter()
+                try:
+                    return plain_decode.target_only_cycle(self, batch, on_publish)
+                finally:
+                    if stamp is not None:
+                        stamp.t_verify_end = _time.perf_counter()
+            plain_decode.stats.fallback_cycles += 1
+        elif plain_decode.window:
+            plain_decode.catch_up(self, batch)
+    return orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
+
+
 def wrap_forward(orig):
-    """Stamps a decode cycle's launch; the stamp rides on the returned result to its (later) result processing."""
+    """Stamps a decode cycle's launch (the stamp rides on the returned result to its later result processing) and
+    routes the cycle (:func:`_decode_cycle`); a prefill makes its request slots forget earlier target-only
+    history."""
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch) and not batch.forward_mode.is_idle()
-        if state.verify_cb is None or not decode:
+        if not decode:
+            if plain_decode.window and not batch.forward_mode.is_idle():
+                plain_decode.window.forget(batch.req_pool_indices)
             return orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
+        if state.verify_cb is None:
+            return _decode_cycle(orig, self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
         stamp = state.cycle = CycleStamp(t_start=_time.perf_counter())
         try:
-            out = orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            out = _decode_cycle(orig, self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
         finally:
             state.cycle = None
         stamp.t_end = _time.perf_counter()
@@ -184,9 +212,29 @@ def wrap_activate(orig):
     return activate_step_by_batch
 
 
+def wrap_draft_counter(field_name: str):
+    """Counts a draft-side call (``draft`` or the decode draft extend), and whether the worker's tier was 0 then:
+    the target-only tier must run neither."""
+
+    def wrap(orig):
+        def counted(self, *a, **k):
+            st = plain_decode.stats
+            setattr(st, field_name, getattr(st, field_name) + 1)
+            if getattr(self, "speculative_num_steps", None) == 0:
+                st.draft_calls_at_zero += 1
+            return orig(self, *a, **k)
+
+        return counted
+
+    return wrap
+
+
 def install_engine_hooks(ps: PatchSet) -> None:
     """Wrap every hook point (a fresh :class:`~.cycle_clock.CycleClock` per installation)."""
     state.clock = CycleClock()
+    plain_decode.reset()
+    ps.wrap(f"{EW2}.EagleDraftWorker.draft", wrap_draft_counter("draft_forwards"))
+    ps.wrap(f"{EW2}.EagleDraftWorker._draft_extend_for_decode", wrap_draft_counter("draft_extends"))
     ps.wrap(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", wrap_verify)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.activate_step_by_batch", wrap_activate)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.forward_batch_generation", wrap_forward)

@@ -216,20 +216,38 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         f"{EW2}.EagleDraftWorker.draft",
         ("self", "batch", "with_topology"),
-        "use",
-        "mirrored by RemoteDraftWorker.draft",
+        "wrap",
+        "counted (the target-only tier runs none); mirrored by RemoteDraftWorker.draft",
     ),
     PatchPoint(
         f"{EW2}.EagleDraftWorker._draft_extend_for_decode",
         ("self", "batch", "batch_result", "kv_loc_plan"),
-        "use",
-        "mirrored by RemoteDraftWorker (placeholders)",
+        "wrap",
+        "counted (the target-only tier runs none); mirrored by RemoteDraftWorker (placeholders)",
     ),
     PatchPoint(
         f"{EW2}.EagleDraftWorker._draft_extend_for_prefill",
         ("self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds", "kv_loc_plan"),
         "use",
-        "mirrored by RemoteDraftWorker (placeholders)",
+        "mirrored by RemoteDraftWorker (placeholders); the catch-up extend after target-only cycles",
+    ),
+    PatchPoint(
+        f"{EW2}.EAGLEWorkerV2._stub_skipped_draft_extend",
+        ("self", "batch", "batch_output"),
+        "use",
+        "shape-valid draft state after a target-only cycle, for the overlap FutureMap",
+    ),
+    PatchPoint(
+        "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
+        ("self", "batch", "forward_batch", "pp_proxy_tensors", "is_verify", "skip_attn_backend_init"),
+        "use",
+        "the target-only cycle: the target's own decode forward and sampling (capture_hidden_mode keyword)",
+    ),
+    PatchPoint(
+        "sglang.srt.managers.schedule_batch.ScheduleBatch.copy",
+        ("self",),
+        "use",
+        "the catch-up extend's batch of the requests that decoded while speculation was off",
     ),
     PatchPoint(f"{EW2}.EagleDraftWorker", (), "rebind", "EAGLEWorkerV2.__init__ builds its draft worker by this name"),
     PatchPoint(
