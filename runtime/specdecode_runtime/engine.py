@@ -241,9 +241,14 @@ class EngineRuntime:
         import torch
         from sglang.srt.runtime_context import get_parallel
 
+        from .sglang_patch import plain_decode, plain_graphs
+
         par = get_parallel()
         tp = par.tp_group
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        captured_plain = None
+        if 0 in self.settings.captured and plain_decode.enabled:  # every rank: the capture's collectives line up
+            captured_plain = plain_graphs.capture(worker)
         if self.settings.cost_probe and self.cost_runner is None:
             try:
                 self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
@@ -257,6 +262,10 @@ class EngineRuntime:
             device_group=tp.device_group,
             device=device,
         )
+        if self.metrics is not None:
+            plain_decode.on_catch_up = self.metrics.record_catch_up
+            if captured_plain is not None:
+                self.metrics.set_plain_graphs(captured_plain.seconds, captured_plain.nbytes)
 
     # ---- per iteration / per batch / per verify -----------------------------------------------------------------
     def on_iteration(self) -> None:

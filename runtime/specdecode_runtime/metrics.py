@@ -23,6 +23,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summa
 
 from .contract.metric_names import (
     CANDIDATE_STEPS,
+    CATCH_UP_SECONDS,
+    CATCH_UP_TOKENS,
     COST_SECONDS,
     CYCLE_SECONDS,
     DEFAULT_BUCKETS,
@@ -32,11 +34,13 @@ from .contract.metric_names import (
     NCCL_LATENCY,
     NUM_STEPS,
     PHASES,
+    PLAIN_GRAPHS,
     POSITION_ACCEPTED,
     POSITION_ATTEMPTS,
     PREFILL_PHASE,
     PREFILL_SECONDS,
     REQUESTS_VERIFIED,
+    STEP_SWITCHES,
     TOKENS_GENERATED,
     VERIFY_CYCLES,
     bucket_label,
@@ -91,6 +95,11 @@ class SpecMetrics:
         self.prefill_seconds = self._declare(Counter, PREFILL_SECONDS)
         self.nccl_latency = self._declare(Gauge, NCCL_LATENCY, multiprocess_mode="mostrecent")
         self.cost_seconds = self._declare(Gauge, COST_SECONDS, multiprocess_mode="mostrecent")
+        self.step_switches = self._declare(Counter, STEP_SWITCHES)
+        self.catch_up_tokens = self._declare(Counter, CATCH_UP_TOKENS)
+        self.catch_up_seconds = self._declare(Counter, CATCH_UP_SECONDS)
+        self.plain_graphs = self._declare(Gauge, PLAIN_GRAPHS, multiprocess_mode="mostrecent")
+        self._last_steps: int | None = None
         self._children: dict[tuple, object] = {}
         self.registry = registry
 
@@ -132,6 +141,7 @@ class SpecMetrics:
         unknown = set(phase_seconds) - set(PHASES) - {PREFILL_PHASE}
         if unknown:
             raise ValueError(f"unknown phase(s) {sorted(unknown)}; allowed: {[*PHASES, PREFILL_PHASE]}")
+        self._count_switch(steps)
         attempts, accepted = position_counts(steps, accepted_per_req if steps else [0] * len(accepted_per_req))
         tokens = sum(int(c) + 1 for c in accepted_per_req) if steps else len(accepted_per_req)
         self.add_cycles(
@@ -177,6 +187,23 @@ class SpecMetrics:
             self._child(self.cycle_seconds, bucket, phase).observe_bulk(cycles, float(phase_seconds.get(phase, 0.0)))
         if tokens:
             self._child(self.tokens_generated).inc(tokens)
+
+    def _count_switch(self, steps: int) -> None:
+        """A tier change between consecutive served cycles (off, on or change)."""
+        last, self._last_steps = self._last_steps, steps
+        if last is None or last == steps:
+            return
+        kind = "off" if steps == 0 else "on" if last == 0 else "change"
+        self._child(self.step_switches, kind).inc()
+
+    def record_catch_up(self, tokens: int, seconds: float) -> None:
+        """One catch-up extend after target-only cycles."""
+        self._child(self.catch_up_tokens).inc(int(tokens))
+        self._child(self.catch_up_seconds).inc(float(seconds))
+
+    def set_plain_graphs(self, seconds: float, nbytes: int) -> None:
+        self._child(self.plain_graphs, "seconds").set(float(seconds))
+        self._child(self.plain_graphs, "bytes").set(int(nbytes))
 
     def set_steps(self, steps_for_batch) -> None:
         """Publish the active step count of every bucket; ``steps_for_batch(batch) -> int`` is evaluated at each

@@ -61,9 +61,9 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
 
     vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
     eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
-    # steps 0 keeps the draft warm with the same extend over one token per sequence (the line at batch * 1 tokens,
-    # before the draft's intercept is folded into the speculative cycles' base below)
-    warm_base, warm_per_seq = (eb, ept) if by["draft_extend"] else (0.0, 0.0)
+    # steps 0 is plain decoding (sglang_patch.plain_decode): the target's decode and the overhead, no draft extend;
+    # the draft's catch-up after it runs inside the next speculative cycle, which its served cost carries
+    warm_base, warm_per_seq = 0.0, 0.0
     draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
     if by["draft"]:
         # A tier's whole draft phase D(k) = a + b*k: b is the cost of one draft step; a (negative when the first

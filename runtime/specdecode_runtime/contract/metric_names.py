@@ -114,6 +114,35 @@ COST_SECONDS = _metric(
     "decode cycle as served before the pod reported healthy (costProbe.served)",
 )
 
+STEP_SWITCHES = _metric(
+    "specdecode_step_switches",
+    "counter",
+    ("kind",),
+    "switches",
+    "Served tier changes between consecutive decode cycles: off (k>0 -> 0), on (0 -> k>0), change (k -> k', both >0)",
+)
+CATCH_UP_TOKENS = _metric(
+    "specdecode_catch_up_tokens",
+    "counter",
+    (),
+    "positions",
+    "Positions decoded while speculation was off that the draft's catch-up extend wrote into its KV on the way back",
+)
+CATCH_UP_SECONDS = _metric(
+    "specdecode_catch_up_seconds",
+    "counter",
+    (),
+    "seconds",
+    "Host time of the catch-up extends (what switching speculation back on cost; inside the cycles' draft phase)",
+)
+PLAIN_GRAPHS = _metric(
+    "specdecode_plain_decode_graphs",
+    "gauge",
+    ("unit",),
+    "seconds|bytes",
+    "The target's plain decode CUDA graphs captured for tier 0 at start-up: capture seconds and device bytes",
+)
+
 PHASES = ("draft", "verify", "draft_extend", "other")
 PREFILL_PHASE = "prefill"  # the cycle clock's key for prefill work inside a decode cycle (PREFILL_SECONDS)
 SIMULATED_LABELS = {"simulated": "true"}

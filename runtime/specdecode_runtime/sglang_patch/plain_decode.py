@@ -88,20 +88,24 @@ stats = TierZeroStats()
 window = CatchUpWindow()
 enabled = True  # the runtime's tier 0 is plain decoding; False restores SGLang's one-token verify (for comparison)
 plain_graph_runner: Any = None  # the target's DECODE-mode CUDA graphs (captured beside the tiers), None on a CPU
+plain_attn_backend: Any = None  # the attention backend those graphs were captured with
 on_catch_up: Callable[[int, float], None] | None = None  # (tokens, seconds) after each catch-up, for metrics
 
 
 MODE_ENV = "SPECDECODE_TIER0"  # "plain" (default) or "verify": SGLang's own one-token verify + draft extend
+CATCH_UP_ENV = "SPECDECODE_CATCH_UP_TOKENS"  # positions kept per request while off (0: no catch-up)
 
 
-def reset(catch_up_tokens: int = DEFAULT_CATCH_UP_TOKENS) -> None:
-    global stats, window, plain_graph_runner, on_catch_up, enabled
+def reset(catch_up_tokens: int | None = None) -> None:
+    global stats, window, plain_graph_runner, plain_attn_backend, on_catch_up, enabled
     import os
 
     enabled = os.environ.get(MODE_ENV, "plain") != "verify"
+    if catch_up_tokens is None:
+        catch_up_tokens = int(os.environ.get(CATCH_UP_ENV, DEFAULT_CATCH_UP_TOKENS))
     stats = TierZeroStats()
     window = CatchUpWindow(tokens=int(catch_up_tokens))
-    plain_graph_runner = None
+    plain_graph_runner = plain_attn_backend = None
     on_catch_up = None
 
 
@@ -131,13 +135,16 @@ def _hosts_draft(worker) -> bool:
 
 @contextlib.contextmanager
 def _plain_graphs(model_runner):
-    """The target's decode graphs in force for one plain forward (the tier's verify graphs otherwise)."""
-    saved = model_runner.decode_cuda_graph_runner
+    """The target's decode graphs and their attention backend in force for one plain forward (the tier's verify
+    graphs and backend otherwise); none captured (a CPU): the forward runs eagerly on the tier's backend."""
+    saved = model_runner.decode_cuda_graph_runner, model_runner.attn_backend
     model_runner.decode_cuda_graph_runner = plain_graph_runner
+    if plain_attn_backend is not None:
+        model_runner.attn_backend = plain_attn_backend
     try:
         yield
     finally:
-        model_runner.decode_cuda_graph_runner = saved
+        model_runner.decode_cuda_graph_runner, model_runner.attn_backend = saved
 
 
 def target_only_cycle(worker, batch, on_publish):
