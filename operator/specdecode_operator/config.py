@@ -55,11 +55,11 @@ class OperatorConfig:
     # Children whose API an add-on serves (ServiceMonitor, LeaderWorkerSet): discovery is asked again this often
     # while one is missing, so installing its CRDs takes effect without a restart (optional_apis.py).
     api_recheck_seconds: float = 60.0
-    # Step control: "ServiceAccount" sends the operator's projected token (control_identity.py; the chart's default),
-    # "Secret" a per-object control-token Secret.
+    # Step control: "ServiceAccount" sends a short-lived token of the operator's ServiceAccount bound to each
+    # deployment's own audience (control_identity.py; the chart's default), "Secret" a per-object control-token Secret.
     control_auth: str = "Secret"
-    control_token_file: str = "/var/run/secrets/specdecode/control/token"
-    control_audience: str = "specdecode-runtime"
+    control_service_account: str = "specdecode-operator"  # ours, in operator_namespace (the chart: the pod's own)
+    control_audience: str = "specdecode-runtime"  # the prefix of every deployment's audience
     # TEST/DEMO ONLY: the tuner sleeps intervalSeconds x this in wall time and its clock runs 1/this as fast, so a
     # test with simulated pods at speed 1/scale sees exactly the simulated clock. 1.0 on a real cluster.
     tune_interval_scale: float = 1.0
@@ -117,7 +117,7 @@ class OperatorConfig:
             ("api_recheck_seconds", "API_RECHECK_SECONDS", float),
             ("metrics_cert_dir", "METRICS_CERT_DIR", str),
             ("control_auth", "CONTROL_AUTH", str),
-            ("control_token_file", "CONTROL_TOKEN_FILE", str),
+            ("control_service_account", "CONTROL_SERVICE_ACCOUNT", str),
             ("control_audience", "CONTROL_AUDIENCE", str),
         ]:
             if get(name):

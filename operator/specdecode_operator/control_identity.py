@@ -1,49 +1,36 @@
 """The operator's identity toward the runtime pods' step endpoint, when it is its ServiceAccount token.
 
-With ``control_auth: ServiceAccount`` (the chart's default) kubelet projects a token of the operator's
-ServiceAccount, bound to the runtime's audience, at ``control_token_file`` and rotates it. The operator sends that
-token with every step-table push (re-read when the file changes), and tells the runtime pods what to accept: the
-token's own issuer and subject (``render.control_auth.ControlAuth``). No Secret exists in the object's namespace, so
-Live step control works in every watched namespace without a Secret grant. When the file is missing or unreadable,
-the per-object control-token Secret is used as before (and a warning logged once).
+With ``control_auth: ServiceAccount`` (the chart's default) the operator asks the API server (TokenRequest on its
+own ServiceAccount, ``serviceaccounts/token`` ``create``) for a token per SpecDecodeDeployment, bound to that
+deployment's own audience (``render.control_auth.deployment_audience``) and valid for ``TOKEN_SECONDS``; it is
+requested again once ``REFRESH_FRACTION`` of its life has passed, and dropped when the deployment's tuner asks for
+no push. Before a token is sent, its claims are checked against what was asked for (audience exactly that one,
+subject our ServiceAccount, expiry within the requested life): a token for anything else is never sent.
+
+The runtime pods are told what to accept (``render.control_auth.ControlAuth``): the cluster's issuer (read once
+from the API server's OIDC discovery document), our ServiceAccount, and their own audience. No Secret exists in
+the object's namespace, so Live step control works in every watched namespace without a Secret grant.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import logging
-import os
+import time
+import weakref
+from typing import Any
 
-from .render.control_auth import ControlAuth
+from .kube_client import ApiError
+from .render.control_auth import ControlAuth, deployment_audience
 
 log = logging.getLogger("specdecode.operator")
-MAX_TOKEN_BYTES = 16 * 1024
-_cache: dict[str, tuple[tuple, str]] = {}  # path -> ((mtime_ns, size), token)
-_warned: set[str] = set()
-
-
-def bearer(config) -> str | None:
-    """The operator's projected token, or None (Secret mode, or no readable token file)."""
-    if config.control_auth != "ServiceAccount":
-        return None
-    path = config.control_token_file
-    try:
-        st = os.stat(path)
-        stamp = (st.st_mtime_ns, st.st_size)
-        hit = _cache.get(path)
-        if hit is None or hit[0] != stamp:
-            with open(path, "rb") as f:
-                token = f.read(MAX_TOKEN_BYTES + 1)[:MAX_TOKEN_BYTES].decode().strip()
-            _cache[path] = hit = (stamp, token)
-        return hit[1] or None
-    except (OSError, UnicodeDecodeError) as e:
-        if path not in _warned:
-            _warned.add(path)
-            log.warning(
-                "control token file %s unusable (%s): step control falls back to the control-token Secret", path, e
-            )
-        return None
+TOKEN_SECONDS = 600  # the shortest life the API server grants
+REFRESH_FRACTION = 0.5  # a token is replaced once half its life has passed
+CLOCK_SKEW = 60  # seconds of the API server's clock ahead of ours that a token's expiry may show
+MAX_TOKENS = 4096  # deployments whose token is kept
+DISCOVERY = "/.well-known/openid-configuration"
 
 
 def _segment(segment: str) -> dict:
@@ -63,21 +50,102 @@ def unverified_claims(token: str) -> dict:
     return _segment(payload)
 
 
-def control_auth(config) -> ControlAuth | None:
-    """What the runtime pods must accept: the issuer and subject of our own token, for ``control_audience``."""
-    token = bearer(config)
-    if token is None:
-        return None
+def subject(config) -> str:
+    return f"system:serviceaccount:{config.operator_namespace}:{config.control_service_account}"
+
+
+def token_problem(token: str, audience: str, sub: str, now: float, seconds: int = TOKEN_SECONDS) -> str | None:
+    """Why ``token`` must not be sent to a deployment of ``audience`` (None: it may): it must be bound to exactly
+    that audience, name our ServiceAccount, and expire within the life we asked for."""
     try:
-        claims = unverified_claims(token)  # our own token, from kubelet
-        return ControlAuth(issuer=claims["iss"], audience=config.control_audience, subjects=(claims["sub"],))
-    except (ValueError, KeyError) as e:
-        if "claims" not in _warned:
-            _warned.add("claims")
-            log.warning(
-                "control token file %s is not a ServiceAccount token (%s): step control falls back to the "
-                "control-token Secret",
-                config.control_token_file,
-                e,
+        claims = unverified_claims(token)
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"not a JWT ({e})"
+    aud = claims.get("aud")
+    if (aud if isinstance(aud, list) else [aud]) != [audience]:
+        return f"bound to audience {aud!r}, not only {audience!r}"
+    if claims.get("sub") != sub:
+        return f"subject {claims.get('sub')!r}, not {sub!r}"
+    exp = claims.get("exp")
+    if not isinstance(exp, (int, float)) or not now < exp <= now + seconds + CLOCK_SKEW:
+        return f"expiry {exp!r} not within {seconds} s from now"
+    return None
+
+
+class ControlIdentity:
+    """Per-deployment step-control tokens of the operator's ServiceAccount, through ``client`` (a KubeClient)."""
+
+    def __init__(self, client, config, clock=time.time):
+        self.client, self.config, self.clock = client, config, clock
+        self.subject = subject(config)
+        self.issuer: str | None = None
+        self._tokens: collections.OrderedDict[str, tuple[float, float, str]] = collections.OrderedDict()
+        self.requests = 0  # TokenRequests made (tests)
+
+    async def auth(self) -> ControlAuth:
+        """What the runtime pods must accept. The issuer is read once (ApiError until it could be)."""
+        if self.issuer is None:
+            doc = await self.client.request("GET", DISCOVERY, verb="get")
+            issuer = doc.get("issuer") if isinstance(doc, dict) else None
+            if not isinstance(issuer, str) or not issuer:
+                raise ApiError(0, "NoIssuer", f"the API server's {DISCOVERY} names no issuer")
+            self.issuer = issuer
+        return ControlAuth(issuer=self.issuer, audience=self.config.control_audience, subjects=(self.subject,))
+
+    def cached_auth(self) -> ControlAuth | None:
+        if self.issuer is None:
+            return None
+        return ControlAuth(issuer=self.issuer, audience=self.config.control_audience, subjects=(self.subject,))
+
+    async def token_for(self, namespace: str, name: str, uid: str | None) -> str | None:
+        """A token for this deployment's pods only; None (and a log line) when none can be had now."""
+        audience = deployment_audience(self.config.control_audience, namespace, name, uid)
+        now = self.clock()
+        hit = self._tokens.get(audience)
+        if hit is not None and now < hit[0] + (hit[1] - hit[0]) * REFRESH_FRACTION:
+            self._tokens.move_to_end(audience)
+            return hit[2]
+        self._tokens.pop(audience, None)
+        ns, sa = self.config.operator_namespace, self.config.control_service_account
+        body: dict[str, Any] = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": [audience], "expirationSeconds": TOKEN_SECONDS},
+        }
+        self.requests += 1
+        try:
+            out = await self.client.request(
+                "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", body=body, verb="create"
             )
+        except ApiError as e:
+            log.warning("step control: no token for %s/%s: TokenRequest failed: %s %s", namespace, name, e.status, e)
+            return None
+        token = ((out or {}).get("status") or {}).get("token") if isinstance(out, dict) else None
+        if not isinstance(token, str) or not token:
+            log.warning("step control: the TokenRequest for %s/%s returned no token", namespace, name)
+            return None
+        problem = token_problem(token, audience, self.subject, now)
+        if problem is not None:
+            log.warning("step control: token for %s/%s not sent: %s", namespace, name, problem)
+            return None
+        self._tokens[audience] = (now, float(unverified_claims(token)["exp"]), token)
+        while len(self._tokens) > MAX_TOKENS:
+            self._tokens.popitem(last=False)
+        return token
+
+    def forget(self, namespace: str, name: str, uid: str | None) -> None:
+        """Drop the cached token (a pod refused it: ask for a new one next time)."""
+        self._tokens.pop(deployment_audience(self.config.control_audience, namespace, name, uid), None)
+
+
+_identities: weakref.WeakKeyDictionary[Any, ControlIdentity] = weakref.WeakKeyDictionary()
+
+
+def identity(client, config) -> ControlIdentity | None:
+    """The operator's one ControlIdentity for ``client`` in ServiceAccount mode, else None (Secret mode)."""
+    if config.control_auth != "ServiceAccount":
         return None
+    found = _identities.get(client)
+    if found is None or found.config is not config:
+        found = _identities[client] = ControlIdentity(client, config)
+    return found

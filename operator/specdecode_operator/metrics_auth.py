@@ -5,7 +5,8 @@ operator should not read it for free. A scrape must carry a bearer token the API
 (TokenReview) and whose user may ``get`` the non-resource URL ``/metrics`` (SubjectAccessReview; the chart's
 ``<fullname>-metrics-reader`` ClusterRole grants it to Prometheus' ServiceAccount). No token, or one the API server
 does not accept: 401; an authenticated user without the grant: 403. Answers are cached per token for
-``CACHE_SECONDS`` (bounded), so a scrape every 15 s costs two API calls a minute, not two per scrape.
+``CACHE_SECONDS`` (bounded), so a scrape every 15 s costs two API calls a minute, not two per scrape. The API
+server's calls are bounded in time and in number; when it cannot answer, a scrape gets 503 at once.
 
 The endpoint speaks HTTPS: with a certificate from ``cert_dir`` (``tls.crt``/``tls.key``, e.g. a mounted
 cert-manager Secret) or, by default, a self-signed one made at start-up (Prometheus then scrapes with
@@ -15,6 +16,8 @@ cert-manager Secret) or, by default, a self-signed one made at start-up (Prometh
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import datetime
 import hashlib
 import ipaddress
@@ -22,6 +25,7 @@ import logging
 import pathlib
 import ssl
 import tempfile
+import threading
 import time
 
 import kubernetes
@@ -29,23 +33,48 @@ import kubernetes
 log = logging.getLogger("specdecode.operator")
 
 CACHE_SECONDS = 60.0
-CACHE_MAX = 256
+CACHE_MAX = 256  # decided tokens (200 or 403) remembered
+NEGATIVE_CACHE_MAX = 1024  # tokens the API server refused (401), kept apart: a flood of them evicts no scraper
 MAX_TOKEN_BYTES = 16 * 1024
 PATH = "/metrics"
+REVIEW_TIMEOUT = (2.0, 3.0)  # (connect, read) seconds per review call
+REVIEW_DEADLINE = 5.0  # a scrape waits at most this long for its review, retries included
+MAX_INFLIGHT = 4  # reviews running at once; more answer 503 at once instead of queueing
+OUTAGE_SECONDS = 2.0  # after a failed review, uncached tokens get 503 without a call for this long
 
 
 class MetricsAuth:
-    """Decides 200/401/403 for one ``Authorization`` header."""
+    """Decides 200/401/403 (503: the API server cannot decide now) for one ``Authorization`` header.
+
+    Every review call has a timeout and runs on this class's own threads (at most ``MAX_INFLIGHT``), never the
+    event loop's default pool; concurrent requests with one token share one review; answers are cached per token
+    (refusals apart, so unknown tokens cannot push out a scraper's entry), and after a failed call the API server
+    is left alone for ``OUTAGE_SECONDS``."""
 
     def __init__(self, api: kubernetes.client.ApiClient, clock=time.monotonic):
         self.authn = kubernetes.client.AuthenticationV1Api(api)
         self.authz = kubernetes.client.AuthorizationV1Api(api)
         self.clock = clock
-        self._cache: dict[str, tuple[float, int]] = {}
+        self._cache: collections.OrderedDict[str, tuple[float, int]] = collections.OrderedDict()
+        self._negative: collections.OrderedDict[str, tuple[float, int]] = collections.OrderedDict()
+        self._pending: dict[str, asyncio.Future[int]] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(MAX_INFLIGHT, thread_name_prefix="metrics-review")
+        self._down_until = 0.0
+        self._running = 0  # review threads still running, including those a scrape stopped waiting for
+        self._lock = threading.Lock()
+        self.reviews = 0  # review calls made (tests)
+
+    def _run(self, token: str) -> int:
+        try:
+            return self._review(token)
+        finally:
+            with self._lock:
+                self._running -= 1
 
     def _review(self, token: str) -> int:
         review = self.authn.create_token_review(
-            kubernetes.client.V1TokenReview(spec=kubernetes.client.V1TokenReviewSpec(token=token))
+            kubernetes.client.V1TokenReview(spec=kubernetes.client.V1TokenReviewSpec(token=token)),
+            _request_timeout=REVIEW_TIMEOUT,
         )
         status = review.status
         if not status or not status.authenticated or not status.user:
@@ -60,9 +89,26 @@ class MetricsAuth:
                     extra={k: list(v) for k, v in (user.extra or {}).items()},
                     non_resource_attributes=kubernetes.client.V1NonResourceAttributes(path=PATH, verb="get"),
                 )
-            )
+            ),
+            _request_timeout=REVIEW_TIMEOUT,
         )
         return 200 if sar.status and sar.status.allowed else 403
+
+    def _cached(self, key: str, now: float) -> int | None:
+        for cache in (self._cache, self._negative):
+            hit = cache.get(key)
+            if hit is not None:
+                if now - hit[0] < CACHE_SECONDS:
+                    return hit[1]
+                del cache[key]
+        return None
+
+    def _remember(self, key: str, now: float, answer: int) -> None:
+        cache, limit = (self._negative, NEGATIVE_CACHE_MAX) if answer == 401 else (self._cache, CACHE_MAX)
+        cache[key] = (now, answer)
+        cache.move_to_end(key)
+        while len(cache) > limit:
+            cache.popitem(last=False)  # the oldest entry
 
     async def status(self, header: str | None) -> int:
         if not header or not header.startswith("Bearer ") or len(header) > MAX_TOKEN_BYTES:
@@ -72,20 +118,45 @@ class MetricsAuth:
             return 401
         key = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
-        hit = self._cache.get(key)
-        if hit is not None and now - hit[0] < CACHE_SECONDS:
-            return hit[1]
+        answer = self._cached(key, now)
+        if answer is not None:
+            return answer
+        pending = self._pending.get(key)
+        if pending is not None:  # the same token under review: share its answer
+            return await asyncio.shield(pending)
+        if now < self._down_until or self._running >= MAX_INFLIGHT:
+            return 503
+        loop = asyncio.get_running_loop()
+        self._pending[key] = future = loop.create_future()
         try:
-            answer = await asyncio.to_thread(self._review, token)
-        except kubernetes.client.ApiException as e:  # the API server could not decide: nothing is cached
+            answer = await self._decide(token)
+            if answer != 503:
+                self._remember(key, self.clock(), answer)
+            future.set_result(answer)
+            return answer
+        finally:
+            if not future.done():
+                future.set_result(503)
+            del self._pending[key]
+
+    async def _decide(self, token: str) -> int:
+        self.reviews += 1
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._running += 1
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._pool, self._run, token), REVIEW_DEADLINE)
+        except kubernetes.client.ApiException as e:  # the API server answered without deciding: nothing is cached
             log.warning("metrics: token review failed: %s %s", e.status, e.reason)
-            return 503 if (e.status or 500) >= 500 else 401
-        if len(self._cache) >= CACHE_MAX:
-            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < CACHE_SECONDS}
-            if len(self._cache) >= CACHE_MAX:
-                self._cache.clear()
-        self._cache[key] = (now, answer)
-        return answer
+            if (e.status or 500) < 500 and e.status != 429:
+                return 401
+        except Exception as e:  # unreachable, timed out, or an answer the client cannot read
+            log.warning("metrics: token review failed: %s: %s", type(e).__name__, e)
+        self._down_until = self.clock() + OUTAGE_SECONDS
+        return 503
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def self_signed(directory: pathlib.Path, names: list[str]) -> tuple[pathlib.Path, pathlib.Path]:

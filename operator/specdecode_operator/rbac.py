@@ -6,13 +6,18 @@ that every granted verb is used by the operator in some test (an unused grant fa
 
 Scopes:
 - ``cluster``: cluster-scoped reads kopf needs in every mode (ClusterRole);
+- ``metrics-review``: TokenReview and SubjectAccessReview for the secured ``/metrics`` (ClusterRole), granted only
+  when the chart turns secure metrics on;
 - ``operator-namespace``: the leader-election Lease, in the operator's own namespace only (Role);
+- ``control-serviceaccount``: TokenRequest on the operator's own ServiceAccount (Role in its namespace, limited
+  to that ServiceAccount by name), granted only in ServiceAccount step-control mode: a short-lived token per
+  deployment (``control_identity``);
 - ``watched``: the SpecDecodeDeployments and their children; a ClusterRole when watching every namespace, else a
   Role per watched namespace;
 - ``control-token``: the per-deployment control-token Secrets. Never cluster-wide: a Role per watched namespace,
   and when watching every namespace, a RoleBinding (to a ClusterRole that is not bound cluster-wide) in each
-  namespace the chart lists in ``rbac.controlTokenNamespaces``. Elsewhere Live step control is unavailable and the
-  object says so (``ControlTokenUnavailable``); everything else works.
+  namespace the chart lists in ``rbac.controlTokenNamespaces``; granted only in Secret step-control mode. Elsewhere
+  Live step control is unavailable and the object says so (``ControlTokenUnavailable``); everything else works.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ READ = ("get", "list", "watch")
 APPLY = ("create", "patch")  # server-side apply: patch, and create when the object does not exist yet
 CHILD = READ + APPLY  # children every render produces
 DROPPABLE = CHILD + ("delete",)  # children a spec change can drop (Deployment <-> LeaderWorkerSet, monitoring off, ...)
-SCOPES = ("cluster", "operator-namespace", "watched", "control-token")
+SCOPES = ("cluster", "metrics-review", "operator-namespace", "control-serviceaccount", "watched", "control-token")
 
 
 class Rule(NamedTuple):
@@ -50,15 +55,28 @@ RULES: list[Rule] = [
         "tokenreviews",
         ("create",),
         "metrics: authenticate a scraper's bearer token",
-        "cluster",
+        "metrics-review",
     ),
-    Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "metrics: may that user get /metrics", "cluster"),
+    Rule(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        ("create",),
+        "metrics: may that user get /metrics",
+        "metrics-review",
+    ),
     Rule(
         "coordination.k8s.io",
         "leases",
         ("get", "create", "update"),
         "leader election: one active replica",
         "operator-namespace",
+    ),
+    Rule(
+        "",
+        "serviceaccounts/token",
+        ("create",),
+        "step control: a short-lived token of our own ServiceAccount per deployment",
+        "control-serviceaccount",
     ),
     Rule("specdecode.io", "specdecodedeployments", ("list", "watch", "patch"), "watch the CRs; kopf's finalizer"),
     Rule("specdecode.io", "specdecodedeployments/status", ("patch",), "status by server-side apply"),

@@ -9,7 +9,6 @@ collectives deadlock or mix shapes. The endpoint enforces (a) with a 422 naming 
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import inspect
 import logging
@@ -25,6 +24,13 @@ from .contract.step_table import MAX_TABLE_ENTRIES, STEPS_PATH, StepTable, StepT
 log = logging.getLogger(__name__)
 
 MAX_TOKEN_BYTES = 4096  # a Secret's token is 64 hex characters
+# What a refused caller is told; why is logged only.
+UNAUTHORIZED = (
+    "missing or invalid bearer token (Authorization: Bearer <token from the mounted Secret, or the operator's "
+    "ServiceAccount token>)"
+)
+FORBIDDEN = "this caller may not change speculative steps"
+UNAVAILABLE = "caller tokens cannot be verified now; retry later"
 
 
 # ------------------------------------------------------------------ HTTP endpoint
@@ -78,8 +84,9 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     """Mount GET/PUT /specdecode/v1/steps on an aiohttp application.
 
     A caller presents either the shared token of the mounted Secret, or a ServiceAccount token verified against the
-    cluster's issuer keys (``verifier``, a ``sa_token_auth.ServiceAccountVerifier``; by default the one the pod's
-    ``SPECDECODE_CONTROL_*`` environment configures, if any)."""
+    cluster's issuer keys (``verifier``, a ``sa_token_auth.ServiceAccountVerifier``, whose ``async verify(token)``
+    returns the caller or raises ``Refused``; by default the one the pod's ``SPECDECODE_CONTROL_*`` environment
+    configures, if any)."""
     from aiohttp import web
 
     tokens = TokenFile(token_file)
@@ -90,14 +97,14 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         if settings is not None:
             verifier = sa_token_auth.ServiceAccountVerifier(settings)
 
-    def _unauthorized(
-        why: str = "missing or invalid bearer token (Authorization: Bearer <token from the mounted "
-        "Secret, or the operator's ServiceAccount token>)",
-    ) -> web.Response:
-        return web.json_response({"error": why}, status=401, headers={"WWW-Authenticate": 'Bearer realm="specdecode"'})
+    def _unauthorized() -> web.Response:
+        return web.json_response(
+            {"error": UNAUTHORIZED}, status=401, headers={"WWW-Authenticate": 'Bearer realm="specdecode"'}
+        )
 
     async def _refusal(request: web.Request) -> web.Response | None:
-        """None when the caller may use the endpoint, else the 401/403 answer."""
+        """None when the caller may use the endpoint, else the 401/403/503 answer. The answer says no more than
+        its status (no issuer, audience or allowed caller); the reason is logged."""
         header = request.headers.get("Authorization")
         if tokens.authorized(header):
             return None
@@ -106,11 +113,17 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         from .sa_token_auth import Refused
 
         try:
-            await asyncio.to_thread(verifier.verify, header[len("Bearer ") :].strip())
+            await verifier.verify(header[len("Bearer ") :].strip())
         except Refused as err:
+            log.info("step control refused (%d): %s", err.status, err.message)
             if err.status == 403:
-                return web.json_response({"error": err.message}, status=403)
-            return _unauthorized(err.message)
+                return web.json_response({"error": FORBIDDEN}, status=403)
+            if err.status == 503:
+                return web.json_response({"error": UNAVAILABLE}, status=503, headers={"Retry-After": "5"})
+            return _unauthorized()
+        except Exception:  # a verifier defect is still no reason to answer 500 or to let the caller in
+            log.exception("step control: token verification failed")
+            return _unauthorized()
         return None
 
     def _body(table: StepTable, **extra: Any) -> dict[str, Any]:

@@ -13,7 +13,9 @@ CHART = ROOT / "charts" / "specdecode-operator"
 HEADER = (CHART / "files" / "rbac-rules.yaml").read_text().split("\nalways:\n")[0] + "\n"
 PARTS = {
     "cluster": "always",
+    "metrics-review": "metricsReview",
     "operator-namespace": "operatorNamespace",
+    "control-serviceaccount": "controlServiceAccount",
     "watched": "namespaced",
     "control-token": "controlToken",
 }

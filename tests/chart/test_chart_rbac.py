@@ -76,8 +76,35 @@ def test_chart_rules_equal_the_operators_declared_api_calls():
         f"only in the chart: {sorted(chart - declared)}; only in rbac.py: {sorted(declared - chart)}. "
         "Run `python tests/chart/regen.py`."
     )
-    rendered = granted(render(COMBOS["namespaced"]))
-    assert rendered == declared  # every rule is rendered somewhere (namespaced mode renders each scope)
+    # every rule is rendered in some mode: namespaced mode renders each scope, Secret mode the Secret grants
+    rendered = granted(render(COMBOS["namespaced"])) | granted(render({"controlAuth": {"mode": "Secret"}}))
+    assert rendered == declared
+
+
+REVIEWS = {
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
+}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"metrics": {"enabled": True, "port": 8080, "secure": False}},
+        {"metrics": {"enabled": False, "port": 8080, "secure": True}},
+    ],
+)
+def test_token_and_access_reviews_are_granted_only_with_secure_metrics(values):
+    assert REVIEWS <= cluster_wide(render({}))  # the default: /metrics secured
+    assert not REVIEWS & granted(render(values))
+
+
+def test_secrets_are_granted_only_in_secret_mode():
+    for values in ({}, {"rbac": {"controlTokenNamespaces": ["llm"]}}, COMBOS["namespaced"]):
+        docs = render(values)
+        assert not any(r == "secrets" for _, r, _ in granted(docs)), values
+    docs = render({"controlAuth": {"mode": "Secret"}, **COMBOS["namespaced"]})
+    assert any(r == "secrets" for _, r, _ in granted(docs))
 
 
 def cluster_wide(docs) -> set[tuple[str, str, str]]:
@@ -110,17 +137,24 @@ def test_cluster_wide_grants_cover_the_minimum_and_nothing_dangerous():
             "roles",
             "rolebindings",
             "serviceaccounts",
-            "serviceaccounts/token",
         }
         for _, r, _ in flat
     )
+    # TokenRequest: on the operator's own ServiceAccount only, in the release namespace only
+    assert not any(r == "serviceaccounts/token" for _, r, _ in cluster_wide(docs))
+    sa = one(docs, "ServiceAccount")["metadata"]["name"]
+    for role in of_kind(docs, "Role") + of_kind(docs, "ClusterRole"):
+        for rule in role["rules"]:
+            if "serviceaccounts/token" in rule.get("resources", []):
+                assert role["kind"] == "Role" and role["metadata"]["namespace"] == NAMESPACE
+                assert rule["resourceNames"] == [sa] and rule["verbs"] == ["create"]
     # pods: listed only (a rollout's unschedulable pods); their templates are the Deployments' it already reads
     assert {v for _, r, v in flat if r == "pods"} <= {"list"}
 
 
 @pytest.mark.parametrize("combo", ["defaults", "namespaced", "overrides"])
 def test_no_cluster_wide_secret_access(combo):
-    docs = render(COMBOS[combo])
+    docs = render({**COMBOS[combo], "controlAuth": {"mode": "Secret"}})
     assert not any(r == "secrets" for _, r, _ in cluster_wide(docs))
     token_role = next(r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-control-token"))
     assert by_resource(triples(token_role["rules"])) == {("", "secrets"): {"get", "create", "patch"}}
@@ -130,7 +164,7 @@ def test_control_token_secrets_are_bound_per_namespace():
     def bindings(values):
         return sorted(
             b["metadata"]["namespace"]
-            for b in of_kind(render(values), "RoleBinding")
+            for b in of_kind(render({**values, "controlAuth": {"mode": "Secret"}}), "RoleBinding")
             if b["roleRef"]["name"].endswith("-control-token")
         )
 

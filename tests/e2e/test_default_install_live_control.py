@@ -2,8 +2,8 @@
 
 `helm install` of the chart with its default values (CRDs included). There is no kubelet, so the test plays it
 (tests/k8s/kubelet.py): the operator runs as its own process with the installed Deployment's arguments and
-environment, the API credentials of the chart's ServiceAccount (held to the chart's RBAC) and the step-control token
-its projected volume asks for (TokenRequest: that ServiceAccount, that audience). In a namespace created afterwards,
+environment and the API credentials of the chart's ServiceAccount (held to the chart's RBAC, which lets it request
+tokens of that ServiceAccount only: one per deployment, bound to the deployment's own audience). In a namespace created afterwards,
 with nothing but its ``default`` ServiceAccount, a Live SpecDecodeDeployment's runtime pod is a process of its own
 (tests/k8s/runtime_pod.py) started from the Deployment the operator rendered: its environment, its runtime.yaml, its
 own projected token, verifying the operator's token against the API server's issuer keys. The test plays the
@@ -33,7 +33,6 @@ import urllib.request
 import pytest
 import yaml
 
-from specdecode_operator.config import OperatorConfig
 from specdecode_operator.render import names
 from specdecode_runtime.contract.config import (
     CONFIG_FILE_NAME,
@@ -104,8 +103,6 @@ def operator_as_the_chart_deploys_it(env, tmp_path) -> ChartOperator:
         **files.env,
         "SPECDECODE_METRICS_PORT": str(free_port()),
         "SPECDECODE_TUNE_INTERVAL_SCALE": str(SCALE),
-        # where the operator reads its token in the pod (its default), as the chart's mount places it
-        "SPECDECODE_CONTROL_TOKEN_FILE": files.path(OperatorConfig().control_token_file),
     }
     op = ChartOperator(kubeconfig, tmp_path / "operator.log", args, environ, liveness)
     op.metrics_port = int(environ["SPECDECODE_METRICS_PORT"])

@@ -8,13 +8,15 @@ the chart's ClusterRole (none refused, per the audit log), and answers are cache
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import kubernetes
 import yaml
 
 from specdecode_operator.endpoints import Endpoints
 from specdecode_operator.metrics import OperatorMetrics
-from specdecode_operator.metrics_auth import MetricsAuth, server_context
+from specdecode_operator.metrics_auth import CACHE_MAX, MetricsAuth, server_context
 from tests.k8s.apiserver import chart_rbac, kubectl
 from tests.k8s.cluster import unique_namespace
 from tests.k8s.envtest import free_port
@@ -77,7 +79,7 @@ async def test_metrics_answer_200_403_401_by_token(apiserver_bed):
         metrics_port=port,
         health_port=None,
         host="127.0.0.1",
-        metrics_auth=MetricsAuth(api),
+        metrics_auth=(auth := MetricsAuth(api)),
         metrics_tls=server_context(None, ["localhost", "127.0.0.1"]),
     ).start()
     try:
@@ -111,6 +113,14 @@ async def test_metrics_answer_200_403_401_by_token(apiserver_bed):
                 )
                 == reviews
             )
+            # a flood of unknown tokens, each one TokenReview the API server refuses: the refusals are cached apart,
+            # so they push no decided token out (no review for the scraper after the flood)
+            for i in range(CACHE_MAX + 44):
+                assert (await scrape(f"unknown-{i}"))[0] == 401
+            before = auth.reviews
+            assert (await scrape(prometheus))[0] == 200 and (await scrape(nobody))[0] == 403
+            assert (await scrape("unknown-0"))[0] == 401  # a refusal is cached too
+            assert auth.reviews == before
             try:  # plain HTTP is not served on the secure port
                 async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
                     assert r.status == 400
@@ -125,3 +135,52 @@ async def test_metrics_answer_200_403_401_by_token(apiserver_bed):
     }
     assert ("tokenreviews", 201) in used and ("subjectaccessreviews", 201) in used
     assert bed.forbidden(mark) == []
+
+
+async def _stalled_server():
+    """A TCP server that accepts connections and never answers (a stalled API server)."""
+    held: list = []
+
+    async def hold(reader, writer):
+        held.append(writer)
+        await asyncio.sleep(3600)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_an_api_server_outage_is_a_fast_503_that_holds_no_shared_thread():
+    """Unreachable: 503 at once. Stalled: the first scrapes wait at most the review deadline, every later one gets
+    503 at once; at most MAX_INFLIGHT reviews run; the event loop's default thread pool stays free throughout."""
+    import time
+
+    from specdecode_operator import metrics_auth
+
+    refused = kubernetes.client.Configuration()
+    refused.host = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    auth = MetricsAuth(kubernetes.client.ApiClient(refused))
+    started = time.monotonic()
+    assert await auth.status("Bearer a-token") == 503
+    assert time.monotonic() - started < metrics_auth.REVIEW_DEADLINE
+    auth.close()
+
+    server, url = await _stalled_server()
+    stalled = kubernetes.client.Configuration()
+    stalled.host = url
+    auth = MetricsAuth(kubernetes.client.ApiClient(stalled))
+    try:
+        started = time.monotonic()
+        scrapes = asyncio.gather(*(auth.status(f"Bearer token-{i}") for i in range(32)))
+        await asyncio.sleep(0.2)
+        # meanwhile the default pool (asyncio.to_thread, kopf's sync handlers) is not held by the stalled reviews
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), timeout=1.0) == "free"
+        answers = await scrapes
+        assert set(answers) == {503}
+        assert time.monotonic() - started < metrics_auth.REVIEW_DEADLINE + 1.5
+        assert auth.reviews <= metrics_auth.MAX_INFLIGHT
+        started = time.monotonic()
+        assert await auth.status("Bearer another") == 503  # during the outage: no call, no wait
+        assert time.monotonic() - started < 0.5 and auth.reviews <= metrics_auth.MAX_INFLIGHT
+    finally:
+        auth.close()
+        server.close()

@@ -93,7 +93,7 @@ def start_container(
                 )
     server = urllib.parse.urlsplit(env.server)
     files.env.update(KUBERNETES_SERVICE_HOST=server.hostname, KUBERNETES_SERVICE_PORT=str(server.port))
-    downward = {"metadata.name": pod_name, "metadata.namespace": namespace}
+    downward = {"metadata.name": pod_name, "metadata.namespace": namespace, "spec.serviceAccountName": service_account}
     for var in ctr.get("env") or []:
         if "fieldRef" in (var.get("valueFrom") or {}):
             files.env[var["name"]] = downward[var["valueFrom"]["fieldRef"]["fieldPath"]]

@@ -1,7 +1,5 @@
-"""The operator's step-control identity from its projected ServiceAccount token (control_identity.py)."""
-
-import dataclasses
-import logging
+"""The operator's step-control identity (control_identity.py); its tokens on the real API server are tested in
+tests/e2e/test_control_sa_auth.py."""
 
 import jwt
 
@@ -19,26 +17,18 @@ def token(**claims) -> str:
     )
 
 
-def test_service_account_mode_reads_issuer_and_subject_from_the_operators_own_token(tmp_path):
-    path = tmp_path / "token"
-    path.write_text(token() + "\n")
-    config = OperatorConfig(control_auth="ServiceAccount", control_token_file=str(path))
-    auth = control_identity.control_auth(config)
-    assert (auth.issuer, auth.audience, auth.subjects) == ("https://issuer.example", "specdecode-runtime", (SUB,))
-    assert control_identity.bearer(config) == token()
-    path.write_text(token(iss="https://rotated.example") + "\n")  # kubelet rotates the file in place
-    assert control_identity.control_auth(config).issuer == "https://rotated.example"
+def test_service_account_mode_has_one_identity_per_client_and_secret_mode_none():
+    config = OperatorConfig(control_auth="ServiceAccount", operator_namespace="ops", control_service_account="op")
+    client = object.__new__(type("Client", (), {}))
+    found = control_identity.identity(client, config)
+    assert found is control_identity.identity(client, config) and found.subject == "system:serviceaccount:ops:op"
+    assert control_identity.identity(client, OperatorConfig()) is None
+    assert found.cached_auth() is None  # the issuer is unknown until read from the API server
 
 
-def test_secret_mode_or_an_unusable_file_falls_back_to_the_secret(tmp_path, caplog):
-    assert control_identity.control_auth(OperatorConfig()) is None
-    missing = OperatorConfig(control_auth="ServiceAccount", control_token_file=str(tmp_path / "absent"))
-    with caplog.at_level(logging.WARNING, "specdecode.operator"):
-        assert control_identity.control_auth(missing) is None
-    assert "falls back to the control-token Secret" in caplog.text
-    (tmp_path / "garbage").write_text("not a jwt")
-    garbage = dataclasses.replace(missing, control_token_file=str(tmp_path / "garbage"))
-    assert control_identity.control_auth(garbage) is None
+def test_the_service_account_comes_from_the_environment():
+    config = OperatorConfig.from_env({"SPECDECODE_CONTROL_SERVICE_ACCOUNT": "sd-operator"})
+    assert config.control_service_account == "sd-operator"
 
 
 def test_an_unknown_mode_is_refused_naming_the_variable():

@@ -235,7 +235,9 @@ def test_service_account_step_control_tells_the_pods_whom_to_accept_and_projects
     plain = container(render(sdd))
     c = container(render(sdd, RenderOptions(control_auth=auth)))
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["SPECDECODE_CONTROL_ISSUER"] == auth.issuer and env["SPECDECODE_CONTROL_AUDIENCE"] == auth.audience
+    # the deployment's own audience: a token for another deployment is refused by these pods
+    own = f"{auth.audience}/{sdd.metadata.namespace}/{sdd.metadata.name}/{sdd.metadata.uid or ''}"
+    assert env["SPECDECODE_CONTROL_ISSUER"] == auth.issuer and env["SPECDECODE_CONTROL_AUDIENCE"] == own
     assert env["SPECDECODE_CONTROL_SUBJECTS"] == auth.subjects[0]
     assert env["SPECDECODE_CONTROL_TOKEN_FILE"] == f"{API_MOUNT_DIR}/token"
     assert not any(n.startswith("SPECDECODE_CONTROL") for n in (e["name"] for e in plain["env"]))

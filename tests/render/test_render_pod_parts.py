@@ -16,7 +16,7 @@ import yaml
 from specdecode_operator.api.models import SpecDecodeDeployment
 from specdecode_operator.api.validate import parse
 from specdecode_operator.render import RenderOptions, names, render, to_json, to_yaml
-from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth
+from specdecode_operator.render.control_auth import API_MOUNT_DIR, ControlAuth, deployment_audience
 from specdecode_operator.render.runtime_config import runtime_config
 from specdecode_runtime.contract import model_source as ms
 from specdecode_runtime.contract.config import CONFIG_MOUNT_DIR, RuntimeConfig
@@ -102,7 +102,9 @@ def test_control_auth_env_parses_back_in_the_runtime_to_the_operators_issuer_aud
     c = runtime_container(rendered(document(), RenderOptions(control_auth=AUTH)))
     settings = settings_from_env(values_of(c))
     assert settings is not None
-    assert (settings.issuer, settings.audience, settings.subjects) == (AUTH.issuer, AUTH.audience, AUTH.subjects)
+    md = document()["metadata"]
+    audience = deployment_audience(AUTH.audience, md["namespace"], md["name"], md.get("uid"))
+    assert (settings.issuer, settings.audience, settings.subjects) == (AUTH.issuer, audience, AUTH.subjects)
     assert settings.token_file == f"{API_MOUNT_DIR}/token"
     assert settings.ca_file == f"{API_MOUNT_DIR}/ca.crt"
     # plain values, not references the kubelet would have to resolve

@@ -51,6 +51,7 @@ class Reconciler:
         self.config = config
         self.metrics = metrics
         self.client = client
+        self.identity = control_identity.identity(client, config)  # None: control-token Secrets
         self.durations: list[float] = []  # seconds per reconcile, for benchmarks (bounded below)
 
     def options(self, tuned_steps: int | None) -> RenderOptions:
@@ -60,7 +61,7 @@ class Reconciler:
             operator_namespace=self.config.operator_namespace,
             operator_labels=dict(self.config.operator_labels),
             tuned_steps=tuned_steps,
-            control_auth=control_identity.control_auth(self.config),
+            control_auth=self.identity.cached_auth() if self.identity is not None else None,
         )
 
     async def reconcile(self, body: dict, state: ObjectState, live_children: LiveChildren) -> str:
@@ -154,7 +155,7 @@ class Reconciler:
 
     def _desired(self, body: dict, sdd, state) -> tuple[list[dict], Callable[[], dict]]:
         """(stubs, full) of the rendered children. Stubs (key + input hash, see ``children.stub``) are cached per
-        (uid, generation, tuned steps): render is pure and reads only name, namespace and spec, and spec changes
+        (uid, generation, tuned steps): render is pure and reads only name, namespace, uid and spec, and spec changes
         bump the generation. ``full()`` renders the manifests (once per pass) when an apply or a drift check
         needs them; a steady-state pass renders nothing and the state keeps (key, input hash) per child, not the
         manifests."""
@@ -202,6 +203,8 @@ class Reconciler:
     async def _sync_children(self, body: dict, sdd, state, live: dict, obs: conditions.Observation) -> None:
         """Stages: the control-token Secret, every desired child (concurrently), the pass's Events, then the owned
         children the render dropped (after their replacements are applied)."""
+        if self.identity is not None:
+            await self.identity.auth()  # the issuer the pods are told, read once (ApiError: this pass fails)
         rendered, full = self._desired(body, sdd, state)
         p = _Pass(body, state, live, obs)
         secret = await self._control_secret(p)
@@ -222,8 +225,8 @@ class Reconciler:
         It is not watched (Secret access is per namespace), so it is read at most every SECRET_RECHECK_SECONDS; a
         refusal (403) becomes one ControlTokenUnavailable Event, a foreign Secret of that name a collision, and both
         are looked at again at the next read."""
-        if control_identity.control_auth(self.config) is not None:
-            return []  # the operator's ServiceAccount token authenticates step control: no Secret
+        if self.identity is not None:
+            return []  # the operator's ServiceAccount tokens authenticate step control: no Secret
         key = ("v1", "Secret", names.control_secret(p.name))
         checked = p.state.secret_checked
         if checked is not None and time.monotonic() - checked[0] < SECRET_RECHECK_SECONDS:

@@ -76,7 +76,12 @@ def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> l
     }
     template = pod.pod_template(sdd, cfg, _image(sdd, options), content_hash(config_data))
     if sdd.spec.runtime.launcher == "specdecode":
-        control_auth.add_to_template(template, options.control_auth)
+        audience = ""
+        if options.control_auth is not None:
+            audience = control_auth.deployment_audience(
+                options.control_auth.audience, namespace or "", name, sdd.metadata.uid
+            )
+        control_auth.add_to_template(template, options.control_auth, audience)
     serving = workload.deployment(sdd, template) if nodes == 1 else workload.leader_worker_set(sdd, template, nodes)
     out = [
         config_map,

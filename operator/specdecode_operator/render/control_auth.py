@@ -4,6 +4,10 @@ With ``RenderOptions.control_auth`` set, the runtime pods are told (``SPECDECODE
 audience and ServiceAccount to accept on their step endpoint (``specdecode_runtime.sa_token_auth``), and get a
 projected token of their own plus the cluster CA, with which they read the issuer's public keys from the API
 server. The pods still do not automount a token: this one is projected where the runtime looks for it.
+
+The audience is the deployment's own (``deployment_audience``: the prefix, its namespace, name and uid): the
+operator requests a short-lived token for exactly that audience before it pushes a step table
+(``control_identity``), so a token one deployment's pod receives is refused by every other deployment's pods.
 """
 
 from __future__ import annotations
@@ -17,28 +21,36 @@ TOKEN_SECONDS = 3600  # kubelet rotates the projected token at 80 % of this
 
 @dataclass(frozen=True)
 class ControlAuth:
-    issuer: str  # the cluster's ServiceAccount issuer (the operator's own token's ``iss``)
-    audience: str  # the audience the operator's token is bound to
+    issuer: str  # the cluster's ServiceAccount issuer
+    audience: str  # the audience prefix; each deployment's pods accept deployment_audience(audience, ...)
     subjects: tuple[str, ...]  # system:serviceaccount:<namespace>:<name> of the operator
 
 
-def env(auth: ControlAuth) -> list[dict[str, Any]]:
+def deployment_audience(prefix: str, namespace: str, name: str, uid: str | None) -> str:
+    """The one audience a deployment's runtime pods accept: ``<prefix>/<namespace>/<name>/<uid>``. Namespace and
+    object names cannot hold a slash, so no two deployments share it (the uid: nor a deleted one and its
+    successor of the same name)."""
+    return "/".join((prefix, namespace, name, uid or ""))
+
+
+def env(auth: ControlAuth, audience: str) -> list[dict[str, Any]]:
     return [
         {"name": "SPECDECODE_CONTROL_ISSUER", "value": auth.issuer},
-        {"name": "SPECDECODE_CONTROL_AUDIENCE", "value": auth.audience},
+        {"name": "SPECDECODE_CONTROL_AUDIENCE", "value": audience},
         {"name": "SPECDECODE_CONTROL_SUBJECTS", "value": ",".join(auth.subjects)},
         {"name": "SPECDECODE_CONTROL_TOKEN_FILE", "value": f"{API_MOUNT_DIR}/token"},
         {"name": "SPECDECODE_CONTROL_CA_FILE", "value": f"{API_MOUNT_DIR}/ca.crt"},
     ]
 
 
-def add_to_template(template: dict[str, Any], auth: ControlAuth | None) -> None:
-    """Add the settings, the projected token and the CA to the runtime container of ``template`` (in place)."""
+def add_to_template(template: dict[str, Any], auth: ControlAuth | None, audience: str = "") -> None:
+    """Add the settings, the projected token and the CA to the runtime container of ``template`` (in place);
+    ``audience``: the deployment's own (``deployment_audience``)."""
     if auth is None:
         return
     spec = template["spec"]
     container = spec["containers"][0]
-    container["env"] = [*container["env"], *env(auth)]
+    container["env"] = [*container["env"], *env(auth, audience or auth.audience)]
     container["volumeMounts"] = [
         *container["volumeMounts"],
         {"name": "control-issuer", "mountPath": API_MOUNT_DIR, "readOnly": True},

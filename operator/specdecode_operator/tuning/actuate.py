@@ -2,8 +2,9 @@
 
 Why only those pods: a push per pod per interval would cost every pod a table swap and the operator a request per
 pod for nothing; a pod whose published step counts already match the table (its ``specdecode_num_steps``) is left
-alone, and after a change every pod gets it. The bearer token comes from the operator's control-token Secret
-(cached; a 401 re-reads it once: the Secret may have been re-created). Failures become one Warning Event per
+alone, and after a change every pod gets it. The bearer token is a short-lived token of the operator's
+ServiceAccount bound to this deployment's audience (``control_identity``), or in Secret mode the operator's
+control-token Secret (cached; a 401 re-reads it once: the Secret may have been re-created). Failures become one Warning Event per
 distinct message, never an exception: one unreachable pod must never stop the others being tuned.
 """
 
@@ -37,8 +38,18 @@ class TablePusher:
         self.session, self.client, self.config, self.metrics, self.log = session, client, config, metrics, log
         self.warn, self.clear = warn, clear
         self.token: str | None = None
+        self.identity = control_identity.identity(client, config)
 
-    async def push(self, ns: str, name: str, tuner: Tuner, d: Decision, targets: list[Target], snaps: list) -> None:
+    async def push(
+        self,
+        ns: str,
+        name: str,
+        tuner: Tuner,
+        d: Decision,
+        targets: list[Target],
+        snaps: list,
+        uid: str | None = None,
+    ) -> None:
         """Until the tuner's first change the pods run the rendered step count, which is its starting table; after
         an operator restart that keeps the table the pods already run until the tuner decides again."""
         if tuner.changes == 0 and not d.changed:
@@ -46,9 +57,12 @@ class TablePusher:
         stale = stale_targets(tuner, d, targets, snaps)
         if not stale:
             return
-        token = await self._token(ns, name)
+        token = await self._token(ns, name, uid)
         if token is None:
-            self.warn("StepTablePushFailed", f"no control token in Secret {names.control_secret(name)} yet")
+            if self.identity is not None:
+                self.warn("StepTablePushFailed", "no step-control token from the API server (TokenRequest) yet")
+            else:
+                self.warn("StepTablePushFailed", f"no control token in Secret {names.control_secret(name)} yet")
             return
         body = d.step_table_body()
         urls = {t.pod: t.control_url for t in stale if t.control_url}
@@ -56,7 +70,9 @@ class TablePusher:
         results = await push_all(self.session, urls, body, token, timeout)
         if any(r.status == 401 for r in results):
             self.token = None
-            token = await self._token(ns, name)
+            if self.identity is not None:
+                self.identity.forget(ns, name, uid)
+            token = await self._token(ns, name, uid)
             retry = {r.pod: urls[r.pod] for r in results if r.status == 401}
             if token and retry:
                 again = {r.pod: r for r in await push_all(self.session, retry, body, token, timeout)}
@@ -71,10 +87,9 @@ class TablePusher:
         else:
             self.clear("StepTablePushFailed")
 
-    async def _token(self, ns: str, name: str) -> str | None:
-        own = control_identity.bearer(self.config)  # the operator's ServiceAccount token, when so configured
-        if own is not None:
-            return own
+    async def _token(self, ns: str, name: str, uid: str | None) -> str | None:
+        if self.identity is not None:  # a token of the operator's ServiceAccount for this deployment only
+            return await self.identity.token_for(ns, name, uid)
         if self.token is None:
             try:
                 obj = await self.client.get("v1", "secrets", ns, names.control_secret(name))

@@ -131,7 +131,9 @@ class TuningLoop:
         d = tuner.step(now, snaps)
         acting = not paused
         if st.mode == "Live" and acting:
-            await self.pusher.push(ns, name, tuner, d, targets or [], snaps)
+            await self.pusher.push(
+                ns, name, tuner, d, targets or [], snaps, uid=(self.body.get("metadata") or {}).get("uid")
+            )
         restarted = st.mode == "Rollout" and acting and d.restart
         if restarted:
             self.object_state.tuned_steps = d.rollout_steps

@@ -223,7 +223,8 @@ class PushResult:
 async def push_table(
     session: aiohttp.ClientSession, base_url: str, pod: str, body: dict, token: str, timeout_s: float = 5.0
 ) -> PushResult:
-    """PUT the table to one pod's control endpoint with the bearer token from the operator's Secret."""
+    """PUT the table to one pod's control endpoint with ``token``: the deployment's own ServiceAccount token
+    (checked by ``control_identity`` before it gets here) or its control-token Secret."""
     url = base_url.rstrip("/") + STEPS_PATH
     try:
         async with session.put(
