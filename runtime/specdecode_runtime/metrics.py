@@ -196,6 +196,18 @@ class SpecMetrics:
         kind = "off" if steps == 0 else "on" if last == 0 else "change"
         self._child(self.step_switches, kind).inc()
 
+    def add_switches(self, off: int, on: int, change: int, last_steps: int) -> None:
+        """Many cycles' tier changes at once (the simulator's aggregated path); ``last_steps``: the tier of the last
+        of those cycles, from which the next recorded cycle's change is counted."""
+        for kind, n in (("off", off), ("on", on), ("change", change)):
+            if n:
+                self._child(self.step_switches, kind).inc(n)
+        self._last_steps = int(last_steps)
+
+    @property
+    def last_steps(self) -> int | None:
+        return self._last_steps
+
     def record_catch_up(self, tokens: int, seconds: float) -> None:
         """One catch-up extend after target-only cycles."""
         self._child(self.catch_up_tokens).inc(int(tokens))

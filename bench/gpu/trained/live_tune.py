@@ -68,6 +68,15 @@ SGLANG_ARGS = [
 LIVE_TIERS = [1, 2, 3, 4, 5, 6, 7]
 
 
+def graph_args(max_batch: int) -> list[str]:
+    """Running requests and decode graphs up to ``max_batch`` (SGLang takes the last value of a repeated flag)."""
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_batch]
+    return ["--max-running-requests", str(max_batch), "--cuda-graph-max-bs-decode", str(max_batch)] + [
+        "--cuda-graph-bs-decode",
+        *map(str, sizes),
+    ]
+
+
 def free_port() -> int:
     import socket
 
@@ -180,15 +189,20 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
     raise SystemExit(f"server not ready after {timeout_s} s")
 
 
-def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
+def start_server(a, work: Path, server: str | None = None) -> tuple[subprocess.Popen, str, dict]:
+    server = server or a.server
     port = free_port()
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     control: dict = {}
-    common = ["--host", "127.0.0.1", "--port", str(port)] + SGLANG_ARGS + (["--dtype", a.dtype] if a.dtype else [])
-    if a.server == "nospec":
+    mem = ["--mem-fraction-static", str(a.mem_fraction)] if a.mem_fraction else []
+    mem += graph_args(a.max_batch) if a.max_batch != 32 else []
+    common = (
+        ["--host", "127.0.0.1", "--port", str(port)] + SGLANG_ARGS + (["--dtype", a.dtype] if a.dtype else []) + mem
+    )
+    if server == "nospec":
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target] + common
-    elif a.server.startswith("stock:"):
-        k = int(a.server.split(":", 1)[1])
+    elif server.startswith("stock:"):
+        k = int(server.split(":", 1)[1])
         cmd = [
             sys.executable,
             "-m",
@@ -206,7 +220,7 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
             "--speculative-num-draft-tokens",
             str(k + 1),
         ] + common
-    elif a.server == "live":
+    elif server == "live":
         import yaml
 
         from specdecode_runtime.contract.capabilities import autotune_steps
@@ -238,11 +252,11 @@ def start_server(a, work: Path) -> tuple[subprocess.Popen, str, dict]:
         cfg = work / "runtime.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=True))
         extra = [x for x in SGLANG_ARGS if x != "--enable-metrics"]  # launch sets it (our series share /metrics)
-        extra += ["--dtype", a.dtype] if a.dtype else []
+        extra += (["--dtype", a.dtype] if a.dtype else []) + mem
         cmd = [sys.executable, "-m", "specdecode_runtime", "launch", "--config", str(cfg), "--"] + extra
     else:
-        raise SystemExit(f"--server {a.server!r}: allowed nospec, stock:K, live")
-    log = open(work / f"server-{a.server.replace(':', '_')}.log", "w")
+        raise SystemExit(f"--server {server!r}: allowed nospec, stock:K, live")
+    log = open(work / f"server-{server.replace(':', '_')}.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, f"http://127.0.0.1:{port}", control
 
@@ -316,7 +330,7 @@ def gpu_clocks() -> dict:
         return {}
 
 
-def paired(measure, set_a, set_b, pairs: int) -> dict:
+def paired(measure, set_a, set_b, pairs: int, measure_b=None) -> dict:
     """A against B in alternating rounds (A B, B A, A B, ...) on the same fixed request set, and the median of the
     per-round ratios: a drift of the server over minutes (measured: the same configuration 1.5x faster later in one
     run) moves both sides of a round alike, so it cancels in the ratio, which one pass in a fixed order cannot do."""
@@ -325,12 +339,16 @@ def paired(measure, set_a, set_b, pairs: int) -> dict:
         got = {}
         for name, setter in (("a", set_a), ("b", set_b)) if i % 2 == 0 else (("b", set_b), ("a", set_a)):
             setter()
-            got[name] = measure()
+            got[name] = (measure_b or measure)() if name == "b" else measure()
         rounds.append({"a": round(got["a"], 1), "b": round(got["b"], 1), "ratio": round(got["a"] / got["b"], 4)})
     ratios = sorted(r["ratio"] for r in rounds)
     mid = len(ratios) // 2
     median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
-    return {"rounds": rounds, "median_ratio": round(median, 4), "spread": round(ratios[-1] - ratios[0], 4)}
+    return {
+        "rounds": rounds,
+        "median_ratio": round(median, 4),
+        "spread": round(ratios[-1] - ratios[0], 4),
+    }
 
 
 class Observer:
@@ -525,6 +543,21 @@ def main() -> int:
         "carries every tier's served cycle at these batch sizes (stage cycle) next to its stage replays",
     )
     p.add_argument("--served-tokens", type=int, default=64, help="decode tokens per request of the served calibration")
+    p.add_argument(
+        "--nospec-alongside",
+        action="store_true",
+        help="live server: a server without speculation runs beside it (same GPU, same arguments); each batch "
+        "measures it on the same request set, and the tuner's table is paired against the better of it and the best "
+        "static tier",
+    )
+    p.add_argument("--mem-fraction", type=float, default=0.0, help="--mem-fraction-static of each server (0: SGLang's)")
+    p.add_argument("--max-batch", type=int, default=32, help="running requests and decode graphs up to this batch")
+    p.add_argument(
+        "--tier0-pairs",
+        type=int,
+        default=0,
+        help="with --nospec-alongside: rounds of the Live pod at steps 0 against the server without speculation",
+    )
     a = p.parse_args()
     if a.served_calibration and a.server != "live":
         p.error("--served-calibration: only the live server runs the runtime's start-up calibration")
@@ -532,13 +565,25 @@ def main() -> int:
         p.error("--draft is required for stock:K and live")
     work = Path(tempfile.mkdtemp(prefix="live-tune-"))
     prompts = prompts_from(a.heldout, 256, a.prompt_chars)
+    if a.nospec_alongside and (a.server != "live" or not a.replay):
+        p.error("--nospec-alongside needs --server live and --replay")
     proc, url, control = start_server(a, work)
+    base_proc = base_url = None
+    if a.nospec_alongside:
+        base_proc, base_url, _ = start_server(a, work, "nospec")
     result: dict = {"server": a.server, "args": {k: str(v) for k, v in vars(a).items()}, "batches": {}}
+    if a.server == "live":
+        result["tier0"] = "plain"  # this runtime's tier 0 is plain decoding (the summaries price it so)
     try:
         result["ready_s"] = round(wait_ready(url, proc, 600), 1)
+        if base_proc is not None:
+            result["nospec_ready_s"] = round(wait_ready(base_url, base_proc, 600), 1)
+            result["nospec_greedy"] = greedy_outputs(base_url, prompts[: a.check_prompts], a.check_tokens)
         if a.server == "live":
             put_table(control, single(a.initial_steps))
-            result["probe_costs"] = {k: v for k, v in pod_samples(url).items() if k.startswith("specdecode_cost_")}
+            samples = pod_samples(url)
+            result["probe_costs"] = {k: v for k, v in samples.items() if k.startswith("specdecode_cost_")}
+            result["plain_graphs"] = {k: v for k, v in samples.items() if k.startswith("specdecode_plain_decode_")}
         result["greedy"] = greedy_outputs(url, prompts[: a.check_prompts], a.check_tokens)
         if a.server == "live" and a.check_steps:
             result["greedy_by_steps"] = {}
@@ -602,9 +647,26 @@ def main() -> int:
                         )
                     if a.replay:
                         load = Load(url, prompts, b, a.max_new_tokens).start()
+                    if base_url is not None:  # the server without speculation, on the same request set
+                        tps, det = observe(lambda: replay(base_url, prompts, b, a.replay, a.max_new_tokens))
+                        row["nospec"] = round(tps, 1)
+                        row.setdefault("gpu", {})["nospec"] = {**det["gpu"], "host_load1": det["host_load1"]}
+                        print(f"b{b} nospec (alongside): {row['nospec']} tok/s", flush=True)
+                        if a.tier0_pairs:  # tier 0 against no speculation, alternating, on the same request set
+                            per0 = a.pair_replay or a.replay
+                            row["tier0_vs_nospec"] = paired(
+                                lambda: replay(url, prompts, b, per0, a.max_new_tokens),
+                                lambda: put_table(control, single(0)),
+                                lambda: None,
+                                a.tier0_pairs,
+                                measure_b=lambda: replay(base_url, prompts, b, per0, a.max_new_tokens),
+                            )
+                            print(f"b{b} tier 0 / nospec: {row['tier0_vs_nospec']['median_ratio']}", flush=True)
                     row["live"] = run_live(a, url, control, load, b)
                     best_k = max(row["static"], key=lambda k: row["static"][k])
                     row["best_static"] = {"steps": int(best_k), "tokens_per_s": row["static"][best_k]}
+                    baseline_is_nospec = base_url is not None and row["nospec"] > row["static"][best_k]
+                    row["baseline"] = "nospec" if baseline_is_nospec else f"static:{best_k}"
                     if a.replay:  # the tuner's final table on the same fixed set as the statics
                         load.close()
                         final = {"table": [{"minBatch": lo, "steps": k} for lo, k in row["live"]["final_table"]]}
@@ -615,16 +677,17 @@ def main() -> int:
                         detail: list[dict] = []  # per measurement, in order: what the pod counted, GPU, host
                         per = a.pair_replay or a.replay
 
-                        def observed() -> float:
-                            tps, det = observe(lambda: replay(url, prompts, b, per, a.max_new_tokens))
+                        def observed(at: str = url) -> float:
+                            tps, det = observe(lambda: replay(at, prompts, b, per, a.max_new_tokens))
                             detail.append(det)
                             return tps
 
                         row["paired"] = paired(
                             observed,
                             lambda: put_table(control, final),
-                            lambda: put_table(control, single(int(best_k))),
+                            (lambda: None) if baseline_is_nospec else (lambda: put_table(control, single(int(best_k)))),
                             a.pairs,
+                            measure_b=(lambda: observed(base_url)) if baseline_is_nospec else None,
                         )
                         row["paired"]["measurements"] = detail
                     live_tps = row["live"].get("tokens_per_s_replay") or row["live"]["tokens_per_s_last"]
@@ -653,6 +716,9 @@ def main() -> int:
         with contextlib.suppress(NameError):
             sampler.stop()
             result["host_samples"] = sampler.samples()
+        if base_proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(base_proc.pid, signal.SIGTERM)
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)

@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from summarize_paired import _order, decode_figures  # noqa: E402
-from summarize_replay import ROOT, _steps_at, probe_profile  # noqa: E402
+from summarize_replay import ROOT, _steps_at, probe_profile, tier0_extends  # noqa: E402
 
 from specdecode_runtime.contract.cost_profile import SERVED  # noqa: E402
 from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
@@ -140,8 +140,9 @@ def cycle_pricing(run: dict, b: str) -> dict:
     10 % of it."""
     row = run["batches"][b]
     costs = run.get("probe_costs") or {}
-    profile = probe_profile({k: v for k, v in costs.items() if f"stage={SERVED}," not in k})  # stage replays alone
-    calibrated = probe_profile(costs) if any(f"stage={SERVED}," in k for k in costs) else {}
+    ext = tier0_extends(run)
+    profile = probe_profile({k: v for k, v in costs.items() if f"stage={SERVED}," not in k}, ext)  # replays alone
+    calibrated = probe_profile(costs, ext) if any(f"stage={SERVED}," in k for k in costs) else {}
     refined = row["live"].get("refined_cost_ms") or {}
     points = [(f"static k{k}", int(k), row["pod_counters"][k]) for k in row["static"]]
     order = _order(len(row["paired"]["rounds"]))

@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from summarize_replay import ROOT, _steps_at, greedy_vs_nospec, pod_figures, probe_profile  # noqa: E402
+from summarize_replay import ROOT, _steps_at, greedy_vs_nospec, pod_figures, probe_profile, tier0_extends  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench/gpu"))
 import summary_cli  # noqa: E402
@@ -68,7 +68,7 @@ def summarize(raw: Path) -> dict:
     base = {b: r["tokens_per_s"] for b, r in nospec["batches"].items()}
     points, speedup, planner, live, stock_ratio, host = {}, {}, {}, {}, {}, {}
     for run in lives:
-        profile = probe_profile(run.get("probe_costs") or {})
+        profile = probe_profile(run.get("probe_costs") or {}, tier0_extends(run))
         for b, row in run["batches"].items():
             for k, served in row["static"].items():
                 fig = decode_figures(row["pod_counters"][k])

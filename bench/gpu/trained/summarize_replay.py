@@ -81,13 +81,20 @@ def pod_figures(counters: dict[str, float]) -> dict | None:
     }
 
 
-def probe_profile(probe_costs: dict[str, float]) -> dict:
-    """The pod's start-up probe (``specdecode_cost_seconds`` samples) fitted per bucket, as the tuner fits it."""
+def tier0_extends(run: dict) -> bool:
+    """Whether the pod of a live_tune.py report served SGLang's own tier 0 (a one-token verify plus the draft
+    extend): every run recorded before tier 0 became plain decoding, whose reports carry no ``tier0`` field."""
+    return run.get("tier0") != "plain"
+
+
+def probe_profile(probe_costs: dict[str, float], extends_at_tier0: bool = True) -> dict:
+    """The pod's start-up probe (``specdecode_cost_seconds`` samples) fitted per bucket, as the tuner fits it
+    (``extends_at_tier0``: :func:`tier0_extends` of the run)."""
     samples = {}
     for key, sec in probe_costs.items():
         _, lab = _split(key)
         samples[(lab["stage"], int(lab["steps"]), lab["bucket"], int(lab["batch"]))] = sec
-    return cost_profile.fit_profile(cost_profile.points_from_samples(samples))
+    return cost_profile.fit_profile(cost_profile.points_from_samples(samples), extends_at_tier0)
 
 
 def summarize(raw: Path) -> dict:
@@ -102,7 +109,7 @@ def summarize(raw: Path) -> dict:
     base = {b: r["tokens_per_s"] for b, r in nospec["batches"].items()}
     points, live_ratio, stock_ratio, speedup, planner, best = {}, {}, {}, {}, {}, {}
     for live in lives:
-        profile = probe_profile(live.get("probe_costs") or {})
+        profile = probe_profile(live.get("probe_costs") or {}, tier0_extends(live))
         for b, row in live["batches"].items():
             for k, served in row["static"].items():
                 fig = pod_figures(row["pod_counters"][k]) or {}

@@ -431,6 +431,13 @@ class SpeculativeStatus(_Model):
     tokensPerSecond: float | None = Field(
         default=None, description="Measured output tokens/s per replica over the last interval."
     )
+    stepSwitches: dict[str, int] | None = Field(
+        default=None,
+        json_schema_extra={"additionalProperties": {"type": "integer", "minimum": 0}},
+        description="Served tier changes summed over the pods scraped last (since each started): off (to steps 0, "
+        "plain decoding), on (from 0 back to speculation, each paying a draft catch-up), change (between step "
+        "counts > 0).",
+    )
     lastTuneTime: str | None = Field(default=None, description="When the tuner last had usable metrics (RFC 3339).")
     recommendation: Recommendation | None = Field(
         default=None, description="The planner's draft-placement advice; never applied automatically."

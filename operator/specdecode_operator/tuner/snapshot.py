@@ -25,6 +25,7 @@ NUM_STEPS = contract.exposed_name(contract.NUM_STEPS)
 CANDIDATES = contract.exposed_name(contract.CANDIDATE_STEPS)
 TOKENS = contract.exposed_name(contract.TOKENS_GENERATED)
 COST = contract.exposed_name(contract.COST_SECONDS)
+SWITCHES = contract.exposed_name(contract.STEP_SWITCHES)
 
 
 @dataclass
@@ -52,6 +53,8 @@ class PodSnapshot:
     candidates: list[int] = field(default_factory=list)  # step counts the pod has captured
     # The pod's start-up cost probe: (stage, steps, bucket, batch) -> seconds (specdecode_cost_seconds).
     costs: dict[tuple[str, int, str, int], float] = field(default_factory=dict)
+    # served tier changes since the pod started, by kind: off (k>0 -> 0), on (0 -> k>0), change (specdecode_step_switches)
+    switches: dict[str, float] = field(default_factory=dict)
     simulated: bool = False
     error: str | None = None  # the pod could not be read at all
     problems: list[str] = field(default_factory=list)  # samples that were dropped (NaN, bad labels)
@@ -99,6 +102,11 @@ def parse_metrics(text: str, pod: str, time: float, costs: bool = True) -> PodSn
             if name == TOKENS:
                 snap.tokens_total = value
                 seen = True
+                continue
+            if name == SWITCHES:
+                kind = labels.get("kind")
+                if kind in ("off", "on", "change") and value >= 0:
+                    snap.switches[kind] = value
                 continue
             if name == CANDIDATES:
                 try:

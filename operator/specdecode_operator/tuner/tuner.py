@@ -156,6 +156,7 @@ class Tuner:
         self.changes = 0
         self.restarts = 0
         self.measured_tokens_per_s: float | None = None
+        self.switches: dict[str, int] | None = None  # served tier changes of the pods scraped last, by kind
         self._rendered: tuple[int, ...] | None = None  # the policy's candidates before the pods reported theirs
         self._active: list[str] = []  # buckets that ran cycles in the latest interval with any traffic
 
@@ -265,6 +266,9 @@ class Tuner:
     def step(self, now: float, snapshots: list[PodSnapshot]) -> Decision:
         cfg = self.config
         self.served_by_pods(snapshots)
+        scraped = [s for s in snapshots if s.ok and s.switches]
+        if scraped:
+            self.switches = {k: int(sum(s.switches.get(k, 0.0) for s in scraped)) for k in ("off", "on", "change")}
         report = self.estimator.observe(snapshots)
         self._learn_costs(snapshots, report)
         self._costs.clear()
@@ -574,5 +578,6 @@ class Tuner:
             acceptLength=round(tokens / requests, 4) if requests else None,
             acceptRate=round(accepted / drafted, 4) if drafted else None,
             tokensPerSecond=round(self.measured_tokens_per_s, 2) if self.measured_tokens_per_s is not None else None,
+            stepSwitches=dict(self.switches) if self.switches is not None else None,
             lastTuneTime=iso(now) if report.usable else None,
         )

@@ -43,12 +43,14 @@ def _line(xs: Sequence[float], ys: Sequence[float], clamp: bool = True) -> tuple
     return (max(base, 0.0) if clamp else base), slope
 
 
-def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
+def fit_bucket(points: Iterable[ProbePoint], tier0_extends: bool = False) -> CycleCost | None:
     """One bucket's ``CycleCost`` in milliseconds from its points. The verify and draft-extend per-token costs come
     from how the time grows with the tier at the probed batch (``batch * (steps + 1)`` tokens), the draft step is
     the measured forward at that batch. None without a plain-decode verify point (nothing to anchor k = 0), and None
     when speculative tiers were probed without a draft step (a runner that measures only the verify: the tuner then
-    keeps its per-cycle phase averages rather than a profile with free drafting)."""
+    keeps its per-cycle phase averages rather than a profile with free drafting). ``tier0_extends``: the engine's
+    steps 0 still extends the draft every cycle (SGLang's own tier 0, as the runtime served it before tier 0 became
+    plain decoding; the recorded runs of that time are priced with it)."""
     pts = list(points)
     by = {st: [p for p in pts if p.stage == st] for st in STAGES}
     if not by["verify"]:
@@ -62,8 +64,10 @@ def fit_bucket(points: Iterable[ProbePoint]) -> CycleCost | None:
     vb, vpt = _line([p.batch * (p.steps + 1) for p in by["verify"]], [ms(p) for p in by["verify"]])
     eb, ept = _line([p.batch * (p.steps + 1) for p in by["draft_extend"]], [ms(p) for p in by["draft_extend"]])
     # steps 0 is plain decoding (sglang_patch.plain_decode): the target's decode and the overhead, no draft extend;
-    # the draft's catch-up after it runs inside the next speculative cycle, which its served cost carries
-    warm_base, warm_per_seq = 0.0, 0.0
+    # the draft's catch-up after it runs inside the next speculative cycle, which its served cost carries. An engine
+    # whose steps 0 extends the draft pays the extend's line at batch * 1 tokens (before the draft's intercept is
+    # folded into the speculative cycles' base below)
+    warm_base, warm_per_seq = (eb, ept) if tier0_extends and by["draft_extend"] else (0.0, 0.0)
     draft = statistics.median(ms(p) for p in by["draft_step"]) if by["draft_step"] else 0.0
     if by["draft"]:
         # A tier's whole draft phase D(k) = a + b*k: b is the cost of one draft step; a (negative when the first
@@ -110,14 +114,15 @@ def calibrate(cost: CycleCost, served: Iterable[ProbePoint]) -> CycleCost:
     return cost
 
 
-def fit_profile(points: Iterable[ProbePoint]) -> dict[str, CycleCost]:
-    """Per-bucket costs (bucket label -> ``CycleCost``) from the points of one or more pods."""
+def fit_profile(points: Iterable[ProbePoint], tier0_extends: bool = False) -> dict[str, CycleCost]:
+    """Per-bucket costs (bucket label -> ``CycleCost``) from the points of one or more pods (``tier0_extends``: see
+    :func:`fit_bucket`)."""
     by_bucket: dict[str, list[ProbePoint]] = {}
     for p in points:
         by_bucket.setdefault(p.bucket, []).append(p)
     out = {}
     for label, pts in by_bucket.items():
-        cost = fit_bucket(pts)
+        cost = fit_bucket(pts, tier0_extends)
         if cost is not None:
             out[label] = cost
     return out

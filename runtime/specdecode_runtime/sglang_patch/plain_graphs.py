@@ -54,7 +54,7 @@ def _runner_class():
     class PlainDecodeGraphRunner(DecodeCudaGraphRunner):
         """SGLang's decode graph runner, capturing the last position's hidden state (for the catch-up extend)."""
 
-        @property  # type: ignore[override]
+        @property
         def return_hidden_states_mode(self):
             return CaptureHiddenMode.LAST
 

@@ -309,6 +309,17 @@ class SimEngine:
             name: np.bincount(bucket_idx, weights=arr, minlength=nb) / 1000.0
             for name, arr in zip(PHASES, (draft, verify, extend, other))
         }
+        if m:  # tier changes between consecutive cycles, the last cycle of the previous chunk included
+            last = self.metrics.last_steps
+            seq = steps if last is None else np.concatenate(([last], steps))
+            a, b = seq[:-1], seq[1:]
+            moved = a != b
+            self.metrics.add_switches(
+                off=int(np.sum(moved & (b == 0))),
+                on=int(np.sum(moved & (a == 0))),
+                change=int(np.sum(moved & (a > 0) & (b > 0))),
+                last_steps=int(steps[-1]),
+            )
         for i in np.nonzero(cycles)[0]:
             self.metrics.add_cycles(
                 self.metrics.bucket(int(self._buckets[i])),

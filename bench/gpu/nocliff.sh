@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Never slower than no speculation, measured on one GPU: tier 0 as plain decoding against a server without
+# speculation, and the Live pod driven by the operator's tuner against the better of that server and the best static
+# tier. Runs ON the GPU machine from the repository root, after the kit is installed (docs/gpu-testbed.md):
+#
+#   source bench/gpu/install_kit.sh && bench/gpu/nocliff.sh WORKDIR OUTDIR [PHASE ...]
+#
+#   smoke     the agreeing tiny models in float32 (CUDA graphs, overlap scheduler): nospec against the runtime with
+#             Live tiers 0, 3, 7 switching 3 -> 0 -> 7 -> 0 -> 3 while requests decode: identical greedy tokens, no
+#             draft call at tier 0, every self-test check (the `selftest --device cuda` record)
+#   cycles8b  Llama-3-8B shape (dummy bf16 weights, EAGLE-3 head), Live tiers 0 and 3: the served decode cycle of
+#             tier 0 against the same engine without speculation at batch 1, 8, 32, 64 (GPU-bound)
+#   train     the trained 304M code LM and its EAGLE-3 head (bench/gpu/trained/run_training.sh), unless WORKDIR has them
+#   cycles    the same served-cycle comparison on the trained model (host-bound)
+#   live      the trained model: a server without speculation beside the Live pod (same GPU, same arguments); per
+#             batch (BATCHES, default 1,8,32,64) the static tiers, the operator's tuner for LIVE_SECONDS, then
+#             PAIRS alternating rounds of its table against the better of no speculation and the best static tier
+# Each phase writes OUTDIR/<phase>.json; bench/gpu/summarize_nocliff.py turns them into
+# bench/results/gpu_h200_nocliff.{json,md}.
+set -uo pipefail
+work="${1:?usage: nocliff.sh WORKDIR OUTDIR [PHASE ...]}"; out="${2:?usage: nocliff.sh WORKDIR OUTDIR [PHASE ...]}"
+shift 2
+phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(smoke cycles8b train cycles live)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mkdir -p "$work" "$out"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$PWD/runtime:$PWD/operator${PYTHONPATH:+:$PYTHONPATH}"
+batches="${BATCHES:-1,8,32,64}"
+# SGLang arguments that keep to the kernels the kit carries (triton attention, torch sampling); graphs up to batch 64
+common=(--device cuda --tp 1 --algorithm EAGLE3 --json --timeout 420
+        --sglang-arg attention-backend=triton --sglang-arg sampling-backend=pytorch
+        --sglang-arg max-running-requests=64 --sglang-arg max-total-tokens=131072
+        --sglang-arg disable-prefill-cuda-graph --sglang-arg cuda-graph-max-bs-decode=64
+        --sglang-arg cuda-graph-bs-decode=1,2,4,8,16,32,64)
+selftest() {  # phase, then selftest flags
+    local phase="$1"; shift
+    local t0=$SECONDS
+    python3 -m specdecode_runtime selftest "${common[@]}" "$@" --keep "$work/keep-$phase" >"$out/$phase.json" 2>"$out/$phase.err"
+    local rc=$?
+    tail -c 150000 "$out/$phase.err" >"$out/$phase.log"; rm -f "$out/$phase.err"
+    echo "phase $phase: exit $rc in $((SECONDS - t0)) s"
+}
+for phase in "${phases[@]}"; do
+  t0=$SECONDS
+  case "$phase" in
+    smoke)    selftest smoke --layouts nospec,sharded --steps 3 --live-steps 0,7,0,3 --prompts 4 --max-new-tokens 96 ;;
+    cycles8b) selftest cycles8b --model-config "$here/llama3-8b-shape.yaml" --load-format dummy --random-draft \
+                  --layouts nospec,sharded --steps 3 --live-steps 0 --prompts 2 --max-new-tokens 16 \
+                  --measure-cycles "$batches" --measure-tokens 48 ;;
+    train)
+      if [ -f "$work/eagle3/config.json" ] && [ -f "$work/acceptance.json" ]; then
+        echo "train: models present in $work"
+      else
+        TARGET_MINUTES="${TARGET_MINUTES:-2.5}" HEAD_MINUTES="${HEAD_MINUTES:-1}" CORPUS_BYTES="${CORPUS_BYTES:-100000000}" \
+            "$here/trained/run_training.sh" "$work" corpus target eagle3 acceptance >"$out/training.log" 2>&1
+        echo "train: exit $?"; grep "^=== " "$out/training.log"
+      fi
+      cp "$work/acceptance.json" "$out/acceptance.json" 2>/dev/null ;;
+    cycles)   selftest cycles --model-path "$work/target" --draft-model-path "$work/eagle3" \
+                  --prompt-file "$work/corpus/heldout.txt" --layouts nospec,sharded --steps 3 --live-steps 0 \
+                  --prompts 2 --max-new-tokens 16 --measure-cycles "$batches" --measure-tokens 96 ;;
+    live)     python3 "$here/trained/live_tune.py" --server live --target "$work/target" --draft "$work/eagle3" \
+                  --heldout "$work/corpus/heldout.txt" --nospec-alongside --mem-fraction 0.4 --max-batch 64 \
+                  --replay "${REPLAY:-4}" --pairs "${PAIRS:-6}" --pair-replay "${PAIR_REPLAY:-2}" \
+                  --batches "$batches" --statics "${STATICS:-0,1,3,5,7}" --live-seconds "${LIVE_SECONDS:-30}" \
+                  --tier0-pairs "${TIER0_PAIRS:-6}" --check-steps 0,7 --out "$out/live.json" >"$out/live.log" 2>&1
+              echo "live: exit $?"; tail -n 30 "$out/live.log" ;;
+    *) echo "unknown phase '$phase' (smoke, cycles8b, train, cycles, live)" >&2; exit 2 ;;
+  esac
+  echo "$phase: $((SECONDS - t0)) s"
+done

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Summary of ``bench/gpu/nocliff.sh``: is the runtime ever slower than no speculation?
+
+Reads the raw reports of one run (``bench/results/gpu_h200/nocliff/``): the self-test reports ``smoke.json``,
+``cycles8b.json``, ``cycles.json`` and live_tune.py's ``live.json``. Writes ``bench/results/gpu_h200_nocliff.{json,md}``:
+
+* ``tier0_over_plain_cycle``: tier 0's served decode cycle over the same engine's without speculation, per model and
+  batch. From the self-test's served cycles (``cycles*.json``: the two layouts measured one after the other) and,
+  for the trained model where live.json has them, the median of alternating rounds of the Live pod at steps 0
+  against the server without speculation running beside it (their tok/s ratio inverted: both emit one token per
+  request per cycle). Goal <= 1.05.
+* ``live_over_best_of_nospec_and_static``: the tuner's final table against the better of no speculation and the best
+  static tier, median of alternating rounds with a 95 % bootstrap interval. Goal >= 0.97.
+* ``speedup_over_nospec_b1``: the best of the Live pod's static tiers and its tuned table over no speculation at
+  batch 1, same request set. Goal >= 1.5.
+* ``greedy_identical_across_switches``: the float32 smoke run (3 -> 0 -> 7 -> 0 -> 3 with requests in flight)
+  produced the tokens of the run without speculation, and its self-test passed.
+
+Nothing here is simulated: every figure is a served measurement on the GPU named in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "trained"))
+from summarize_host import median_ci  # noqa: E402
+
+GOALS = {"tier0_over_plain_cycle": 1.05, "live_over_best_of_nospec_and_static": 0.97, "speedup_over_nospec_b1": 1.5}
+
+
+def _selftest(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    text = path.read_text(errors="replace")
+    start = text.find('{\n  "options"')
+    return json.loads(text[start:]) if start >= 0 else None
+
+
+def served_cycles(report: dict | None) -> dict[str, dict]:
+    """Per batch: the served cycle (ms) without speculation and at tier 0, and their ratio."""
+    if not report:
+        return {}
+    by: dict[str, dict[int, dict]] = {}
+    for run in report.get("runs", []):
+        for row in run.get("served") or []:
+            key = "plain" if run["layout"] == "nospec" else f"k{row['steps']}"
+            by.setdefault(key, {})[int(row["batch"])] = row
+    out = {}
+    for b, plain in sorted((by.get("plain") or {}).items()):
+        zero = (by.get("k0") or {}).get(b)
+        if not zero or not plain.get("served_cycle_ms") or not zero.get("served_cycle_ms"):
+            continue
+        out[f"b{b}"] = {
+            "plain_cycle_ms": plain["served_cycle_ms"],
+            "tier0_cycle_ms": zero["served_cycle_ms"],
+            "tier0_over_plain_cycle": round(zero["served_cycle_ms"] / plain["served_cycle_ms"], 4),
+        }
+    return out
+
+
+def _paired(rounds: list[dict], invert: bool = False) -> dict:
+    ratios = [(1.0 / r["ratio"]) if invert else r["ratio"] for r in rounds]
+    med, lo, hi = median_ci(ratios)
+    return {"median": round(med, 4), "ci95": [round(lo, 4), round(hi, 4)], "rounds": [round(x, 4) for x in ratios]}
+
+
+def live_figures(live: dict | None) -> dict:
+    if not live:
+        return {}
+    out: dict = {"tier0_pairs": {}, "live_pairs": {}, "static": {}, "nospec": {}, "tables": {}, "baseline": {}}
+    for b, row in live.get("batches", {}).items():
+        key = f"b{b}"
+        if row.get("tier0_vs_nospec"):  # a = tier 0 tok/s, b = nospec tok/s: the cycle ratio is b / a
+            out["tier0_pairs"][key] = _paired(row["tier0_vs_nospec"]["rounds"], invert=True)
+        if row.get("paired"):
+            out["live_pairs"][key] = _paired(row["paired"]["rounds"])
+        out["static"][key] = row.get("static")
+        out["nospec"][key] = row.get("nospec")
+        out["tables"][key] = (row.get("live") or {}).get("final_table")
+        out["baseline"][key] = row.get("baseline")
+    return out
+
+
+def greedy(smoke: dict | None) -> dict:
+    if not smoke:
+        return {"ran": False}
+    runs = {r["layout"]: r for r in smoke.get("runs", [])}
+    same = runs.get("nospec", {}).get("tokens") == runs.get("sharded", {}).get("tokens") and bool(
+        runs.get("nospec", {}).get("tokens")
+    )
+    sharded = runs.get("sharded", {})
+    return {
+        "ran": True,
+        "selftest_ok": bool(smoke.get("ok")),
+        "summary": smoke.get("summary"),
+        "tokens_identical": same,
+        "switches": sharded.get("puts") and [p.get("steps") for p in sharded["puts"]],
+        "failed_checks": [c["name"] for r in runs.values() for c in r.get("checks", []) if not c["ok"]],
+    }
+
+
+def summarize(raw: Path) -> dict:
+    meta = json.loads((raw / "meta.json").read_text()) if (raw / "meta.json").is_file() else {}
+    cycles8b, cycles = served_cycles(_selftest(raw / "cycles8b.json")), served_cycles(_selftest(raw / "cycles.json"))
+    live = json.loads((raw / "live.json").read_text()) if (raw / "live.json").is_file() else None
+    lf = live_figures(live)
+    tier0 = {
+        "trained": {b: v["tier0_over_plain_cycle"] for b, v in cycles.items()},
+        "8b": {b: v["tier0_over_plain_cycle"] for b, v in cycles8b.items()},
+    }
+    if lf.get("tier0_pairs"):
+        tier0["trained_paired"] = {b: v["median"] for b, v in lf["tier0_pairs"].items()}
+    speed = None
+    b1 = (live or {}).get("batches", {}).get("1")
+    if b1 and b1.get("nospec"):
+        best = max(list((b1.get("static") or {}).values()) + [(b1.get("live") or {}).get("tokens_per_s_replay") or 0])
+        speed = round(best / b1["nospec"], 4)
+    smoke = greedy(_selftest(raw / "smoke.json"))
+    return {
+        "device": meta.get("device", "one NVIDIA GPU (see meta.json)"),
+        "commands": meta.get("commands", []),
+        "tier0_over_plain_cycle": tier0,
+        "live_over_best_of_nospec_and_static": {b: v for b, v in lf.get("live_pairs", {}).items()},
+        "speedup_over_nospec_b1": speed,
+        "greedy_identical_across_switches": smoke.get("tokens_identical") if smoke.get("ran") else None,
+        "selftest_cuda": smoke,
+        "served_cycles": {"trained": cycles, "8b": cycles8b},
+        "live": lf,
+        "plain_graphs": (live or {}).get("plain_graphs"),
+        "goals": GOALS,
+    }
+
+
+def _fmt(v) -> str:
+    return "not run" if v is None or v == {} else json.dumps(v)
+
+
+def markdown(s: dict) -> str:
+    lines = [
+        "# Never slower than no speculation: tier 0 as plain decoding, the tuner against the better baseline",
+        "",
+        f"Device: {s['device']}. SGLang 0.5.23 + the runtime's patches; measured, not simulated.",
+        "",
+        "| figure | goal | measured |",
+        "|---|---|---|",
+        f"| tier 0 cycle / plain cycle, trained (self-test served cycle) | <= 1.05 | "
+        f"{_fmt(s['tier0_over_plain_cycle'].get('trained'))} |",
+        f"| tier 0 cycle / plain cycle, trained (paired rounds, median) | <= 1.05 | "
+        f"{_fmt(s['tier0_over_plain_cycle'].get('trained_paired'))} |",
+        f"| tier 0 cycle / plain cycle, Llama-3-8B shape | <= 1.05 | {_fmt(s['tier0_over_plain_cycle'].get('8b'))} |",
+        "| Live table / best of (no speculation, best static), median [95 % CI] | >= 0.97 | "
+        + (
+            ", ".join(
+                f"{b}: {v['median']} [{v['ci95'][0]}, {v['ci95'][1]}]"
+                for b, v in s["live_over_best_of_nospec_and_static"].items()
+            )
+            or "not run"
+        )
+        + " |",
+        f"| best static or tuned / no speculation, batch 1 | >= 1.5 | {_fmt(s['speedup_over_nospec_b1'])} |",
+        f"| greedy tokens identical across 3 -> 0 -> 7 -> 0 -> 3 (float32) | true | "
+        f"{_fmt(s['greedy_identical_across_switches'])} |",
+        f"| `selftest --device cuda` | passes | {_fmt(s['selftest_cuda'].get('summary'))} |",
+        "",
+        "## Served cycles (self-test, ms)",
+        "",
+        "| model | batch | plain | tier 0 | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for model, rows in s["served_cycles"].items():
+        for b, v in rows.items():
+            lines.append(
+                f"| {model} | {b} | {v['plain_cycle_ms']} | {v['tier0_cycle_ms']} | {v['tier0_over_plain_cycle']} |"
+            )
+    live = s.get("live") or {}
+    if live.get("static"):
+        lines += ["", "## Trained model under load (tok/s, same request set per batch)", ""]
+        lines += [
+            "| batch | no speculation | static tiers | tuner's table | paired baseline |",
+            "|---|---|---|---|---|",
+        ]
+        for b in live["static"]:
+            lines.append(
+                f"| {b} | {live['nospec'].get(b)} | {json.dumps(live['static'][b])} | {live['tables'].get(b)} | "
+                f"{live['baseline'].get(b)} |"
+            )
+    lines += ["", "## Commands", ""] + [f"- `{c}`" for c in s["commands"]] + [""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from summary_cli import main
+
+    sys.exit(
+        main(
+            __doc__,
+            "gpu_h200_nocliff",
+            "bench/results/gpu_h200/nocliff",
+            summarize,
+            markdown,
+            ["tier0_over_plain_cycle", "live_over_best_of_nospec_and_static", "speedup_over_nospec_b1"],
+        )
+    )

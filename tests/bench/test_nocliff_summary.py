@@ -1,0 +1,87 @@
+"""The no-cliff GPU summary (bench/gpu/summarize_nocliff.py) from raw reports of the shapes its runs write: the
+self-test's served cycles and live_tune.py's paired rounds, turned into the figures the issue names."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    for p in (ROOT / "bench/gpu", ROOT / "bench/gpu/trained"):
+        if str(p) not in sys.path:
+            sys.path.insert(0, str(p))
+    spec = importlib.util.spec_from_file_location("summarize_nocliff", ROOT / "bench/gpu/summarize_nocliff.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _selftest(runs: list[dict], ok: bool = True) -> str:
+    return "log line\n" + json.dumps(
+        {"options": {}, "runs": runs, "ok": ok, "summary": "PASS" if ok else "FAIL"}, indent=2
+    )
+
+
+def _served(steps: int, rows: dict[int, float]) -> list[dict]:
+    return [{"steps": steps, "batch": b, "served_cycle_ms": ms} for b, ms in rows.items()]
+
+
+def test_the_figures_come_from_the_raw_reports(tmp_path):
+    s_mod = _module()
+    (tmp_path / "cycles.json").write_text(
+        _selftest(
+            [
+                {"layout": "nospec", "served": _served(0, {1: 2.0, 8: 2.5})},
+                {"layout": "sharded", "served": _served(0, {1: 2.1, 8: 2.4}) + _served(3, {1: 4.0, 8: 5.0})},
+            ]
+        )
+    )
+    (tmp_path / "smoke.json").write_text(
+        _selftest(
+            [
+                {"layout": "nospec", "tokens": [[1, 2]], "checks": []},
+                {"layout": "sharded", "tokens": [[1, 2]], "puts": [{"steps": 0}, {"steps": 7}], "checks": []},
+            ]
+        )
+    )
+    rounds = [{"a": 100.0, "b": 95.0, "ratio": 100 / 95}, {"a": 100.0, "b": 100.0, "ratio": 1.0}]
+    live = {
+        "batches": {
+            "1": {
+                "nospec": 400.0,
+                "static": {"0": 390.0, "7": 760.0},
+                "live": {"final_table": [[1, 7]], "tokens_per_s_replay": 740.0},
+                "paired": {"rounds": [{"ratio": 0.99}, {"ratio": 1.01}, {"ratio": 1.0}]},
+                "tier0_vs_nospec": {"rounds": rounds},
+                "baseline": "static:7",
+            }
+        }
+    }
+    (tmp_path / "live.json").write_text(json.dumps(live))
+    s = s_mod.summarize(tmp_path)
+    assert s["tier0_over_plain_cycle"]["trained"] == {"b1": 1.05, "b8": 0.96}
+    assert s["tier0_over_plain_cycle"]["8b"] == {}  # not run: no cycles8b.json
+    # tier 0 tok/s over nospec tok/s, inverted into a cycle ratio, median over the rounds
+    assert s["tier0_over_plain_cycle"]["trained_paired"]["b1"] == pytest.approx((0.95 + 1.0) / 2, abs=1e-3)
+    assert s["live_over_best_of_nospec_and_static"]["b1"]["median"] == 1.0
+    assert s["speedup_over_nospec_b1"] == pytest.approx(760 / 400)
+    assert s["greedy_identical_across_switches"] is True
+    assert "| tier 0 cycle / plain cycle, trained" in s_mod.markdown(s)
+
+
+def test_tokens_that_differ_are_reported_as_such(tmp_path):
+    s_mod = _module()
+    (tmp_path / "smoke.json").write_text(
+        _selftest([{"layout": "nospec", "tokens": [[1, 2]]}, {"layout": "sharded", "tokens": [[1, 3]]}], ok=False)
+    )
+    s = s_mod.summarize(tmp_path)
+    assert s["greedy_identical_across_switches"] is False
+    assert s["selftest_cuda"]["selftest_ok"] is False
+    assert s["speedup_over_nospec_b1"] is None
