@@ -365,10 +365,12 @@ def test_verify_callback_records_positions_and_launch_tier(sglang, monkeypatch):
         adaptive_controller=types.SimpleNamespace(on_verify_complete=lambda *a, **k: fed.append(a)),
     )
     worker.on_verify_complete_cpu = lambda counts, batch_size=0: W.on_verify_complete_cpu(worker, counts, batch_size)
+    worker.activate_step_by_batch = lambda bs: W.activate_step_by_batch(worker, bs)  # the table says 3: no switch
     batch = types.SimpleNamespace(
         forward_mode=types.SimpleNamespace(is_extend=lambda: False, is_idle=lambda: False),
         is_extend_in_batch=False,
         reqs=[1, 2, 3],
+        seq_lens=types.SimpleNamespace(shape=(3,)),
     )
     reg = CollectorRegistry()
     with sp.patched():
