@@ -106,7 +106,13 @@ def greedy(smoke: dict | None) -> dict:
 def summarize(raw: Path) -> dict:
     meta = json.loads((raw / "meta.json").read_text()) if (raw / "meta.json").is_file() else {}
     cycles8b, cycles = served_cycles(_selftest(raw / "cycles8b.json")), served_cycles(_selftest(raw / "cycles.json"))
-    live = json.loads((raw / "live.json").read_text()) if (raw / "live.json").is_file() else None
+    live = None  # live*.json: one report per call (batches split over calls), merged by batch
+    for path in sorted(raw.glob("live*.json")):
+        part = json.loads(path.read_text())
+        if live is None:
+            live = part
+        else:
+            live["batches"].update(part.get("batches", {}))
     lf = live_figures(live)
     tier0 = {
         "trained": {b: v["tier0_over_plain_cycle"] for b, v in cycles.items()},

@@ -37,6 +37,7 @@ from .contract.http_limits import SERVER_LIMITS
 from .contract.step_table import StepTable
 from .control import StepControlChannel, create_control_app
 from .sglang_patch import engine_hooks as sp
+from .sglang_patch import plain_decode, plain_graphs
 from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
 
 log = logging.getLogger("specdecode.engine")
@@ -240,8 +241,6 @@ class EngineRuntime:
         """Hook for the wrapped ``EAGLEWorkerV2.init_cuda_graphs``: SGLang's TP group from its runtime context."""
         import torch
         from sglang.srt.runtime_context import get_parallel
-
-        from .sglang_patch import plain_decode, plain_graphs
 
         par = get_parallel()
         tp = par.tp_group

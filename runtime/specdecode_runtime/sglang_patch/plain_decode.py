@@ -21,6 +21,8 @@ where the draft lives.
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -98,8 +100,6 @@ CATCH_UP_ENV = "SPECDECODE_CATCH_UP_TOKENS"  # positions kept per request while 
 
 def reset(catch_up_tokens: int | None = None) -> None:
     global stats, window, plain_graph_runner, plain_attn_backend, on_catch_up, enabled
-    import os
-
     enabled = os.environ.get(MODE_ENV, "plain") != "verify"
     if catch_up_tokens is None:
         catch_up_tokens = int(os.environ.get(CATCH_UP_ENV, DEFAULT_CATCH_UP_TOKENS))
@@ -321,8 +321,6 @@ def _sampling_rows(sampling_info, reqs):
     """The sampling info of the caught-up requests (a greedy chain reads only temperatures/top-k of them)."""
     if sampling_info is None:
         return None
-    import copy
-
     sub = copy.copy(sampling_info)
     for name in ("temperatures", "top_ps", "top_ks", "min_ps", "sampling_seed"):
         val = getattr(sampling_info, name, None)
