@@ -26,7 +26,7 @@ def test_render_yaml_is_kubectl_ready():
     r = run("render", "-f", str(EXAMPLE))
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
-    assert [d["kind"] for d in docs][:4] == ["ConfigMap", "Service", "Service", "Deployment"]
+    assert [d["kind"] for d in docs][:5] == ["ServiceAccount", "ConfigMap", "Service", "Service", "Deployment"]
     assert all(d["metadata"]["namespace"] == "llm" for d in docs)
 
 

@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "trained"))
 from summarize_host import median_ci  # noqa: E402
 
+from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
+
 GOALS = {"tier0_over_plain_cycle": 1.05, "live_over_best_of_nospec_and_static": 0.97, "speedup_over_nospec_b1": 1.5}
 
 
@@ -149,7 +151,7 @@ def markdown(s: dict) -> str:
     lines = [
         "# Never slower than no speculation: tier 0 as plain decoding, the tuner against the better baseline",
         "",
-        f"Device: {s['device']}. SGLang 0.5.23 + the runtime's patches; measured, not simulated.",
+        f"Device: {s['device']}. SGLang {SGLANG_VERSION} + the runtime's patches; measured, not simulated.",
         "",
         "| figure | goal | measured |",
         "|---|---|---|",

@@ -22,6 +22,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specdecode_runtime.contract.http_limits import SERVER_LIMITS
 
 HealthFn = Callable[[], tuple[bool, dict]]  # -> (healthy, details for the JSON body)
+# A 503 of /metrics: the API server could not review the token (or reviews are saturated); uncached tokens are
+# answered 503 without a call for metrics_auth.OUTAGE_SECONDS after a failure, so a retry sooner is wasted.
+RETRY_AFTER_SECONDS = 2
 
 
 class Endpoints:
@@ -46,12 +49,16 @@ class Endpoints:
         if self.metrics_auth is not None:
             status = await self.metrics_auth.status(request.headers.get("Authorization"))
             if status != 200:
+                # The body says no more than the status: no role, user or reason (metrics_auth logs those).
                 why = {
                     401: "a bearer token the API server authenticates is required",
-                    403: "the token's user may not get /metrics (ClusterRole <release>-metrics-reader)",
-                    503: "the API server could not review the token; try again",
+                    403: "the caller is not allowed to read /metrics",
+                    503: "the token cannot be reviewed now; try again later",
                 }[status]
-                headers = {"WWW-Authenticate": 'Bearer realm="specdecode-operator"'} if status == 401 else {}
+                headers = {
+                    401: {"WWW-Authenticate": 'Bearer realm="specdecode-operator"'},
+                    503: {"Retry-After": str(RETRY_AFTER_SECONDS)},
+                }.get(status, {})
                 return web.Response(text=why + "\n", status=status, headers=headers)
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

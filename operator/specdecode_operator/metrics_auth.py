@@ -92,7 +92,17 @@ class MetricsAuth:
             ),
             _request_timeout=REVIEW_TIMEOUT,
         )
-        return 200 if sar.status and sar.status.allowed else 403
+        if sar.status and sar.status.allowed:
+            return 200
+        # The scraper is told only that it is not allowed; who it is and what would allow it go to the log
+        # (once per token and CACHE_SECONDS: the answer is cached).
+        log.info(
+            "metrics: %s may not get %s (%s); the chart's <release>-metrics-reader ClusterRole grants it",
+            user.username,
+            PATH,
+            (sar.status.reason if sar.status else None) or "no rule allows it",
+        )
+        return 403
 
     def _cached(self, key: str, now: float) -> int | None:
         for cache in (self._cache, self._negative):

@@ -82,6 +82,7 @@ RULES: list[Rule] = [
     Rule("specdecode.io", "specdecodedeployments/status", ("patch",), "status by server-side apply"),
     Rule("apps", "deployments", DROPPABLE, "single-node serving workload"),
     Rule("leaderworkerset.x-k8s.io", "leaderworkersets", DROPPABLE, "multi-node serving workload"),
+    Rule("", "serviceaccounts", CHILD, "the runtime pods' own ServiceAccount, granted nothing"),
     Rule("", "configmaps", CHILD, "runtime configuration"),
     Rule("", "services", CHILD, "client and headless services"),
     Rule("policy", "poddisruptionbudgets", CHILD, "disruption budget"),

@@ -136,10 +136,11 @@ def test_cluster_wide_grants_cover_the_minimum_and_nothing_dangerous():
             "clusterrolebindings",
             "roles",
             "rolebindings",
-            "serviceaccounts",
         }
         for _, r, _ in flat
     )
+    # ServiceAccounts: the runtime pods' own, applied like any child; never deleted, updated or given tokens here
+    assert {v for _, r, v in flat if r == "serviceaccounts"} <= {"get", "list", "watch", "create", "patch"}
     # TokenRequest: on the operator's own ServiceAccount only, in the release namespace only
     assert not any(r == "serviceaccounts/token" for _, r, _ in cluster_wide(docs))
     sa = one(docs, "ServiceAccount")["metadata"]["name"]

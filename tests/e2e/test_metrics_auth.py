@@ -9,6 +9,7 @@ the chart's ClusterRole (none refused, per the audit log), and answers are cache
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
 import kubernetes
@@ -33,7 +34,7 @@ def token_of(env, ns: str, name: str) -> str:
     return out["status"]["token"]
 
 
-async def test_metrics_answer_200_403_401_by_token(apiserver_bed):
+async def test_metrics_answer_200_403_401_by_token(apiserver_bed, caplog):
     bed, env = apiserver_bed, apiserver_bed.env
     ns = unique_namespace()
     kubectl(env.kubeconfig, "create", "namespace", ns)
@@ -92,7 +93,13 @@ async def test_metrics_answer_200_403_401_by_token(apiserver_bed):
 
             status, body = await scrape(prometheus)
             assert status == 200 and 'specdecode_operator_reconciles_total{result="ok"} 1.0' in body
-            assert (await scrape(nobody))[0] == 403
+            with caplog.at_level(logging.INFO, logger="specdecode.operator"):
+                status, body = await scrape(nobody)
+            assert status == 403
+            # the body names no role, user or reason; the log does
+            assert body == "the caller is not allowed to read /metrics\n"
+            assert f"system:serviceaccount:{ns}:nobody may not get /metrics" in caplog.text
+            assert "metrics-reader" in caplog.text
             assert (await scrape(None))[0] == 401
             assert (await scrape("not-a-token"))[0] == 401
             reviews = len(
@@ -184,3 +191,46 @@ async def test_an_api_server_outage_is_a_fast_503_that_holds_no_shared_thread():
     finally:
         auth.close()
         server.close()
+
+
+class _Answers:
+    """A stand-in for MetricsAuth that answers each scrape with the next status."""
+
+    def __init__(self, *statuses: int):
+        self.statuses = list(statuses)
+
+    async def status(self, _header: str | None) -> int:
+        return self.statuses.pop(0)
+
+
+async def test_refusals_name_nothing_and_a_503_says_when_to_retry():
+    """401 carries the Bearer challenge, 403 only says the caller is not allowed (no ClusterRole, user or reason),
+    and 503 (the API server cannot review now) carries Retry-After, in whole seconds."""
+    from specdecode_operator import endpoints as endpoints_module
+    from specdecode_operator.metrics_auth import OUTAGE_SECONDS
+
+    metrics = OperatorMetrics()
+    served = await Endpoints(
+        metrics.registry,
+        lambda: (True, {}),
+        metrics_port=free_port(),
+        health_port=None,
+        host="127.0.0.1",
+        metrics_auth=_Answers(401, 403, 503),
+    ).start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            answers = []
+            for _ in range(3):
+                async with session.get(f"http://127.0.0.1:{served.ports['metrics']}/metrics") as r:
+                    answers.append((r.status, dict(r.headers), await r.text()))
+    finally:
+        await served.stop()
+    (s401, h401, _), (s403, h403, b403), (s503, h503, b503) = answers
+    assert (s401, s403, s503) == (401, 403, 503)
+    assert h401["WWW-Authenticate"].startswith("Bearer ")
+    assert b403 == "the caller is not allowed to read /metrics\n" and "Retry-After" not in h403
+    assert "ClusterRole" not in b403 and "metrics-reader" not in b403
+    assert h503["Retry-After"] == str(endpoints_module.RETRY_AFTER_SECONDS)
+    assert endpoints_module.RETRY_AFTER_SECONDS >= OUTAGE_SECONDS  # no retry lands inside the outage window
+    assert "Retry-After" not in h401

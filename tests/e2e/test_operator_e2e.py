@@ -37,6 +37,7 @@ def children_of(cluster, name: str) -> dict[str, dict]:
     out = {}
     # items of a list carry no kind/apiVersion on a real API server (custom resources excepted): name it here
     for api_version, plural, kind in [
+        ("v1", "serviceaccounts", "ServiceAccount"),
         ("v1", "configmaps", "ConfigMap"),
         ("v1", "services", "Service"),
         (APPS, "deployments", "Deployment"),
@@ -56,6 +57,7 @@ def test_create_renders_children_and_reports_status(cluster):
     wait_for(lambda: cluster.get(APPS, "deployments", "llama"), what="Deployment llama")
     kids = wait_for(lambda: (k := children_of(cluster, "llama")) and "Secret/llama-control-token" in k and k)
     assert {
+        "ServiceAccount/llama-runtime",
         "ConfigMap/llama-runtime",
         "Service/llama",
         "Service/llama-headless",
@@ -414,8 +416,8 @@ def test_a_rule_missing_from_the_chart_is_caught(apiserver_bed, tmp_path):
 
 @pytest.mark.parametrize("token_namespace", [False, True], ids=["defaults", "controlTokenNamespaces"])
 def test_the_chart_installed_cluster_wide(apiserver_bed, tmp_path, token_namespace):
-    """The chart watching every namespace (its default): a ClusterRole for everything but Secrets, which only
-    ``rbac.controlTokenNamespaces`` grants, per namespace. The operator runs cluster-wide under its release's
+    """The chart watching every namespace (its default), in Secret control mode: a ClusterRole for everything but
+    Secrets, which only ``rbac.controlTokenNamespaces`` grants, per namespace. The operator runs cluster-wide under its release's
     ServiceAccount (a label selector keeps it to this test's objects: other tests' namespaces are never deleted
     here). Outside those namespaces the only refusal is the control-token Secret, reported by an Event, and
     everything else is reconciled."""
@@ -429,7 +431,11 @@ def test_the_chart_installed_cluster_wide(apiserver_bed, tmp_path, token_namespa
     namespace = unique_namespace()
     bed.env.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     release = f"cw{int(token_namespace)}"
-    rbac = chart_rbac({"rbac": {"controlTokenNamespaces": [namespace] if token_namespace else []}}, release=release)
+    values = {
+        "rbac": {"controlTokenNamespaces": [namespace] if token_namespace else []},
+        "controlAuth": {"mode": "Secret"},
+    }
+    rbac = chart_rbac(values, release=release)
     assert not [d for d in rbac if d["kind"] == "Role" and d["metadata"]["namespace"] == namespace]
     kubectl(
         bed.env.kubeconfig,

@@ -123,7 +123,10 @@ class ApiServerBed:
 
     @staticmethod
     def namespaced_values(namespace: str) -> dict:
-        return {"watch": {"allNamespaces": False, "namespaces": [namespace]}}
+        """The chart's values for an operator watching ``namespace`` as the suite runs it: control-token Secrets
+        (``OperatorConfig.control_auth``'s default; the chart's own default, ServiceAccount tokens, is installed as
+        is by tests/e2e/test_default_install_live_control.py), so the chart grants the Secret rights it uses."""
+        return {"watch": {"allNamespaces": False, "namespaces": [namespace]}, "controlAuth": {"mode": "Secret"}}
 
     def grant(self, namespace: str, without: tuple[str, str] | None = None) -> None:
         """Apply the chart's RBAC for an operator watching ``namespace`` (it must exist). ``without=(group,

@@ -255,8 +255,9 @@ def test_control_auth_mounts_the_projected_token_where_the_runtime_reads_it_and_
     sdd = load(ROOT / "examples/pcie8-glm5-eagle3.yaml")
     plain = container(render(sdd))["volumeMounts"]
     mounts = container(render(sdd, RenderOptions(control_auth=auth)))["volumeMounts"]
-    assert mounts[: len(plain)] == plain  # the runtime's own mounts stay as they were
-    assert mounts[len(plain) :] == [{"name": "control-issuer", "mountPath": API_MOUNT_DIR, "readOnly": True}]
+    # the runtime's own mounts stay as they were, less the shared control token, which this mode does not accept
+    assert mounts[: len(plain) - 1] == [m for m in plain if m["name"] != "control-token"]
+    assert mounts[len(plain) - 1 :] == [{"name": "control-issuer", "mountPath": API_MOUNT_DIR, "readOnly": True}]
 
 
 def test_gpu_product_is_required_inside_every_user_node_selector_term_and_the_rest_of_the_affinity_is_kept():

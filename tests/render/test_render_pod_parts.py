@@ -137,8 +137,9 @@ def test_control_auth_adds_only_its_own_env_mount_and_volume_and_keeps_the_pods_
     plain = rendered(document())
     authed = rendered(document(), RenderOptions(control_auth=AUTH))
     before, after = pod_spec(plain), pod_spec(authed)
-    assert after["volumes"][: len(before["volumes"])] == before["volumes"]
-    assert [v["name"] for v in after["volumes"][len(before["volumes"]) :]] == ["control-issuer"]
+    own = [v for v in before["volumes"] if v["name"] != "control-token"]  # no shared token in this mode
+    assert after["volumes"][: len(own)] == own
+    assert [v["name"] for v in after["volumes"][len(own) :]] == ["control-issuer"]
     c_before, c_after = runtime_container(plain), runtime_container(authed)
     assert c_after["env"][: len(c_before["env"])] == c_before["env"]
     assert after["automountServiceAccountToken"] is False
@@ -542,7 +543,7 @@ def test_yaml_output_reads_back_to_the_same_objects_in_rendered_key_order():
     text = to_yaml(manifests)
     assert list(yaml.safe_load_all(text)) == manifests
     first = next(yaml.safe_load_all(text))
-    assert list(first) == list(manifests[0]) == ["apiVersion", "kind", "metadata", "data"]
+    assert list(first) == list(manifests[0]) == ["apiVersion", "kind", "metadata", "automountServiceAccountToken"]
 
 
 # --- runtime.yaml -------------------------------------------------------------------------------------------------

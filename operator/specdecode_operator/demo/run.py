@@ -90,7 +90,11 @@ class _Api:
         from kubernetes import client
 
         core = client.CoreV1Api(self.client)
-        core_lists = {"configmaps": core.list_namespaced_config_map, "services": core.list_namespaced_service}
+        core_lists = {
+            "configmaps": core.list_namespaced_config_map,
+            "services": core.list_namespaced_service,
+            "serviceaccounts": core.list_namespaced_service_account,
+        }
         selector = f"app.kubernetes.io/instance={name}"
         out: list[dict[str, Any]] = []
         for api_version, kind, plural, _ in CHILD_KINDS:

@@ -23,6 +23,7 @@ DEFAULT_OPERATOR_LABELS = {"app.kubernetes.io/name": "specdecode-operator"}
 
 # (apiVersion, kind, plural, namespaced): everything render() can produce, so the operator can find stale children.
 CHILD_KINDS: list[tuple[str, str, str, bool]] = [
+    ("v1", "ServiceAccount", "serviceaccounts", True),
     ("v1", "ConfigMap", "configmaps", True),
     ("v1", "Service", "services", True),
     ("apps/v1", "Deployment", "deployments", True),
@@ -74,8 +75,10 @@ def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> l
         "metadata": {"name": names.config_map(name), "labels": names.labels(name, "config")},
         "data": config_data,
     }
-    template = pod.pod_template(sdd, cfg, _image(sdd, options), content_hash(config_data))
-    if sdd.spec.runtime.launcher == "specdecode":
+    template = pod.pod_template(
+        sdd, cfg, _image(sdd, options), content_hash(config_data), shared_token=options.control_auth is None
+    )
+    if pod.serves_control(sdd):
         audience = ""
         if options.control_auth is not None:
             audience = control_auth.deployment_audience(
@@ -84,14 +87,15 @@ def render(sdd: SpecDecodeDeployment, options: RenderOptions | None = None) -> l
         control_auth.add_to_template(template, options.control_auth, audience)
     serving = workload.deployment(sdd, template) if nodes == 1 else workload.leader_worker_set(sdd, template, nodes)
     out = [
+        pod.service_account(sdd),
         config_map,
         network.client_service(sdd, nodes),
         network.headless_service(sdd, nodes),
         serving,
         network.disruption_budget(sdd, nodes),
     ]
-    if sdd.spec.runtime.launcher == "specdecode":
-        out.append(network.control_network_policy(sdd, options.operator_namespace, options.operator_labels))
+    if pod.serves_control(sdd):  # the control port is never rendered without the policy that guards it
+        out.append(network.control_network_policy(sdd, nodes, options.operator_namespace, options.operator_labels))
     if sdd.spec.monitoring.serviceMonitor:
         out.append(network.service_monitor(sdd))
     return [_stamp(m, namespace) for m in out]

@@ -34,6 +34,11 @@ def network_policy(name: str) -> str:
     return f"{name}-control"
 
 
+def service_account(name: str) -> str:
+    """The runtime pods' own ServiceAccount (no RBAC rights)."""
+    return f"{name}-runtime"
+
+
 def labels(name: str, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "specdecode",

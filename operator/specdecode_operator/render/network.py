@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.models import SpecDecodeDeployment
-from . import names
+from . import names, pod
 
 
 def _serving_selector(name: str, nodes: int) -> dict[str, str]:
@@ -33,7 +33,7 @@ def headless_service(sdd: SpecDecodeDeployment, nodes: int) -> dict[str, Any]:
     """Per-pod discovery: the tuner scrapes and controls each pod through this Service's EndpointSlices."""
     name = sdd.metadata.name
     ports = [{"name": "http", "port": sdd.spec.runtime.port, "targetPort": "http", "protocol": "TCP"}]
-    if sdd.spec.runtime.launcher == "specdecode":
+    if pod.serves_control(sdd):
         ports.append(
             {"name": "control", "port": sdd.spec.runtime.controlPort, "targetPort": "control", "protocol": "TCP"}
         )
@@ -72,10 +72,32 @@ def service_monitor(sdd: SpecDecodeDeployment) -> dict[str, Any]:
     }
 
 
-def control_network_policy(sdd: SpecDecodeDeployment, operator_namespace: str, operator_labels: dict[str, str]):
-    """Serving port open, control port only from the operator, and everything between the pods of this deployment
-    (NCCL and SGLang's distributed init between the nodes of a group must keep working)."""
+def control_network_policy(
+    sdd: SpecDecodeDeployment, nodes: int, operator_namespace: str, operator_labels: dict[str, str]
+) -> dict[str, Any]:
+    """The policy the step-control call relies on: the serving port is open, the control port admits only pods
+    with the operator's labels in the operator's namespace. Rendered whenever the pods open a control port
+    (``pod.serves_control``), whatever the autotune mode: no option turns it off.
+
+    A multi-node group also admits every port between its own pods (NCCL and SGLang's distributed init pick ports
+    at run time, and a NetworkPolicy cannot exempt one port from such a rule without port ranges, which plugins
+    that do not support ``endPort`` narrow to a single port); those pods run the same tenant-chosen image as the
+    leader. A single-node deployment's pods talk to no other pod, so it gets no such rule."""
     name = sdd.metadata.name
+    ingress: list[dict[str, Any]] = [
+        {"ports": [{"protocol": "TCP", "port": sdd.spec.runtime.port}]},
+        {
+            "ports": [{"protocol": "TCP", "port": sdd.spec.runtime.controlPort}],
+            "from": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+                    "podSelector": {"matchLabels": dict(sorted(operator_labels.items()))},
+                }
+            ],
+        },
+    ]
+    if nodes > 1:
+        ingress.append({"from": [{"podSelector": {"matchLabels": names.selector(name)}}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -83,18 +105,6 @@ def control_network_policy(sdd: SpecDecodeDeployment, operator_namespace: str, o
         "spec": {
             "podSelector": {"matchLabels": names.selector(name)},
             "policyTypes": ["Ingress"],
-            "ingress": [
-                {"ports": [{"protocol": "TCP", "port": sdd.spec.runtime.port}]},
-                {
-                    "ports": [{"protocol": "TCP", "port": sdd.spec.runtime.controlPort}],
-                    "from": [
-                        {
-                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
-                            "podSelector": {"matchLabels": dict(sorted(operator_labels.items()))},
-                        }
-                    ],
-                },
-                {"from": [{"podSelector": {"matchLabels": names.selector(name)}}]},
-            ],
+            "ingress": ingress,
         },
     }

@@ -130,6 +130,28 @@ def _probes(serves_http: bool) -> dict[str, Any]:
     }
 
 
+def serves_control(sdd: SpecDecodeDeployment) -> bool:
+    """Whether the runtime pods open the step-control port. Everything that exposes or guards that port keys on
+    this one predicate: the container port, the headless Service's port and the NetworkPolicy that admits only the
+    operator to it (``network.control_network_policy``)."""
+    return sdd.spec.runtime.launcher == "specdecode"
+
+
+def service_account(sdd: SpecDecodeDeployment) -> dict[str, Any]:
+    """The runtime pods' own ServiceAccount. Nothing grants it any RBAC right and it mounts no token by default:
+    its only use is the projected token the runtime reads the ServiceAccount issuer's public keys with
+    (``system:service-account-issuer-discovery``, granted to every ServiceAccount by the API server's defaults),
+    and only in ServiceAccount step-control mode (``control_auth.add_to_template``). Its own name keeps the pods
+    off the namespace's ``default`` ServiceAccount, whose rights the tenant or another tool may have widened."""
+    name = sdd.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": names.service_account(name), "labels": names.labels(name, "runtime")},
+        "automountServiceAccountToken": False,
+    }
+
+
 def pod_template(
     sdd: SpecDecodeDeployment,
     cfg: RuntimeConfig,
@@ -137,13 +159,17 @@ def pod_template(
     config_hash: str,
     *,
     serves_http: bool = True,
+    shared_token: bool = True,
 ) -> dict[str, Any]:
+    """``shared_token``: mount the optional control-token Secret (Secret step-control mode). In ServiceAccount mode
+    it is False: the pods then accept no shared token at all, so whoever may create a Secret of that name in the
+    namespace cannot set one for them."""
     name = sdd.metadata.name
     spec = sdd.spec
     gpus = gpus_per_pod(sdd, cfg.topology.nodes)
     command, args = command_and_args(sdd, cfg)
     ports = [{"name": "http", "containerPort": spec.runtime.port, "protocol": "TCP"}]
-    if spec.runtime.launcher == "specdecode":
+    if serves_control(sdd):
         ports.append({"name": "control", "containerPort": spec.runtime.controlPort, "protocol": "TCP"})
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -155,7 +181,7 @@ def pod_template(
         {"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
         {"name": "runtime-config", "configMap": {"name": names.config_map(name)}},
     ]
-    if spec.runtime.launcher == "specdecode":
+    if serves_control(sdd) and shared_token:
         mounts.append({"name": "control-token", "mountPath": TOKEN_MOUNT_DIR, "readOnly": True})
         # optional: an offline render applied without the operator still starts; control then answers 401.
         volumes.append(
@@ -193,7 +219,10 @@ def pod_template(
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "enableServiceLinks": False,
-        "automountServiceAccountToken": False,  # the runtime never calls the Kubernetes API
+        # The pods' own ServiceAccount, with no rights; no automounted token (the runtime never calls the
+        # Kubernetes API with one): ServiceAccount step control projects the one token it needs.
+        "serviceAccountName": names.service_account(name),
+        "automountServiceAccountToken": False,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUNTIME_UID,

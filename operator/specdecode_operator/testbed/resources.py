@@ -61,6 +61,7 @@ def builtin_kinds() -> list[ResourceMeta]:
     """The built-in kinds the operator reads or writes, with the subresources the real server has."""
     return [
         ResourceMeta("apps", "v1", "deployments", "Deployment", status=True, scale=dict(_DEPLOYMENT_SCALE)),
+        ResourceMeta("", "v1", "serviceaccounts", "ServiceAccount"),
         ResourceMeta("", "v1", "configmaps", "ConfigMap"),
         ResourceMeta("", "v1", "secrets", "Secret"),
         ResourceMeta("", "v1", "services", "Service", status=True),
