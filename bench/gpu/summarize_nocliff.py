@@ -84,6 +84,8 @@ def live_figures(live: dict | None) -> dict:
         out["nospec"][key] = row.get("nospec")
         out["tables"][key] = (row.get("live") or {}).get("final_table")
         out["baseline"][key] = row.get("baseline")
+        # the tuner's decisions it had time for: a table from a run shorter than a few intervals is its start
+        out.setdefault("tuner_intervals", {})[key] = len((row.get("live") or {}).get("trace") or [])
     return out
 
 
@@ -140,6 +142,7 @@ def summarize(raw: Path) -> dict:
         "live": lf,
         "plain_graphs": (live or {}).get("plain_graphs"),
         "goals": GOALS,
+        "notes": meta.get("notes", []),
     }
 
 
@@ -188,14 +191,18 @@ def markdown(s: dict) -> str:
     if live.get("static"):
         lines += ["", "## Trained model under load (tok/s, same request set per batch)", ""]
         lines += [
-            "| batch | no speculation | static tiers | tuner's table | paired baseline |",
+            "| batch | no speculation | static tiers | tuner's table (intervals it ran) | paired baseline |",
             "|---|---|---|---|---|",
         ]
         for b in live["static"]:
             lines.append(
-                f"| {b} | {live['nospec'].get(b)} | {json.dumps(live['static'][b])} | {live['tables'].get(b)} | "
-                f"{live['baseline'].get(b)} |"
+                f"| {b} | {live['nospec'].get(b)} | {json.dumps(live['static'][b])} | {live['tables'].get(b)} "
+                f"({live.get('tuner_intervals', {}).get(b)}) | {live['baseline'].get(b)} |"
             )
+    if s.get("plain_graphs"):
+        lines += ["", f"Tier 0's plain decode graphs (the pod's `/metrics`): {json.dumps(s['plain_graphs'])}"]
+    if s.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     lines += ["", "## Commands", ""] + [f"- `{c}`" for c in s["commands"]] + [""]
     return "\n".join(lines)
 

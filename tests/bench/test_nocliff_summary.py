@@ -85,3 +85,14 @@ def test_tokens_that_differ_are_reported_as_such(tmp_path):
     assert s["greedy_identical_across_switches"] is False
     assert s["selftest_cuda"]["selftest_ok"] is False
     assert s["speedup_over_nospec_b1"] is None
+
+
+RAW = ROOT / "bench/results/gpu_h200/nocliff"
+
+
+@pytest.mark.skipif(not RAW.is_dir(), reason="no committed no-cliff run")
+def test_the_committed_summary_is_what_its_raw_reports_say():
+    s = _module().summarize(RAW)
+    assert json.loads(json.dumps(s)) == json.loads((ROOT / "bench/results/gpu_h200_nocliff.json").read_text())
+    assert (ROOT / "bench/results/gpu_h200_nocliff.md").read_text() == _module().markdown(s)
+    assert s["greedy_identical_across_switches"] is True and s["selftest_cuda"]["selftest_ok"]

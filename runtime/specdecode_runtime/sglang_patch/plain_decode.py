@@ -50,6 +50,7 @@ class TierZeroStats:
 @dataclass
 class _Retained:
     pool: Any  # [bs] request-pool slots
+    epoch: Any  # [bs] each slot's occupancy count when the row was kept (a prefill of the slot starts a new one)
     pos: Any  # [bs] the decoded position (the input token's)
     tok_in: Any  # [bs] the input token at that position
     tok_out: Any  # [bs] the token the target produced there
@@ -62,6 +63,11 @@ class CatchUpWindow:
 
     tokens: int = DEFAULT_CATCH_UP_TOKENS
     records: deque = field(default_factory=deque)
+    epochs: Any = None  # per request slot: how many prefills filled it (one device tensor, grown on demand)
+
+    def epoch_of(self, pool: Any) -> Any:
+        self._fit(pool)
+        return self.epochs[pool]
 
     def keep(self, rec: _Retained) -> None:
         if self.tokens <= 0:
@@ -71,13 +77,26 @@ class CatchUpWindow:
             self.records.popleft()
 
     def forget(self, pool_indices: Any) -> None:
-        """A request slot was (re)filled by a prefill: what an earlier occupant left is not its history."""
-        if not self.records:
+        """A request slot was (re)filled by a prefill: what an earlier occupant left is not its history. One
+        device op per prefill batch, whatever the window holds (the rows are told apart by their epoch)."""
+        if not self.records or pool_indices is None or pool_indices.numel() == 0:
             return
+        self._fit(pool_indices)
+        self.epochs[pool_indices] += 1
+
+    def current(self, rec: _Retained) -> Any:
+        """The rows of ``rec`` whose slot still holds the request that decoded them."""
+        return rec.epoch == self.epochs[rec.pool]
+
+    def _fit(self, pool: Any) -> None:
         import torch
 
-        for rec in self.records:
-            rec.pool = torch.where(torch.isin(rec.pool, pool_indices), torch.full_like(rec.pool, -1), rec.pool)
+        need = int(pool.max()) + 1 if pool.numel() else 1
+        if self.epochs is None or self.epochs.shape[0] < need or self.epochs.device != pool.device:
+            grown = torch.zeros(max(need, 256), dtype=torch.int64, device=pool.device)
+            if self.epochs is not None and self.epochs.device == pool.device:
+                grown[: self.epochs.shape[0]] = self.epochs
+            self.epochs = grown
 
     def clear(self) -> None:
         self.records.clear()
@@ -189,6 +208,7 @@ def target_only_cycle(worker, batch, on_publish):
         window.keep(
             _Retained(
                 pool=batch.req_pool_indices.clone(),
+                epoch=window.epoch_of(batch.req_pool_indices),
                 pos=seq_lens.to(torch.int64).clone(),
                 tok_in=tok_in.clone(),
                 tok_out=next_ids.to(torch.int64).clone(),
@@ -226,7 +246,7 @@ def catch_up(worker, batch) -> int:
     t0 = time.perf_counter()
     recs = list(window.records)
     window.clear()
-    pool = torch.cat([r.pool for r in recs])
+    pool = torch.cat([torch.where(window.current(r), r.pool, torch.full_like(r.pool, -1)) for r in recs])
     pos = torch.cat([r.pos for r in recs])
     seq_lens = batch.seq_lens.to(torch.int64)
     # request b owns row n when its slot matches and the position is below its current length
