@@ -174,8 +174,8 @@ def body(i: int, namespace: str = "default") -> dict:
         "metadata": {"name": f"sdd-{i:04d}", "namespace": namespace},
         "spec": {
             "replicas": 1,
-            "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": 8},
-            "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1 + (i % 2)},
+            "target": {"model": "/models/Llama-3.1-70B-Instruct", "tensorParallelSize": 8},
+            "draft": {"model": "/models/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": 1 + (i % 2)},
         },
     }
 

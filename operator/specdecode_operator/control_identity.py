@@ -23,7 +23,7 @@ import weakref
 from typing import Any
 
 from .kube_client import ApiError
-from .render.control_auth import ControlAuth, deployment_audience
+from .render.control_auth import ControlAuth, deployment_audience, service_account_subject
 
 log = logging.getLogger("specdecode.operator")
 TOKEN_SECONDS = 600  # the shortest life the API server grants
@@ -51,7 +51,7 @@ def unverified_claims(token: str) -> dict:
 
 
 def subject(config) -> str:
-    return f"system:serviceaccount:{config.operator_namespace}:{config.control_service_account}"
+    return service_account_subject(config.operator_namespace, config.control_service_account)
 
 
 def token_problem(token: str, audience: str, sub: str, now: float, seconds: int = TOKEN_SECONDS) -> str | None:

@@ -213,9 +213,21 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
     ("served calibration, 0 s", edits((SERVED, {"timeoutSeconds": 0})), [(f"{SERVED}.timeoutSeconds", "")]),
     ("served calibration, 3600 s", edits((SERVED, {"timeoutSeconds": 3600})), OK),
     ("served calibration, 3601 s", edits((SERVED, {"timeoutSeconds": 3601})), [(f"{SERVED}.timeoutSeconds", "")]),
-    # model: a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]
+    # model: an absolute path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION], nothing else (a hint names the fix)
     ("model absolute path", edits((TARGET_MODEL, "/models/t")), OK),
-    ("model relative path", edits((TARGET_MODEL, "models/t")), OK),
+    ("model root", edits((DRAFT_MODEL, "/")), OK),
+    ("model relative path", edits((TARGET_MODEL, "models/t/x")), [(TARGET_MODEL, "a path must be absolute")]),
+    ("model one word", edits((DRAFT_MODEL, "relative")), [(DRAFT_MODEL, "e.g. /models/relative")]),
+    ("model dot path", edits((TARGET_MODEL, "./models/t")), [(TARGET_MODEL, "a path must be absolute")]),
+    (
+        "model bare hub id",
+        edits((TARGET_MODEL, "meta-llama/Llama-3-8B")),
+        [(TARGET_MODEL, "use hf://meta-llama/Llama-3-8B")],
+    ),
+    ("model bare hub id with revision", edits((DRAFT_MODEL, "org/name@v1")), [(DRAFT_MODEL, "use hf://org/name@v1")]),
+    ("model one-slash scheme", edits((TARGET_MODEL, "gs:/bucket/x")), [(TARGET_MODEL, "written SCHEME://")]),
+    ("model windows path", edits((TARGET_MODEL, "C:/models/x")), [(TARGET_MODEL, "Linux path inside the pod")]),
+    ("model windows backslash", edits((DRAFT_MODEL, "D:\\models\\x")), [(DRAFT_MODEL, "Linux path inside the pod")]),
     ("model s3://", edits((TARGET_MODEL, "s3://b/t")), [(TARGET_MODEL, "other schemes")]),
     ("model file://", edits((DRAFT_MODEL, "file:///d")), [(DRAFT_MODEL, "other schemes")]),
     ("pvc claim only", edits((TARGET_MODEL, "pvc://models")), OK),

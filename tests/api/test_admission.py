@@ -602,17 +602,41 @@ def test_rule_to_crd_carries_field_path_and_reason_only_when_set():
 MODEL_VERDICTS = [
     # (model, index of the rule that refuses it or None)
     ("/models/llama", None),
-    ("relative/path", None),
+    ("/", None),
     ("pvc://claim/llama/8b", None),
     ("pvc://claim", None),
     ("hf://org/name", None),
     ("hf://org/name@v1.0", None),
     ("s3://bucket/x", 0),
-    ("pvc:/claim/x", None),  # no scheme: a path
     ("pvc://Claim/x", 1),
     ("pvc://claim/.hidden", 1),
     ("hf://name-only", 2),
     ("hf://org/name@", 2),
+    ("relative/path", 3),
+    ("relative", 3),
+    ("meta-llama/Llama-3-8B", 3),
+    ("pvc:/claim/x", 3),  # no scheme: a relative path
+    ("gs:/bucket/x", 3),
+    ("C:/models/x", 3),
+    (" /models/x", 3),
+]
+
+# (model, what the refusal's hint says after the field, the value and the accepted forms)
+MODEL_HINTS = [
+    (
+        "meta-llama/Llama-3-8B",
+        "for a Hugging Face Hub repository use hf://meta-llama/Llama-3-8B, for a directory in the pod its absolute path",
+    ),
+    (
+        "org/name@v1.0",
+        "for a Hugging Face Hub repository use hf://org/name@v1.0, for a directory in the pod its absolute path",
+    ),
+    ("relative", "a path must be absolute, e.g. /models/relative"),
+    ("models/a/b", "a path must be absolute, e.g. /models/models/a/b"),
+    ("gs:/bucket/x", "a scheme is written SCHEME:// and only pvc:// and hf:// are supported"),
+    ("pvc:/claim/x", "a scheme is written SCHEME:// and only pvc:// and hf:// are supported"),
+    ("C:/models/x", "give the Linux path inside the pod, e.g. /models/NAME"),
+    ("c:\\models\\x", "give the Linux path inside the pod, e.g. /models/NAME"),
 ]
 
 
@@ -622,7 +646,7 @@ def test_model_rules_for_each_owner(owner, model, refused_by):
     """The model-source rules as built for each owner: each string's verdict, and the message names the owner's
     field."""
     built = rules.model_rules(owner)
-    assert [r.field_path for r in built] == [".model"] * 3
+    assert [r.field_path for r in built] == [".model"] * 4
     for i, rule in enumerate(built):
         assert _cel_holds(rule.rule, {"model": model}, None) is (i != refused_by), (i, rule.rule)
         assert rule.message.startswith(f"{owner}.model")
@@ -630,8 +654,34 @@ def test_model_rules_for_each_owner(owner, model, refused_by):
     problems = validate_object(with_(f"spec.{owner}.model", model))
     if refused_by is None:
         assert problems == []
-    else:
+    elif built[refused_by].message_expression is None:
         assert problems == [Problem(f"spec.{owner}.model", built[refused_by].message)]
+    else:  # the hint names the field and what was written (its wording: the next test)
+        (problem,) = problems
+        assert problem.path == f"spec.{owner}.model"
+        assert problem.message.startswith(f"{owner}.model: {model} is not {rules.MODEL_FORMS}: "), problem.message
+
+
+@pytest.mark.parametrize("owner", ["target", "draft"])
+@pytest.mark.parametrize("model,hint", MODEL_HINTS, ids=[m for m, _ in MODEL_HINTS])
+def test_a_refused_model_names_the_field_what_was_written_and_the_likely_spelling(owner, model, hint):
+    (problem,) = validate_object(with_(f"spec.{owner}.model", model))
+    assert problem.path == f"spec.{owner}.model"
+    assert problem.message == f"{owner}.model: {model} is not {rules.MODEL_FORMS}: {hint}"
+
+
+def test_a_message_expression_that_fails_falls_back_to_the_message():
+    """As on the API server: an expression that errors or gives an empty string leaves the static message."""
+    for expression in ("self.missing + 'x'", "''", "1"):
+        assert validate._cel_message(
+            {"rule": "false", "message": "static", "messageExpression": expression}, {}, None
+        ) == ("static")
+    assert (
+        validate._cel_message(
+            {"rule": "false", "message": "m", "messageExpression": "'from ' + self.a"}, {"a": "v"}, None
+        )
+        == "from v"
+    )
 
 
 INT_OR_PERCENT = [

@@ -181,3 +181,22 @@ def test_the_schema_bounds_are_what_keeps_the_rules_inside_the_cost_budget(api, 
         )
     assert err.value.status == 422
     assert "estimated rule cost exceeds budget" in err.value.body["message"], err.value.body["message"][:500]
+
+
+def test_the_api_server_gives_the_same_model_hint_as_specdecode_validate(api):
+    """A refused model's message is a CEL messageExpression: the API server evaluates it to the same words as
+    `specdecode validate` (the field, what was written, the spelling that was probably meant)."""
+    from cel_corpus import with_
+    from test_admission import MODEL_HINTS
+
+    from specdecode_operator.api.validate import validate_object
+
+    for owner in ("target", "draft"):
+        for model, hint in MODEL_HINTS:
+            doc = in_namespace(with_(f"spec.{owner}.model", model))
+            with pytest.raises(Refusal) as refused:
+                api.dry_run_create_sdd(NAMESPACE, doc)
+            causes = [c for c in refused.value.body["details"]["causes"] if c.get("field") == f"spec.{owner}.model"]
+            (local,) = validate_object(doc)
+            assert len(causes) == 1 and causes[0]["message"].endswith(local.message), (causes, local)
+            assert local.message.endswith(hint) and model in local.message

@@ -1,5 +1,5 @@
 """SpecDecodeDeployment objects in the states the operator reports (condition contract: Ready, Progressing,
-Degraded, SpecValid, Paused; status.observedGeneration), shared by the Argo CD and kstatus tests."""
+Degraded, SpecValid, Paused, Stalled; status.observedGeneration), shared by the Argo CD and kstatus tests."""
 
 
 def cond(type_, status, reason="Test", message=""):
@@ -32,12 +32,21 @@ READY = [
     cond("Progressing", "False"),
     cond("Degraded", "False"),
     cond("Paused", "False"),
+    cond("Stalled", "False", "AsExpected"),
 ]
 ROLLING = [
     cond("SpecValid", "True"),
     cond("Ready", "False", "PodsNotReady", "2/4 pods ready"),
     cond("Progressing", "True", "RollingOut", "rolling out revision 3"),
     cond("Degraded", "False"),
+    cond("Stalled", "False", "AsExpected"),
+]
+ROLLOUT_BLOCKED = [
+    cond("SpecValid", "True"),
+    cond("Ready", "False", "RolloutBlocked", "pod llama-abc unschedulable; 4/4 replicas ready"),
+    cond("Progressing", "False", "RolloutBlocked", "pod llama-abc unschedulable; 4/4 replicas ready"),
+    cond("Degraded", "False"),
+    cond("Stalled", "True", "RolloutBlocked", "pod llama-abc unschedulable; 4/4 replicas ready"),
 ]
 DEGRADED = [
     cond("SpecValid", "True"),
@@ -47,6 +56,7 @@ DEGRADED = [
 INVALID = [
     cond("SpecValid", "False", "DraftTPMismatch", "draft TP 3 does not divide target TP 4"),
     cond("Ready", "False", "SpecInvalid"),
+    cond("Stalled", "True", "InvalidSpec", "draft TP 3 does not divide target TP 4"),
 ]
 PAUSED = [cond("SpecValid", "True"), cond("Ready", "True"), cond("Paused", "True", "Paused", "spec.paused is true")]
 
@@ -56,8 +66,9 @@ CASES = {
     "ready": (sdd(conditions=READY), "Healthy", "Current"),
     "ready-but-stale-generation": (sdd(generation=3, observed=2, conditions=READY), "Progressing", "InProgress"),
     "rolling-out": (sdd(conditions=ROLLING), "Progressing", "InProgress"),
+    "rollout-blocked": (sdd(conditions=ROLLOUT_BLOCKED), "Progressing", "Failed"),
     "degraded": (sdd(conditions=DEGRADED), "Degraded", "InProgress"),
-    "invalid-spec": (sdd(conditions=INVALID), "Degraded", "InProgress"),
+    "invalid-spec": (sdd(conditions=INVALID), "Degraded", "Failed"),
     "paused": (sdd(conditions=PAUSED), "Suspended", "Current"),
     "deleting": (sdd(conditions=READY, deleting=True), "Healthy", "Terminating"),
 }

@@ -7,6 +7,7 @@ import tomllib
 
 import pytest
 
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 from tests.chart.chartlib import ROOT
 
 TEXT = (ROOT / "Dockerfile").read_text()
@@ -54,6 +55,68 @@ def test_base_images_are_pinned(stage):
     image = stages()[stage]["from"]
     assert "@sha256:" in image or re.search(r":[\w][\w.-]*$", image.split("/")[-1]), image
     assert not image.endswith(":latest")
+
+
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+# A tag that names one release (MAJOR.MINOR.PATCH, optionally v-prefixed and with a variant suffix such as
+# -slim-bookworm), not a moving one (latest, 3.11, 3.11-slim, stable, nightly).
+PINNED_TAG = re.compile(r":v?[0-9]+\.[0-9]+\.[0-9]+([-_.+][A-Za-z0-9][-A-Za-z0-9_.+]*)?$")
+
+
+def from_problems(text: str) -> list[str]:
+    """Every FROM line (any stage, named or not) whose image is neither pinned by digest nor by a release tag,
+    after the global ARG defaults are substituted; ``scratch`` and earlier stages are not images."""
+    args: dict[str, str] = {}
+    seen_stages: set[str] = set()
+    problems = []
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word.upper() == "ARG" and not seen_stages and "=" in rest:
+            name, _, default = rest.strip().partition("=")
+            args[name] = default.strip().strip('"')
+        if word.upper() != "FROM":
+            continue
+        parts = [p for p in rest.split() if not p.startswith("--")]
+        if not parts:
+            problems.append(f"{line.strip()}: no image")
+            continue
+        image = re.sub(r"\$\{?(\w+)\}?", lambda g: args.get(g.group(1), ""), parts[0])
+        if len(parts) >= 3 and parts[1].upper() == "AS":
+            seen_stages.add(parts[2])
+        if image == "scratch" or image in seen_stages - ({parts[2]} if len(parts) >= 3 else set()):
+            continue
+        if not (DIGEST.search(image) or PINNED_TAG.search(image.rsplit("/", 1)[-1])):
+            problems.append(f"{line.strip()}: {image or '(empty)'} is pinned neither by digest nor by a release tag")
+    return problems
+
+
+def test_every_from_line_is_pinned_by_digest_or_a_release_tag():
+    assert from_problems(TEXT) == []
+
+
+@pytest.mark.parametrize(
+    "line,pinned",
+    [
+        ("FROM python:3.11.11-slim-bookworm AS a", True),
+        (f"FROM lmsysorg/sglang:v{SGLANG_VERSION} AS a", True),
+        ("FROM python@sha256:" + "0" * 64 + " AS a", True),
+        ("FROM registry.example:5000/team/img:1.2.3 AS a", True),
+        ("FROM scratch", True),
+        ("FROM python:3.11-slim AS a", False),
+        ("FROM python:3.11 AS a", False),
+        ("FROM python AS a", False),
+        ("FROM python:latest AS a", False),
+        ("FROM registry.example:5000/team/img AS a", False),
+        ("FROM python@sha256:abc AS a", False),
+        ("FROM --platform=$BUILDPLATFORM python:3.11 AS a", False),
+        ("ARG BASE=python:3.11\nFROM ${BASE} AS a", False),
+        ("ARG BASE\nFROM $BASE AS a", False),
+        ("ARG BASE=python:3.11.11\nFROM ${BASE} AS a\nFROM a AS b", True),
+        ("FROM b AS a", False),  # a stage not defined earlier is an image named b
+    ],
+)
+def test_the_pin_check_itself(line, pinned):
+    assert (from_problems(line) == []) is pinned, from_problems(line)
 
 
 def test_runtime_is_built_from_the_pinned_sglang():

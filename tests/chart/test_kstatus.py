@@ -56,3 +56,29 @@ def test_condition_types_are_the_operators():
 
     used = {c["type"] for obj, _, _ in CASES.values() for c in obj.get("status", {}).get("conditions", [])}
     assert used == set(conditions.TYPES)
+
+
+def test_the_operators_own_status_is_failed_exactly_while_stalled():
+    """kstatus over what the operator computes (not samples): an invalid spec and a blocked rollout are Failed (Flux
+    stops waiting at once), an API error is retried (InProgress), and a rollout that can go on again is InProgress
+    until it is done (Current)."""
+    from specdecode_operator.status.conditions import Observation, compute
+
+    def deployment(ready: int, updated: int) -> dict:
+        return {
+            "kind": "Deployment",
+            "metadata": {"generation": 1},
+            "spec": {"replicas": 2},
+            "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": updated, "readyReplicas": ready},
+        }
+
+    def state(**kw) -> str:
+        obj = sdd(generation=3, observed=3)
+        obj["status"] = compute(Observation(generation=3, desired_replicas=2, **kw))
+        return kstatus(obj)
+
+    assert state(problems=["spec.target.model: bad"]) == "Failed"
+    assert state(workload=deployment(2, 1), rollout_blocked="pod x unschedulable") == "Failed"
+    assert state(workload=deployment(2, 1)) == "InProgress"
+    assert state(workload=deployment(2, 2), error="API error 500") == "InProgress"
+    assert state(workload=deployment(2, 2)) == "Current"

@@ -135,7 +135,8 @@ def test_the_documented_laptop_flow_ends_short_of_ready_only_for_lack_of_pods(ch
         assert conditions["ApisAvailable"] == ("False", "ApiNotServed"), conditions
         assert "ServiceMonitor (monitoring.coreos.com/v1)" in condition(obj, "ApisAvailable")["message"]
         # nothing else is wrong: every condition not named above is in its good state
-        named = {"SpecValid", "Degraded", "Ready", "MetricsAvailable", "ApisAvailable", "Progressing"}
+        assert conditions.get("Stalled", ("False", "AsExpected"))[0] == "False", conditions  # it can still progress
+        named = {"SpecValid", "Degraded", "Ready", "MetricsAvailable", "ApisAvailable", "Progressing", "Stalled"}
         assert set(conditions) <= named, conditions
         assert "Traceback" not in operator_log.read_text()
     finally:

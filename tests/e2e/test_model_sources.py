@@ -71,7 +71,13 @@ def test_hub_models_get_the_fetch_init_container_and_an_offline_runtime(cluster)
 @pytest.mark.parametrize(
     "field,model,fragment",
     [
-        ("target", "s3://bucket/llama", "target.model must be a path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]"),
+        (
+            "target",
+            "s3://bucket/llama",
+            "target.model must be an absolute path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]",
+        ),
+        ("target", "meta-llama/Llama-3-8B", "for a Hugging Face Hub repository use hf://meta-llama/Llama-3-8B"),
+        ("draft", "models/eagle", "draft.model: models/eagle is not an absolute path"),
         ("draft", "pvc://Models/x", "draft.model: pvc:// takes pvc://CLAIM/PATH"),
         ("draft", "hf://only-a-name", "draft.model: hf:// takes hf://ORG/NAME[@REVISION]"),
     ],

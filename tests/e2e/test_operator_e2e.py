@@ -24,8 +24,8 @@ def sdd(name: str = "llama", *, tp: int = 8, draft_tp: int = 1, gpus_per_node: i
         "metadata": {"name": name},
         "spec": {
             "replicas": 1,
-            "target": {"model": "meta-llama/Llama-3.1-70B-Instruct", "tensorParallelSize": tp},
-            "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": draft_tp},
+            "target": {"model": "/models/Llama-3.1-70B-Instruct", "tensorParallelSize": tp},
+            "draft": {"model": "/models/EAGLE3-LLaMA3.1-Instruct-70B", "tensorParallelSize": draft_tp},
             "placement": {"gpusPerNode": gpus_per_node},
         },
     }

@@ -1,7 +1,8 @@
 """Which condition wins when several things are true at once, what each says, and what the status stanza carries.
 
 Precedence (status/conditions.py): an invalid spec over a name collision over an API error for Degraded; a pause
-over everything for Progressing and Ready; a rollout is Ready only when healthy, rolled out and not paused."""
+over everything for Progressing and Ready; a rollout is Ready only when healthy, rolled out and not paused; Stalled
+(kstatus) only while nothing can progress without a change."""
 
 from __future__ import annotations
 
@@ -142,6 +143,7 @@ def test_the_stanza_carries_generation_counts_selector_and_foreign_conditions_in
         "Paused",
         "Degraded",
         "Progressing",
+        "Stalled",
         "MetricsAvailable",
     ]
     assert all(c["observedGeneration"] == 9 for c in status["conditions"])
@@ -153,7 +155,7 @@ def test_the_stanza_carries_generation_counts_selector_and_foreign_conditions_in
     )
     assert "observedGeneration" not in extra[0]  # reported as a copy, the caller's entry untouched
     assert "selector" not in compute(Observation(generation=1))
-    assert set(TYPES) == {"Ready", "Progressing", "Degraded", "SpecValid", "Paused"}
+    assert set(TYPES) == {"Ready", "Progressing", "Degraded", "SpecValid", "Paused", "Stalled"}
 
 
 def test_no_workload_reports_zero_replicas():
@@ -196,3 +198,91 @@ def test_transition_times_are_utc_rfc3339_seconds(monkeypatch):
     (stamp,) = stamps
     parsed = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     assert abs((datetime.datetime.now(datetime.UTC) - parsed).total_seconds()) < 120
+
+
+def blocked_rollout(**kw) -> Observation:
+    rolling = dict(
+        ready_deployment(), status={"observedGeneration": 1, "replicas": 3, "updatedReplicas": 1, "readyReplicas": 2}
+    )
+    return Observation(
+        generation=1,
+        workload=rolling,
+        desired_replicas=2,
+        rollout_blocked="pod llama-abc unschedulable: 0/4 nodes have 8 free nvidia.com/gpu",
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    "obs,stalled",
+    [
+        (
+            Observation(generation=2, problems=["spec.target.model: bad", "spec.x: y"]),
+            ("True", "InvalidSpec", "spec.target.model: bad (and 1 more)"),
+        ),
+        (
+            Observation(generation=2, problems=["spec.a: bad"], paused=True),
+            ("True", "InvalidSpec", "spec.a: bad"),
+        ),
+        (
+            Observation(generation=2, collisions=["Service/llama"], workload=ready_deployment(), desired_replicas=2),
+            (
+                "True",
+                "NameCollision",
+                "objects not owned by this SpecDecodeDeployment hold our names: Service/llama",
+            ),
+        ),
+        (
+            blocked_rollout(),
+            (
+                "True",
+                "RolloutBlocked",
+                "pod llama-abc unschedulable: 0/4 nodes have 8 free nvidia.com/gpu; 2/2 replicas ready",
+            ),
+        ),
+        # progress is possible (or under way): not stalled
+        (blocked_rollout(paused=True), ("False", "AsExpected", "")),
+        (blocked_rollout(error="API error 500"), ("False", "AsExpected", "")),
+        (Observation(generation=2, error="API error 500"), ("False", "AsExpected", "")),
+        (Observation(generation=1, workload=ready_deployment(), desired_replicas=2), ("False", "AsExpected", "")),
+        (Observation(generation=1, desired_replicas=2), ("False", "AsExpected", "")),
+        (Observation(generation=1, desired_replicas=2, replaced=["Service/llama-old"]), ("False", "AsExpected", "")),
+    ],
+    ids=[
+        "invalid-spec",
+        "invalid-spec-while-paused",
+        "name-collision",
+        "rollout-blocked",
+        "blocked-but-paused",
+        "blocked-but-api-error",
+        "api-error",
+        "ready",
+        "rolling-out",
+        "replacing-children",
+    ],
+)
+def test_stalled_only_while_nothing_can_progress_without_a_change(obs, stalled):
+    c = by_type(compute(obs))
+    assert c["Stalled"] == stalled
+    if stalled[0] == "True":
+        assert c["Ready"][0] == "False"
+
+
+def test_stalled_is_cleared_with_a_new_transition_time_when_progress_is_possible_again():
+    """Blocked -> the pod schedules (the rollout goes on) -> done: Stalled True then False, its transition time
+    moving only when it flips."""
+    first = writer.desired_status(compute(blocked_rollout()), None)
+    stalled = next(c for c in first["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True"
+    stalled["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    moving = dict(blocked_rollout().__dict__, rollout_blocked=None)
+    second = writer.desired_status(compute(Observation(**moving)), first)
+    cleared = next(c for c in second["conditions"] if c["type"] == "Stalled")
+    assert (cleared["status"], cleared["reason"]) == ("False", "AsExpected")
+    assert cleared["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+    assert by_type(compute(Observation(**moving)))["Progressing"][:2] == ("True", "RollingOut")
+    third = writer.desired_status(
+        compute(Observation(generation=1, workload=ready_deployment(), desired_replicas=2)), second
+    )
+    again = next(c for c in third["conditions"] if c["type"] == "Stalled")
+    assert again == cleared  # unchanged: the same transition time

@@ -2,7 +2,7 @@
 -- Install it in argocd-cm (see docs/gitops.md):
 --   resource.customizations.health.specdecode.io_SpecDecodeDeployment: |
 --     <this file>
--- Conditions (kstatus-compatible): Ready, Progressing, Degraded, SpecValid, Paused; status.observedGeneration.
+-- Conditions (kstatus-compatible): Ready, Progressing, Degraded, SpecValid, Paused, Stalled; status.observedGeneration.
 local hs = {}
 
 local function condition(t)

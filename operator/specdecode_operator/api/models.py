@@ -78,9 +78,11 @@ AFFINITY: JsonDict = {
 
 
 MODEL_DESCRIPTION = (
-    "Where the {what} weights come from: a path inside the image or under /models (runtime.modelVolume), "
-    "pvc://CLAIM/PATH (the claim mounted read-only in every runtime pod) or hf://ORG/NAME[@REVISION] (fetched once "
-    "into modelCache by an init container; the runtime then runs offline)."
+    "Where the {what} weights come from: an absolute path inside the image or under /models "
+    "(runtime.modelVolume), pvc://CLAIM/PATH (the claim mounted read-only in every runtime pod) or "
+    "hf://ORG/NAME[@REVISION] (fetched once into modelCache by an init container; the runtime then runs offline). "
+    "Nothing else: a relative path, a bare hub id (meta-llama/Llama-3-8B: write hf://meta-llama/Llama-3-8B) or "
+    "another scheme is refused."
 )
 
 
@@ -366,7 +368,7 @@ class SpecDecodeDeploymentSpec(_Model):
 class Condition(_Model):
     """A kstatus-style condition."""
 
-    type: str = Field(description="Ready, Progressing, Degraded, SpecValid, Paused or MetricsAvailable.")
+    type: str = Field(description="Ready, Progressing, Degraded, SpecValid, Stalled, Paused or MetricsAvailable.")
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
     reason: str = Field(default="", description="One CamelCase word for machines (e.g. AllReplicasReady).")
     message: str = Field(default="", description="What a human should know, e.g. which field is invalid.")
@@ -477,7 +479,8 @@ class SpecDecodeDeploymentStatus(_Model):
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="kstatus conditions: Ready, Progressing, Degraded, SpecValid, Paused and the tuner's "
+        description="kstatus conditions: Ready, Progressing, Degraded, SpecValid, Stalled (True while nothing can "
+        "progress without a change: invalid spec, name collision, blocked rollout), Paused and the tuner's "
         "MetricsAvailable.",
     )
     replicas: int | None = Field(default=None, description="Serving replicas that exist (scale subresource).")

@@ -23,9 +23,14 @@ class Rule:
     message: str
     field_path: str | None = None
     reason: str | None = None
+    # a CEL expression giving the message from the value (a hint naming what was written); ``message`` stands when
+    # it cannot be evaluated, as on the API server
+    message_expression: str | None = None
 
     def to_crd(self) -> dict:
         out: dict = {"rule": self.rule, "message": self.message}
+        if self.message_expression:
+            out["messageExpression"] = self.message_expression
         if self.field_path:
             out["fieldPath"] = self.field_path
         if self.reason:
@@ -177,15 +182,38 @@ RUNTIME_RULES = (
 )
 
 
+MODEL_FORMS = "an absolute path, pvc://CLAIM/PATH or hf://ORG/NAME[@REVISION]"
+# A string that reads as a Hugging Face Hub repository id (ORG/NAME[@REVISION]) without its scheme.
+HUB_ID_PATTERN = f"^{ms.REPO_PART}/{ms.REPO_PART}(@{ms.REVISION})?$"
+WINDOWS_PATH_PATTERN = "^[A-Za-z]:"
+SCHEME_LIKE_PATTERN = "^[A-Za-z][-A-Za-z0-9+.]*:"
+
+
+def _model_hint(field: str) -> str:
+    """A CEL message naming what was written and the spelling that was probably meant."""
+    head = f"'{field}: ' + self.model + ' is not {MODEL_FORMS}: '"
+    return (
+        f"self.model.matches('{WINDOWS_PATH_PATTERN}') ? {head} + 'give the Linux path inside the pod, "
+        "e.g. /models/NAME' : "
+        f"self.model.matches('{SCHEME_LIKE_PATTERN}') ? {head} + 'a scheme is written SCHEME:// and only pvc:// "
+        "and hf:// are supported' : "
+        f"self.model.matches('{HUB_ID_PATTERN}') ? {head} + 'for a Hugging Face Hub repository use hf://' + "
+        "self.model + ', for a directory in the pod its absolute path' : "
+        f"{head} + 'a path must be absolute, e.g. /models/' + self.model"
+    )
+
+
 def model_rules(owner: str) -> tuple[Rule, ...]:
-    """``<owner>.model`` is a path, ``pvc://CLAIM/PATH`` or ``hf://ORG/NAME[@REVISION]`` (the patterns are the
-    runtime contract's, so admission and the pod accept the same strings)."""
+    """``<owner>.model`` is an absolute path, ``pvc://CLAIM/PATH`` or ``hf://ORG/NAME[@REVISION]`` (the scheme
+    patterns are the runtime contract's, so admission and the pod accept the same strings). A relative path is
+    refused with a hint: ``meta-llama/Llama-3-8B`` is most likely a hub repository meant as ``hf://...``, and a
+    path that the pod resolves against its working directory is never what was meant."""
     field = f"{owner}.model"
     return (
         Rule(
             f"!self.model.matches('{ms.SCHEME_PATTERN}') || self.model.startsWith('{ms.PVC_SCHEME}') || "
             f"self.model.startsWith('{ms.HF_SCHEME}')",
-            f"{field} must be {ms.FORMS}; other schemes (s3://, gs://, ...) are not supported",
+            f"{field} must be {MODEL_FORMS}; other schemes (s3://, gs://, ...) are not supported",
             ".model",
         ),
         Rule(
@@ -199,6 +227,13 @@ def model_rules(owner: str) -> tuple[Rule, ...]:
             f"{field}: hf:// takes hf://ORG/NAME[@REVISION]: a Hugging Face Hub repository id, optionally a branch, "
             "tag or commit after '@'",
             ".model",
+        ),
+        Rule(
+            f"self.model.startsWith('/') || self.model.matches('{ms.SCHEME_PATTERN}')",
+            f"{field} must be {MODEL_FORMS}: a path must be absolute, and a Hugging Face Hub repository ORG/NAME is "
+            "written hf://ORG/NAME",
+            ".model",
+            message_expression=_model_hint(field),
         ),
     )
 

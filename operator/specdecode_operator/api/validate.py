@@ -170,6 +170,23 @@ def _cel_holds(rule: str, value: Any, old: Any) -> bool:
         return False
 
 
+def _cel_message(validation: dict, value: Any, old: Any) -> str:
+    """The rule's messageExpression when it gives a non-empty string, else its message (the API server's
+    fallback)."""
+    expression = validation.get("messageExpression")
+    if expression:
+        ctx = {"self": value}
+        if old is not None:
+            ctx["oldSelf"] = old
+        try:
+            text = _compiled(expression).execute(ctx)
+        except Exception:
+            text = None
+        if isinstance(text, str) and text.strip():
+            return text
+    return validation.get("message", validation["rule"])
+
+
 def _cel_problems(schema: dict, value: Any, old: Any, path: list) -> Iterator[Problem]:
     for v in schema.get("x-kubernetes-validations", []):
         if "oldSelf" in v["rule"] and old is None:
@@ -177,7 +194,7 @@ def _cel_problems(schema: dict, value: Any, old: Any, path: list) -> Iterator[Pr
         if not _cel_holds(v["rule"], value, old):
             field = v.get("fieldPath", "")
             where = _path(path) + field if path else field.lstrip(".") or "<root>"
-            yield Problem(where, v.get("message", v["rule"]))
+            yield Problem(where, _cel_message(v, value, old))
     if isinstance(value, dict):
         for key, sub in schema.get("properties", {}).items():
             if key in value:

@@ -27,6 +27,11 @@ class ControlAuth:
     subjects: tuple[str, ...]  # system:serviceaccount:<namespace>:<name> of the operator
 
 
+def service_account_subject(namespace: str, name: str) -> str:
+    """The subject a ServiceAccount's tokens carry, as the pods are told to accept it."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 def deployment_audience(prefix: str, namespace: str, name: str, uid: str | None) -> str:
     """The one audience a deployment's runtime pods accept: ``<prefix>/<namespace>/<name>/<uid>``. Namespace and
     object names cannot hold a slash, so no two deployments share it (the uid: nor a deleted one and its

@@ -5,14 +5,17 @@ workload reports every replica ready for the generation we rendered *and* our ob
 object's generation; ``Progressing`` is True while a rollout is under way (False with reason ``RolloutBlocked`` when one of its pods
 cannot be scheduled, see ``rollout``); ``Degraded`` is True when something
 needs a human (invalid spec, a name taken by a foreign object, API errors past retries). ``SpecValid`` carries the
-first field-level problem, so ``kubectl get sdd -o yaml`` names the field.
+first field-level problem, so ``kubectl get sdd -o yaml`` names the field. ``Stalled`` (kstatus's own abnormal-true
+condition: kstatus and Flux report the object Failed instead of waiting out a timeout) is True while nothing can
+progress without a change: an invalid spec, a name held by a foreign object, a rollout pod the scheduler refuses;
+False (``AsExpected``) as soon as progress is possible again. An API error is retried, so it never stalls.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-TYPES = ("Ready", "Progressing", "Degraded", "SpecValid", "Paused")
+TYPES = ("Ready", "Progressing", "Degraded", "SpecValid", "Paused", "Stalled")
 
 
 @dataclasses.dataclass
@@ -103,6 +106,15 @@ def compute(obs: Observation) -> dict:
         what = "replacing " + ", ".join(obs.replaced) + "; " if obs.replaced else ""
         progressing = _cond("Progressing", True, "RollingOut", f"{what}{ready}/{obs.desired_replicas} replicas ready")
     conditions.append(progressing)
+    if obs.problems:
+        stalled = _cond("Stalled", True, "InvalidSpec", first)  # the field, as SpecValid names it
+    elif obs.collisions:
+        stalled = _cond("Stalled", True, degraded["reason"], degraded["message"])
+    elif progressing["reason"] == "RolloutBlocked":
+        stalled = _cond("Stalled", True, "RolloutBlocked", progressing["message"])
+    else:
+        stalled = _cond("Stalled", False, "AsExpected")
+    conditions.append(stalled)
     if healthy and rolled_out and not obs.paused:
         ready_c = _cond("Ready", True, "AllReplicasReady", f"{ready}/{obs.desired_replicas} replicas ready")
     elif obs.paused:

@@ -3,7 +3,9 @@
 ``spec.target.model`` and ``spec.draft.model`` take one of three forms, and this module is the one place that
 parses them and names the paths both sides agree on:
 
-* a path (``/models/GLM-5``) or any string without ``://``: handed to SGLang as it is;
+* an absolute path (``/models/GLM-5``): handed to SGLang as it is (the runtime also takes any other string without
+  ``://`` as a path, for a runtime.yaml written by hand; admission refuses those in a SpecDecodeDeployment, with a
+  hint, see ``api/rules.py``);
 * ``pvc://CLAIM/PATH``: the claim is mounted read-only at ``PVC_MOUNT_ROOT/CLAIM`` in every runtime pod (leader and
   workers alike), and SGLang gets ``PVC_MOUNT_ROOT/CLAIM/PATH``;
 * ``hf://ORG/NAME[@REVISION]``: an init container fetches the snapshot once into the hub cache volume mounted at
@@ -11,8 +13,8 @@ parses them and names the paths both sides agree on:
   reused as it is); the runtime then runs offline and gives SGLang the snapshot's directory.
 
 The regular expressions are RE2-compatible and free of backslashes (they sit in CEL string literals): the same
-strings are the CRD's CEL rules, so the API server, ``specdecode validate`` and the runtime accept exactly the same
-forms. Standard library only (the operator image has no hub client).
+strings are the CRD's CEL rules, so the API server, ``specdecode validate`` and the runtime agree on every
+``pvc://`` and ``hf://`` form. Standard library only (the operator image has no hub client).
 """
 
 from __future__ import annotations
