@@ -54,9 +54,14 @@ def free_port() -> int:
 
 
 def chart_operator_command(values: dict | None = None) -> tuple[list[str], dict[str, str], int]:
-    """(args, SPECDECODE_* env, replicas) of the operator Deployment as the chart renders it with ``values``."""
+    """(args, SPECDECODE_* env, replicas) of the operator Deployment as the chart renders it with ``values``, in
+    Secret step-control mode unless ``values`` say otherwise: the emulator serves no ServiceAccount issuer (the
+    chart's default mode reads it before rendering), and what these scenarios fault is the API, not the credentials
+    (tests/e2e/test_control_sa_auth.py and test_default_install_live_control.py run the default mode on the real
+    API server)."""
     from tests.chart.chartlib import one, render
 
+    values = {"controlAuth": {"mode": "Secret"}, **(values or {})}
     dep = one(render(values), "Deployment")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
