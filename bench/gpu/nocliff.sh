@@ -10,7 +10,7 @@
 #             draft call at tier 0, every self-test check (the `selftest --device cuda` record)
 #   cycles8b  Llama-3-8B shape (dummy bf16 weights, EAGLE-3 head), Live tiers 0 and 3: the served decode cycle of
 #             tier 0 against the same engine without speculation at batch 1, 8, 32, 64 (GPU-bound)
-#   train     the trained 304M code LM and its EAGLE-3 head (bench/gpu/trained/run_training.sh), unless WORKDIR has them
+#   train     the trained 304M code LM and its EAGLE-3 head (h200_live.sh's train phase), unless WORKDIR has them
 #   cycles    the same served-cycle comparison on the trained model (host-bound)
 #   live      the trained model: a server without speculation beside the Live pod (same GPU, same arguments); per
 #             batch (BATCHES, default 1,8,32,64) the static tiers, the operator's tuner for LIVE_SECONDS, then
@@ -47,15 +47,7 @@ for phase in "${phases[@]}"; do
     cycles8b) selftest cycles8b --model-config "$here/llama3-8b-shape.yaml" --load-format dummy --random-draft \
                   --layouts nospec,sharded --steps 3 --live-steps 0 --prompts 2 --max-new-tokens 16 \
                   --measure-cycles "$batches" --measure-tokens 48 ;;
-    train)
-      if [ -f "$work/eagle3/config.json" ] && [ -f "$work/acceptance.json" ]; then
-        echo "train: models present in $work"
-      else
-        TARGET_MINUTES="${TARGET_MINUTES:-2.5}" HEAD_MINUTES="${HEAD_MINUTES:-1}" CORPUS_BYTES="${CORPUS_BYTES:-100000000}" \
-            "$here/trained/run_training.sh" "$work" corpus target eagle3 acceptance >"$out/training.log" 2>&1
-        echo "train: exit $?"; grep "^=== " "$out/training.log"
-      fi
-      cp "$work/acceptance.json" "$out/acceptance.json" 2>/dev/null ;;
+    train)    "$here/trained/h200_live.sh" "$work" "$out" train ;;  # the trained campaign's own training phase
     cycles)   selftest cycles --model-path "$work/target" --draft-model-path "$work/eagle3" \
                   --prompt-file "$work/corpus/heldout.txt" --layouts nospec,sharded --steps 3 --live-steps 0 \
                   --prompts 2 --max-new-tokens 16 --measure-cycles "$batches" --measure-tokens 96 ;;

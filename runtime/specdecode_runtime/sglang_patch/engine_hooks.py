@@ -85,7 +85,6 @@ def _decode_cycle(orig, self, batch, on_publish, grammar_barrier, pp_proxy_tenso
                 finally:
                     if stamp is not None:
                         stamp.t_verify_end = _time.perf_counter()
-            plain_decode.stats.fallback_cycles += 1
         elif plain_decode.window:
             plain_decode.catch_up(self, batch)
     return orig(self, batch, on_publish, grammar_barrier, pp_proxy_tensors)
@@ -212,29 +211,10 @@ def wrap_activate(orig):
     return activate_step_by_batch
 
 
-def wrap_draft_counter(field_name: str):
-    """Counts a draft-side call (``draft`` or the decode draft extend), and whether the worker's tier was 0 then:
-    the target-only tier must run neither."""
-
-    def wrap(orig):
-        def counted(self, *a, **k):
-            st = plain_decode.stats
-            setattr(st, field_name, getattr(st, field_name) + 1)
-            if getattr(self, "speculative_num_steps", None) == 0:
-                st.draft_calls_at_zero += 1
-            return orig(self, *a, **k)
-
-        return counted
-
-    return wrap
-
-
 def install_engine_hooks(ps: PatchSet) -> None:
     """Wrap every hook point (a fresh :class:`~.cycle_clock.CycleClock` per installation)."""
     state.clock = CycleClock()
     plain_decode.reset()
-    ps.wrap(f"{EW2}.EagleDraftWorker.draft", wrap_draft_counter("draft_forwards"))
-    ps.wrap(f"{EW2}.EagleDraftWorker._draft_extend_for_decode", wrap_draft_counter("draft_extends"))
     ps.wrap(f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu", wrap_verify)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.activate_step_by_batch", wrap_activate)
     ps.wrap(f"{EW2}.EAGLEWorkerV2.forward_batch_generation", wrap_forward)

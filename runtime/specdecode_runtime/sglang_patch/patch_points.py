@@ -216,14 +216,14 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         f"{EW2}.EagleDraftWorker.draft",
         ("self", "batch", "with_topology"),
-        "wrap",
-        "counted (the target-only tier runs none); mirrored by RemoteDraftWorker.draft",
+        "use",
+        "mirrored by RemoteDraftWorker.draft",
     ),
     PatchPoint(
         f"{EW2}.EagleDraftWorker._draft_extend_for_decode",
         ("self", "batch", "batch_result", "kv_loc_plan"),
-        "wrap",
-        "counted (the target-only tier runs none); mirrored by RemoteDraftWorker (placeholders)",
+        "use",
+        "mirrored by RemoteDraftWorker (placeholders)",
     ),
     PatchPoint(
         f"{EW2}.EagleDraftWorker._draft_extend_for_prefill",

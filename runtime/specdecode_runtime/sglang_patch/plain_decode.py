@@ -34,20 +34,6 @@ DEFAULT_CATCH_UP_TOKENS = 256  # positions per request kept while off: a few KB 
 
 
 @dataclass
-class TierZeroStats:
-    """What the target-only tier did in this process (exported by the engine on rank 0)."""
-
-    plain_cycles: int = 0  # decode cycles served by the target alone
-    fallback_cycles: int = 0  # tier-0 cycles that had to take SGLang's one-token verify (logprobs, grammar)
-    catch_ups: int = 0  # catch-up extends run
-    catch_up_tokens: int = 0  # positions the catch-ups wrote into the draft's KV
-    catch_up_seconds: float = 0.0  # host time of the catch-ups (the price of a switch back to speculation)
-    draft_forwards: int = 0  # draft() calls (any tier), counted for the off-is-off check
-    draft_extends: int = 0  # decode draft extends (any tier)
-    draft_calls_at_zero: int = 0  # draft() or decode draft extend while the worker's tier was 0: must stay 0
-
-
-@dataclass
 class _Retained:
     pool: Any  # [bs] request-pool slots
     epoch: Any  # [bs] each slot's occupancy count when the row was kept (a prefill of the slot starts a new one)
@@ -105,7 +91,6 @@ class CatchUpWindow:
         return bool(self.records)
 
 
-stats = TierZeroStats()
 window = CatchUpWindow()
 enabled = True  # the runtime's tier 0 is plain decoding; False restores SGLang's one-token verify (for comparison)
 plain_graph_runner: Any = None  # the target's DECODE-mode CUDA graphs (captured beside the tiers), None on a CPU
@@ -118,11 +103,10 @@ CATCH_UP_ENV = "SPECDECODE_CATCH_UP_TOKENS"  # positions kept per request while 
 
 
 def reset(catch_up_tokens: int | None = None) -> None:
-    global stats, window, plain_graph_runner, plain_attn_backend, on_catch_up, enabled
+    global window, plain_graph_runner, plain_attn_backend, on_catch_up, enabled
     enabled = os.environ.get(MODE_ENV, "plain") != "verify"
     if catch_up_tokens is None:
         catch_up_tokens = int(os.environ.get(CATCH_UP_ENV, DEFAULT_CATCH_UP_TOKENS))
-    stats = TierZeroStats()
     window = CatchUpWindow(tokens=int(catch_up_tokens))
     plain_graph_runner = plain_attn_backend = None
     on_catch_up = None
@@ -135,7 +119,7 @@ def _is_decode(batch) -> bool:
 def eligible(batch) -> bool:
     """A target-only cycle serves this batch: its draft input carries the bonus tokens, and it asks for nothing
     the plain cycle does not return in the speculative result's shape (logprobs, a grammar); those batches take
-    SGLang's one-token verify at tier 0 (counted as fallback cycles)."""
+    SGLang's one-token verify at tier 0."""
     info = batch.spec_info
     return (
         info is not None
@@ -227,7 +211,6 @@ def target_only_cycle(worker, batch, on_publish):
         routed_experts_output=getattr(out, "routed_experts_output", None),
     )
     worker._stub_skipped_draft_extend(batch, result)
-    stats.plain_cycles += 1
     return result
 
 
@@ -269,9 +252,6 @@ def catch_up(worker, batch) -> int:
     ends = torch.cumsum(kept_counts, 0) - 1
     written = _run_catch_up(worker, batch, with_rows, kept_counts, tok_in, tok_out, hidden, ends)
     dt = time.perf_counter() - t0
-    stats.catch_ups += 1
-    stats.catch_up_tokens += n_tokens
-    stats.catch_up_seconds += dt
     if on_catch_up is not None:
         on_catch_up(n_tokens, dt)
     return written
