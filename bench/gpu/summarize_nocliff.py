@@ -132,6 +132,8 @@ def summarize(raw: Path) -> dict:
     smoke = greedy(_selftest(raw / "smoke.json"))
     return {
         "device": meta.get("device", "one NVIDIA GPU (see meta.json)"),
+        "commit": meta.get("commit"),
+        "date": meta.get("date"),
         "commands": meta.get("commands", []),
         "tier0_over_plain_cycle": tier0,
         "live_over_best_of_nospec_and_static": {b: v for b, v in lf.get("live_pairs", {}).items()},
@@ -154,7 +156,8 @@ def markdown(s: dict) -> str:
     lines = [
         "# Never slower than no speculation: tier 0 as plain decoding, the tuner against the better baseline",
         "",
-        f"Device: {s['device']}. SGLang {SGLANG_VERSION} + the runtime's patches; measured, not simulated.",
+        f"Device: {s['device']}. Commit {s['commit']}, {s['date']}. SGLang {SGLANG_VERSION} + the runtime's patches; "
+        "measured, not simulated.",
         "",
         "| figure | goal | measured |",
         "|---|---|---|",
