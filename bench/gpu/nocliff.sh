@@ -14,7 +14,9 @@
 #   cycles    the same served-cycle comparison on the trained model (host-bound)
 #   live      the trained model: a server without speculation beside the Live pod (same GPU, same arguments); per
 #             batch (BATCHES, default 1,8,32,64) the static tiers, the operator's tuner for LIVE_SECONDS, then
-#             PAIRS alternating rounds of its table against the better of no speculation and the best static tier
+#             PAIRS alternating rounds of its table against the better of no speculation and the best static tier;
+#             every point records the pod's prefill parts (specdecode_prefill_phase_seconds) and SGLang's queue time
+# The served-cycle phases time each (tier, batch) MEASURE_REPEATS times (default 3) and report the median.
 # Each phase writes OUTDIR/<phase>.json; bench/gpu/summarize_nocliff.py turns them into
 # bench/results/gpu_h200_nocliff.{json,md}.
 set -uo pipefail
@@ -46,11 +48,12 @@ for phase in "${phases[@]}"; do
     smoke)    selftest smoke --layouts nospec,sharded --steps 3 --live-steps 0,7,0,3 --prompts 4 --max-new-tokens 96 ;;
     cycles8b) selftest cycles8b --model-config "$here/llama3-8b-shape.yaml" --load-format dummy --random-draft \
                   --layouts nospec,sharded --steps 3 --live-steps 0 --prompts 2 --max-new-tokens 16 \
-                  --measure-cycles "$batches" --measure-tokens 48 ;;
+                  --measure-cycles "$batches" --measure-tokens 48 --measure-repeats "${MEASURE_REPEATS:-3}" ;;
     train)    "$here/trained/h200_live.sh" "$work" "$out" train ;;  # the trained campaign's own training phase
     cycles)   selftest cycles --model-path "$work/target" --draft-model-path "$work/eagle3" \
                   --prompt-file "$work/corpus/heldout.txt" --layouts nospec,sharded --steps 3 --live-steps 0 \
-                  --prompts 2 --max-new-tokens 16 --measure-cycles "$batches" --measure-tokens 96 ;;
+                  --prompts 2 --max-new-tokens 16 --measure-cycles "$batches" --measure-tokens 96 \
+                  --measure-repeats "${MEASURE_REPEATS:-3}" ;;
     live)     python3 "$here/trained/live_tune.py" --server live --target "$work/target" --draft "$work/eagle3" \
                   --heldout "$work/corpus/heldout.txt" --nospec-alongside --mem-fraction 0.4 --max-batch 64 \
                   --replay "${REPLAY:-4}" --pairs "${PAIRS:-6}" --pair-replay "${PAIR_REPLAY:-2}" \

@@ -89,6 +89,53 @@ def live_figures(live: dict | None) -> dict:
     return out
 
 
+def _family(counters: dict[str, float], name: str, **labels: str) -> float:
+    """Sum of one family's samples in a point's counter deltas (``name{k=v,...}`` keys), matching ``labels``."""
+    total = 0.0
+    for key, v in counters.items():
+        fam, _, rest = key.partition("{")
+        have = dict(kv.split("=", 1) for kv in rest.rstrip("}").split(",") if "=" in kv)
+        if fam == name and all(have.get(k) == x for k, x in labels.items()):
+            total += v
+    return total
+
+
+def prefill_parts(live: dict | None) -> dict:
+    """Per batch and point (static tiers, no speculation): where prefill time went, per prefill batch, beside the
+    decode cycles it shared the GPU with and SGLang's own request timings. From each point's counter deltas."""
+    out: dict = {}
+    for b, row in ((live or {}).get("batches") or {}).items():
+        for point, c in (row.get("pod_counters") or {}).items():
+            rec: dict = {}
+            n = _family(c, "specdecode_prefill_batches_total")
+            cycles = _family(c, "specdecode_verify_cycles_total")
+            if n:
+                rec["prefill_batches"] = int(n)
+                rec["requests_per_prefill"] = round(_family(c, "specdecode_prefill_requests_total") / n, 2)
+                rec["tokens_per_prefill"] = round(_family(c, "specdecode_prefill_tokens_total") / n, 1)
+                for clock, phases in (
+                    ("host", ("launch", "target", "draft", "result")),
+                    ("device", ("target", "draft")),
+                ):
+                    for ph in phases:
+                        v = _family(c, "specdecode_prefill_phase_seconds_total", phase=ph, clock=clock)
+                        if v:
+                            rec[f"{clock}_{ph}_ms_per_prefill"] = round(1e3 * v / n, 3)
+            if cycles:
+                rec["decode_cycles"] = int(cycles)
+                rec["mean_batch"] = round(_family(c, "specdecode_requests_verified_total") / cycles, 2)
+                rec["prefill_ms_per_cycle"] = round(1e3 * _family(c, "specdecode_prefill_seconds_total") / cycles, 3)
+                if n:
+                    rec["cycles_per_prefill"] = round(cycles / n, 2)
+            for short, fam in (("queue", "sglang:queue_time_seconds"), ("ttft", "sglang:time_to_first_token_seconds")):
+                cnt = _family(c, fam + "_count")
+                if cnt:
+                    rec[f"{short}_ms"] = round(1e3 * _family(c, fam + "_sum") / cnt, 2)
+            if rec:
+                out.setdefault(f"b{b}", {})["nospec" if point == "nospec" else f"k{point}"] = rec
+    return out
+
+
 def greedy(smoke: dict | None) -> dict:
     if not smoke:
         return {"ran": False}
@@ -143,6 +190,7 @@ def summarize(raw: Path) -> dict:
         "served_cycles": {"trained": cycles, "8b": cycles8b},
         "live": lf,
         "plain_graphs": (live or {}).get("plain_graphs"),
+        "prefill_parts": prefill_parts(live),
         "goals": GOALS,
         "notes": meta.get("notes", []),
     }
@@ -202,6 +250,28 @@ def markdown(s: dict) -> str:
                 f"| {b} | {live['nospec'].get(b)} | {json.dumps(live['static'][b])} | {live['tables'].get(b)} "
                 f"({live.get('tuner_intervals', {}).get(b)}) | {live['baseline'].get(b)} |"
             )
+    if s.get("prefill_parts"):
+        cols = [
+            "prefill_batches",
+            "requests_per_prefill",
+            "tokens_per_prefill",
+            "host_launch_ms_per_prefill",
+            "host_target_ms_per_prefill",
+            "host_draft_ms_per_prefill",
+            "host_result_ms_per_prefill",
+            "device_target_ms_per_prefill",
+            "device_draft_ms_per_prefill",
+            "cycles_per_prefill",
+            "mean_batch",
+            "prefill_ms_per_cycle",
+            "queue_ms",
+            "ttft_ms",
+        ]
+        lines += ["", "## Prefill under speculation (per prefill batch; the pod's and SGLang's counters)", ""]
+        lines += ["| batch | point | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+        for b, points in s["prefill_parts"].items():
+            for point, rec in points.items():
+                lines.append(f"| {b} | {point} | " + " | ".join(str(rec.get(c, "")) for c in cols) + " |")
     if s.get("plain_graphs"):
         lines += ["", f"Tier 0's plain decode graphs (the pod's `/metrics`): {json.dumps(s['plain_graphs'])}"]
     if s.get("notes"):

@@ -38,7 +38,9 @@ from .contract.step_table import StepTable
 from .control import StepControlChannel, create_control_app
 from .sglang_patch import engine_hooks as sp
 from .sglang_patch import plain_decode, plain_graphs
+from .sglang_patch import process_state as sp_state
 from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
+from .sglang_patch.prefill_probe import PrefillProbe, cuda_events
 
 log = logging.getLogger("specdecode.engine")
 
@@ -263,6 +265,9 @@ class EngineRuntime:
         )
         if self.metrics is not None:
             plain_decode.on_catch_up = self.metrics.record_catch_up
+            sp_state.prefill_probe = PrefillProbe(
+                self.metrics.record_prefill_phase, self.metrics.record_prefill_batch, device_events=cuda_events()
+            )
             if captured_plain is not None:
                 self.metrics.set_plain_graphs(captured_plain.seconds, captured_plain.nbytes)
 

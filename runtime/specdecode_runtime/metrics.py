@@ -37,8 +37,12 @@ from .contract.metric_names import (
     PLAIN_GRAPHS,
     POSITION_ACCEPTED,
     POSITION_ATTEMPTS,
+    PREFILL_BATCHES,
     PREFILL_PHASE,
+    PREFILL_PHASE_SECONDS,
+    PREFILL_REQUESTS,
     PREFILL_SECONDS,
+    PREFILL_TOKENS,
     REQUESTS_VERIFIED,
     STEP_SWITCHES,
     TOKENS_GENERATED,
@@ -99,6 +103,10 @@ class SpecMetrics:
         self.catch_up_tokens = self._declare(Counter, CATCH_UP_TOKENS)
         self.catch_up_seconds = self._declare(Counter, CATCH_UP_SECONDS)
         self.plain_graphs = self._declare(Gauge, PLAIN_GRAPHS, multiprocess_mode="mostrecent")
+        self.prefill_phase_seconds = self._declare(Counter, PREFILL_PHASE_SECONDS)
+        self.prefill_batches = self._declare(Counter, PREFILL_BATCHES)
+        self.prefill_requests = self._declare(Counter, PREFILL_REQUESTS)
+        self.prefill_tokens = self._declare(Counter, PREFILL_TOKENS)
         self._last_steps: int | None = None
         self._children: dict[tuple, object] = {}
         self.registry = registry
@@ -212,6 +220,15 @@ class SpecMetrics:
         """One catch-up extend after target-only cycles."""
         self._child(self.catch_up_tokens).inc(int(tokens))
         self._child(self.catch_up_seconds).inc(float(seconds))
+
+    def record_prefill_phase(self, phase: str, clock: str, seconds: float) -> None:
+        """One part of a prefill batch (:mod:`.sglang_patch.prefill_probe`)."""
+        self._child(self.prefill_phase_seconds, phase, clock).inc(float(seconds))
+
+    def record_prefill_batch(self, requests: int, tokens: int) -> None:
+        self._child(self.prefill_batches).inc()
+        self._child(self.prefill_requests).inc(int(requests))
+        self._child(self.prefill_tokens).inc(int(tokens))
 
     def set_plain_graphs(self, seconds: float, nbytes: int) -> None:
         self._child(self.plain_graphs, "seconds").set(float(seconds))

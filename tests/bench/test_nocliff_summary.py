@@ -96,3 +96,35 @@ def test_the_committed_summary_is_what_its_raw_reports_say():
     assert json.loads(json.dumps(s)) == json.loads((ROOT / "bench/results/gpu_h200_nocliff.json").read_text())
     assert (ROOT / "bench/results/gpu_h200_nocliff.md").read_text() == _module().markdown(s)
     assert s["greedy_identical_across_switches"] is True and s["selftest_cuda"]["selftest_ok"]
+
+
+def test_prefill_parts_per_prefill_batch_from_the_counter_deltas(tmp_path):
+    s_mod = _module()
+    spec = {
+        "specdecode_prefill_batches_total{}": 4.0,
+        "specdecode_prefill_requests_total{}": 8.0,
+        "specdecode_prefill_tokens_total{}": 480.0,
+        "specdecode_prefill_phase_seconds_total{clock=host,phase=launch}": 0.020,
+        "specdecode_prefill_phase_seconds_total{clock=host,phase=target}": 0.012,
+        "specdecode_prefill_phase_seconds_total{clock=host,phase=draft}": 0.004,
+        "specdecode_prefill_phase_seconds_total{clock=device,phase=draft}": 0.002,
+        "specdecode_verify_cycles_total{bucket=32-63}": 10.0,
+        "specdecode_verify_cycles_total{bucket=8-31}": 10.0,
+        "specdecode_requests_verified_total{bucket=32-63}": 400.0,
+        "specdecode_requests_verified_total{bucket=8-31}": 200.0,
+        "specdecode_prefill_seconds_total{bucket=32-63}": 0.010,
+        "sglang:queue_time_seconds_sum{engine_type=unified}": 0.5,
+        "sglang:queue_time_seconds_count{engine_type=unified}": 10.0,
+    }
+    plain = {"sglang:queue_time_seconds_sum{x=y}": 0.1, "sglang:queue_time_seconds_count{x=y}": 10.0}
+    live = {"batches": {"32": {"pod_counters": {"3": spec, "nospec": plain}}}}
+    (tmp_path / "live.json").write_text(json.dumps(live))
+    s = s_mod.summarize(tmp_path)
+    k3 = s["prefill_parts"]["b32"]["k3"]
+    assert k3["prefill_batches"] == 4 and k3["requests_per_prefill"] == 2 and k3["tokens_per_prefill"] == 120
+    assert k3["host_launch_ms_per_prefill"] == 5.0 and k3["host_target_ms_per_prefill"] == 3.0
+    assert k3["device_draft_ms_per_prefill"] == 0.5 and "device_target_ms_per_prefill" not in k3
+    assert k3["mean_batch"] == 30.0 and k3["cycles_per_prefill"] == 5.0 and k3["prefill_ms_per_cycle"] == 0.5
+    assert k3["queue_ms"] == 50.0
+    assert s["prefill_parts"]["b32"]["nospec"] == {"queue_ms": 10.0}
+    assert "## Prefill under speculation" in s_mod.markdown(s)

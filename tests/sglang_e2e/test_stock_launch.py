@@ -146,3 +146,16 @@ def test_launch_serves_the_engine_tokens(served, stock):
     assert cycles == meta["spec_verify_ct"]
     assert accepted == meta["spec_num_correct_drafts"]
     assert accepted > 0
+
+    # its prefill (and /health's one-token probes), split into parts by the prefill probe; each came alone
+    batches = sum(_series(metrics, "specdecode_prefill_batches_total").values())
+    assert batches >= 1
+    assert sum(_series(metrics, "specdecode_prefill_requests_total").values()) == batches
+    assert sum(_series(metrics, "specdecode_prefill_tokens_total").values()) >= len(PROMPTS[0]) + batches - 1
+    parts = {k: v for k, v in _series(metrics, "specdecode_prefill_phase_seconds_total").items() if 'clock="host"' in k}
+    host = {
+        p: next(v for k, v in parts.items() if f'phase="{p}"' in k) for p in ("launch", "target", "draft", "result")
+    }
+    assert all(v > 0 for v in host.values()), host
+    # the target's and the draft's extends run inside the scheduler's launch of the batch
+    assert host["target"] + host["draft"] <= host["launch"], host

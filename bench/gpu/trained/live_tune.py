@@ -401,14 +401,25 @@ def scrape(url: str) -> str:
     return raw.decode(errors="replace")
 
 
+# SGLang's own request timings (both servers export them): where a request's time goes before and around decoding
+SGLANG_TIMINGS = (
+    "sglang:queue_time_seconds",
+    "sglang:time_to_first_token_seconds",
+    "sglang:e2e_request_latency_seconds",
+)
+
+
 def pod_samples(url: str) -> dict[str, float]:
-    """The pod's own ``specdecode_*`` samples (``name{label=value,...}`` -> value), the probe's costs included."""
+    """The pod's own ``specdecode_*`` samples (``name{label=value,...}`` -> value), the probe's costs included, and
+    the sums and counts of SGLang's request timings."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(scrape(url)):
         for s in family.samples:
-            if s.name.startswith("specdecode_"):
+            if s.name.startswith("specdecode_") or s.name in {
+                t + x for t in SGLANG_TIMINGS for x in ("_sum", "_count")
+            }:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
                 out[f"{s.name}{{{labels}}}"] = s.value
     return out
@@ -593,6 +604,7 @@ def main() -> int:
             put_table(control, single(a.initial_steps))
         sampler = host_probe.HostSampler(work / "host-samples.txt").start()
         observe = Observer(url, sampler)
+        observe_base = Observer(base_url, sampler) if base_url is not None else None
         if a.greedy_only:
             a.batches = ""
         for b in [int(x) for x in a.batches.split(",") if x]:
@@ -648,8 +660,9 @@ def main() -> int:
                     if a.replay:
                         load = Load(url, prompts, b, a.max_new_tokens).start()
                     if base_url is not None:  # the server without speculation, on the same request set
-                        tps, det = observe(lambda: replay(base_url, prompts, b, a.replay, a.max_new_tokens))
+                        tps, det = observe_base(lambda: replay(base_url, prompts, b, a.replay, a.max_new_tokens))
                         row["nospec"] = round(tps, 1)
+                        row.setdefault("pod_counters", {})["nospec"] = det["pod_counters"]
                         row.setdefault("gpu", {})["nospec"] = {**det["gpu"], "host_load1": det["host_load1"]}
                         print(f"b{b} nospec (alongside): {row['nospec']} tok/s", flush=True)
                         if a.tier0_pairs:  # tier 0 against no speculation, alternating, on the same request set

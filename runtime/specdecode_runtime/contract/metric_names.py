@@ -135,6 +135,24 @@ CATCH_UP_SECONDS = _metric(
     "seconds",
     "Host time of the catch-up extends (what switching speculation back on cost; inside the cycles' draft phase)",
 )
+PREFILL_PHASE_SECONDS = _metric(
+    "specdecode_prefill_phase_seconds",
+    "counter",
+    ("phase", "clock"),
+    "seconds",
+    "Prefill batches split into parts: clock=host for launch (the scheduler's whole run_batch), target (the "
+    "target's extend), draft (the draft's extend over the prompt) and result (processing its result); clock=device "
+    "for target and draft (CUDA events, GPU pods only)",
+)
+PREFILL_BATCHES = _metric(
+    "specdecode_prefill_batches", "counter", (), "batches", "Prefill batches the prefill parts were counted over"
+)
+PREFILL_REQUESTS = _metric(
+    "specdecode_prefill_requests", "counter", (), "requests", "Requests in those prefill batches"
+)
+PREFILL_TOKENS = _metric(
+    "specdecode_prefill_tokens", "counter", (), "tokens", "Prompt tokens those prefill batches extended"
+)
 PLAIN_GRAPHS = _metric(
     "specdecode_plain_decode_graphs",
     "gauge",

@@ -51,6 +51,7 @@ class Options:
     warmup: int = 1  # untimed generations before the timed one (graph warm-up, first-call kernel compilation)
     measure_batches: tuple[int, ...] = ()  # served cycle measured per batch size and tier (--measure-cycles)
     measure_tokens: int = 64  # decode tokens per request between the two generations a served cycle is timed from
+    measure_repeats: int = 1  # timings per (tier, batch); the row reports their median (--measure-repeats)
     prompt_file: str | None = None  # text whose documents (split at <|endoftext|>) become the prompts (--model-path)
     prompt_tokens: int = 64  # tokens per prompt taken from each document
     corrupt_draft: bool = False
@@ -235,6 +236,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "prediction",
     )
     p.add_argument(
+        "--measure-repeats",
+        type=int,
+        default=1,
+        help="timings of each served cycle (1..16); the row reports their median and keeps every sample",
+    )
+    p.add_argument(
         "--prompt-file",
         default=None,
         help="with --model-path: UTF-8 text (at most 16 MiB) whose "
@@ -364,6 +371,9 @@ def from_namespace(ns: argparse.Namespace) -> Options:
     if any(not 1 <= b <= 256 for b in batches):
         raise OptionError(f"--measure-cycles batch sizes must be within 1..256, got {list(batches)}")
     measure_tokens = int(getattr(ns, "measure_tokens", 64))
+    measure_repeats = int(getattr(ns, "measure_repeats", 1))
+    if not 1 <= measure_repeats <= 16:
+        raise OptionError(f"--measure-repeats must be within 1..16, got {measure_repeats}")
     if not 8 <= measure_tokens <= 4096:
         raise OptionError(f"--measure-tokens must be within 8..4096, got {measure_tokens}")
     if load_format == "dummy" and ns.model_path is not None:
@@ -406,6 +416,7 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         warmup=warmup,
         measure_batches=tuple(sorted(set(batches))),
         measure_tokens=measure_tokens,
+        measure_repeats=measure_repeats,
         prompt_file=prompt_file,
         prompt_tokens=prompt_tokens,
     )

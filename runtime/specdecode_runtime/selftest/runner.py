@@ -430,6 +430,7 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
                 tiers=tiers,
                 batches=opts.measure_batches,
                 measure_tokens=opts.measure_tokens,
+                repeats=opts.measure_repeats,
                 vocab=models.vocab,
                 speculative=speculative,
                 initial_steps=opts.steps,

@@ -75,9 +75,12 @@ def measure(
     profile: dict[str, dict[str, float]],
     pool: list[list[int]] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    repeats: int = 1,
 ) -> list[dict]:
     """One row per (steps, batch): served cycle and tok/s, the probe's prediction and their ratio. Tiers are
-    switched through the control API (Live pods); a static pod measures its one tier."""
+    switched through the control API (Live pods); a static pod measures its one tier. With ``repeats`` > 1 each
+    row is the median of that many timings, every sample kept (``served_cycle_ms_samples``): one timing of a
+    host-bound engine moves with the host's speed that second."""
     quiet = Path(rank_dir) / "quiet"
     quiet.write_text("")
     rows: list[dict] = []
@@ -98,14 +101,22 @@ def measure(
                 prompts = prompt_batch(b, vocab, pool=pool)
                 generate(prompts, WARM_TOKENS)
                 short, long_ = WARM_TOKENS, WARM_TOKENS + measure_tokens
-                t0 = clock()
-                o1 = generate(prompts, short)
-                t1 = clock()
-                o2 = generate(prompts, long_)
-                t2 = clock()
-                cycles = _cycles(o2, speculative) - _cycles(o1, speculative)
-                tokens = _tokens(o2) - _tokens(o1)
-                dt = (t2 - t1) - (t1 - t0)
+                timings = []  # (seconds, cycles, tokens) of each repeat
+                for _ in range(max(1, repeats)):
+                    t0 = clock()
+                    o1 = generate(prompts, short)
+                    t1 = clock()
+                    o2 = generate(prompts, long_)
+                    t2 = clock()
+                    timings.append(
+                        (
+                            (t2 - t1) - (t1 - t0),
+                            _cycles(o2, speculative) - _cycles(o1, speculative),
+                            _tokens(o2) - _tokens(o1),
+                        )
+                    )
+                per_cycle = sorted((dt / c, dt, c, n) for dt, c, n in timings if c > 0)
+                _, dt, cycles, tokens = per_cycle[len(per_cycle) // 2] if per_cycle else (None, *timings[-1])
                 row: dict[str, Any] = {
                     "steps": steps if speculative else 0,
                     "batch": b,
@@ -114,6 +125,8 @@ def measure(
                     "tokens_per_s": round(tokens / dt, 2) if dt > 0 else None,
                     "accept_length": round(tokens / (b * cycles), 3) if cycles > 0 else None,
                 }
+                if len(timings) > 1:
+                    row["served_cycle_ms_samples"] = [round(1000.0 * x[0], 4) for x in per_cycle]
                 if switch_ms is not None:
                     row["switch_latency_ms"] = switch_ms
                     switch_ms = None

@@ -97,7 +97,7 @@ def remove_patches() -> None:
         state.active.remove()
     state.active, state.split, state.original_build_verify_input = None, None, None
     state.verify_cb = state.step_cb = state.iteration_cb = state.ready_cb = None
-    state.cycle = state.result_cycle = None
+    state.cycle = state.result_cycle = state.prefill_probe = None
 
 
 @contextlib.contextmanager

@@ -148,23 +148,27 @@ def _is_prefill(batch) -> bool:
     return batch is not None and batch.forward_mode.is_extend()
 
 
-def _timed_prefill(orig, self, batch, *args):
+def _timed_prefill(phase: str, orig, self, batch, *args):
     """``orig(self, batch, *args)``; for a prefill batch (while metrics are on) its host interval goes to the cycle
-    clock, which leaves the part inside a decode cycle out of that cycle's phases."""
+    clock, which leaves the part inside a decode cycle out of that cycle's phases, and to the prefill probe as
+    ``phase`` (``launch`` or ``result``)."""
     if state.verify_cb is None or not _is_prefill(batch):
         return orig(self, batch, *args)
     t0 = _time.perf_counter()
     try:
         return orig(self, batch, *args)
     finally:
-        state.clock.prefill(t0, _time.perf_counter())
+        t1 = _time.perf_counter()
+        state.clock.prefill(t0, t1)
+        if state.prefill_probe is not None:
+            state.prefill_probe.host(phase, t1 - t0)
 
 
 def wrap_run_batch(orig):
     """Each prefill launch (decode launches are stamped in ``forward_batch_generation``)."""
 
     def run_batch(self, batch, pp_proxy_tensors=None):
-        return _timed_prefill(orig, self, batch, pp_proxy_tensors)
+        return _timed_prefill("launch", orig, self, batch, pp_proxy_tensors)
 
     return run_batch
 
@@ -173,9 +177,22 @@ def wrap_process_result(orig):
     """Each prefill result's processing."""
 
     def process_batch_result(self, batch, result):
-        return _timed_prefill(orig, self, batch, result)
+        return _timed_prefill("result", orig, self, batch, result)
 
     return process_batch_result
+
+
+def wrap_prefill_forward(orig):
+    """The speculative prefill (target extend, then the draft's extend over the prompt), split by the prefill probe
+    where one is installed."""
+
+    def _forward_prefill_batch(self, batch, on_publish=None, pp_proxy_tensors=None, coordination_plan=None):
+        probe = state.prefill_probe
+        if probe is None:
+            return orig(self, batch, on_publish, pp_proxy_tensors, coordination_plan)
+        return probe.run_prefill(orig, self, batch, on_publish, pp_proxy_tensors, coordination_plan)
+
+    return _forward_prefill_batch
 
 
 def wrap_ready(orig):
@@ -223,6 +240,7 @@ def install_engine_hooks(ps: PatchSet) -> None:
     ps.wrap("sglang.srt.managers.scheduler.Scheduler.ingest_requests", wrap_ingest)
     ps.wrap("sglang.srt.managers.scheduler.Scheduler.run_batch", wrap_run_batch)
     ps.wrap("sglang.srt.managers.scheduler.Scheduler.process_batch_result", wrap_process_result)
+    ps.wrap(f"{EW2}.EAGLEWorkerV2._forward_prefill_batch", wrap_prefill_forward)
     ps.wrap(
         "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
         "._resolve_spec_v2_tokens",

@@ -159,8 +159,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         f"{EW2}.EAGLEWorkerV2._forward_prefill_batch",
         ("self", "batch", "on_publish", "pp_proxy_tensors", "coordination_plan"),
-        "use",
-        "runs unchanged; calls draft_worker._draft_extend_for_prefill on every rank",
+        "wrap",
+        "runs unchanged (calls draft_worker._draft_extend_for_prefill on every rank); the prefill probe marks the "
+        "target/draft boundary at its on_publish call, which SGLang makes between the two extends",
     ),
     PatchPoint(
         f"{EW2}.EAGLEWorkerV2.on_verify_complete_cpu",

@@ -58,4 +58,5 @@ ready_cb: Callable[[Any], None] | None = None
 cycle: Any = None  # CycleStamp of the decode cycle being launched (between forward entry and return)
 result_cycle: Any = None  # CycleStamp of the result being processed (inside _resolve_spec_v2_tokens)
 clock: Any = None  # cycle_clock.CycleClock, one per process
+prefill_probe: Any = None  # prefill_probe.PrefillProbe on the rank that exports metrics, else None
 original_build_verify_input: Callable | None = None  # SGLang's build_eagle_verify_input, before the rebind
