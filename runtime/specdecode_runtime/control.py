@@ -1,5 +1,6 @@
 """Live step control: the step table's HTTP endpoint and the rank-0 -> all-ranks control message (the table itself
-is :mod:`specdecode_runtime.contract.step_table`).
+is :mod:`specdecode_runtime.contract.step_table`); the draft endpoint, whose swaps travel in the same message
+(:mod:`specdecode_runtime.draft_swap`).
 
 A step change is only safe if (a) the step count was captured at startup (CUDA graphs and buffers exist for it)
 and (b) every TP rank switches at the same scheduler iteration; otherwise ranks run different graphs and the
@@ -9,6 +10,7 @@ collectives deadlock or mix shapes. The endpoint enforces (a) with a 422 naming 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import inspect
 import logging
@@ -17,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
+from .contract.draft_swap import DRAFT_PATH, DraftRequestError, SwapBusy, parse_draft_request
 from .contract.http_limits import MAX_BODY_BYTES, BodyError, read_json
 from .contract.input_files import InputError, read_text
 from .contract.step_table import MAX_TABLE_ENTRIES, STEPS_PATH, StepTable, StepTableError, parse_step_table
@@ -30,7 +33,9 @@ UNAUTHORIZED = (
     "ServiceAccount token>)"
 )
 FORBIDDEN = "this caller may not change speculative steps"
+FORBIDDEN_DRAFT = "this caller may not change the draft"
 UNAVAILABLE = "caller tokens cannot be verified now; retry later"
+DRAFT_WAIT_S = 900.0  # a POST waits this long for its swap's outcome (a checkpoint read on every rank, then the copy)
 
 
 # ------------------------------------------------------------------ HTTP endpoint
@@ -80,22 +85,21 @@ class TokenFile:
         return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), expected.encode())
 
 
-def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None) -> None:
-    """Mount GET/PUT /specdecode/v1/steps on an aiohttp application.
-
-    A caller presents either the shared token of the mounted Secret, or a ServiceAccount token verified against the
-    cluster's issuer keys (``verifier``, a ``sa_token_auth.ServiceAccountVerifier``, whose ``async verify(token)``
-    returns the caller or raises ``Refused``; by default the one the pod's ``SPECDECODE_CONTROL_*`` environment
-    configures, if any)."""
-    from aiohttp import web
-
-    tokens = TokenFile(token_file)
+def _default_verifier(verifier):
+    """The ``verifier`` given, else the one the pod's ``SPECDECODE_CONTROL_*`` environment configures, if any."""
     if verifier is None and os.environ.get("SPECDECODE_CONTROL_ISSUER", "").strip():
         from . import sa_token_auth  # PyJWT: needed only where ServiceAccount tokens are accepted
 
         settings = sa_token_auth.settings_from_env()
         if settings is not None:
             verifier = sa_token_auth.ServiceAccountVerifier(settings)
+    return verifier
+
+
+def _refusal_check(tokens: TokenFile, verifier, forbidden: str = FORBIDDEN):
+    """``async refusal(request)``: None when the caller may use the endpoint, else the 401/403/503 answer. The
+    answer says no more than its status (no issuer, audience or allowed caller); the reason is logged."""
+    from aiohttp import web
 
     def _unauthorized() -> web.Response:
         return web.json_response(
@@ -103,8 +107,6 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         )
 
     async def _refusal(request: web.Request) -> web.Response | None:
-        """None when the caller may use the endpoint, else the 401/403/503 answer. The answer says no more than
-        its status (no issuer, audience or allowed caller); the reason is logged."""
         header = request.headers.get("Authorization")
         if tokens.authorized(header):
             return None
@@ -115,16 +117,30 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
         try:
             await verifier.verify(header[len("Bearer ") :].strip())
         except Refused as err:
-            log.info("step control refused (%d): %s", err.status, err.message)
+            log.info("control refused (%d): %s", err.status, err.message)
             if err.status == 403:
-                return web.json_response({"error": FORBIDDEN}, status=403)
+                return web.json_response({"error": forbidden}, status=403)
             if err.status == 503:
                 return web.json_response({"error": UNAVAILABLE}, status=503, headers={"Retry-After": "5"})
             return _unauthorized()
         except Exception:  # a verifier defect is still no reason to answer 500 or to let the caller in
-            log.exception("step control: token verification failed")
+            log.exception("control: token verification failed")
             return _unauthorized()
         return None
+
+    return _refusal
+
+
+def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None) -> None:
+    """Mount GET/PUT /specdecode/v1/steps on an aiohttp application.
+
+    A caller presents either the shared token of the mounted Secret, or a ServiceAccount token verified against the
+    cluster's issuer keys (``verifier``, a ``sa_token_auth.ServiceAccountVerifier``, whose ``async verify(token)``
+    returns the caller or raises ``Refused``; by default the one the pod's ``SPECDECODE_CONTROL_*`` environment
+    configures, if any)."""
+    from aiohttp import web
+
+    _refusal = _refusal_check(TokenFile(token_file), _default_verifier(verifier))
 
     def _body(table: StepTable, **extra: Any) -> dict[str, Any]:
         return {**table.to_json(), "candidates": sorted(sink.candidates), **extra}
@@ -163,12 +179,70 @@ def add_step_routes(app, sink: StepTableSink, token_file: str | os.PathLike | No
     app.router.add_put(STEPS_PATH, put_steps)
 
 
-def create_control_app(sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None):
-    """A standalone aiohttp app with only the step endpoint (the real runtime serves it on its control port)."""
+class DraftSwapSink(Protocol):
+    """What the draft endpoint drives: :class:`~specdecode_runtime.draft_swap.DraftRequests` on TP rank 0."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def submit(self, source: str) -> Any: ...  # a concurrent.futures.Future of an Outcome; raises SwapBusy
+
+
+def add_draft_routes(
+    app, sink: DraftSwapSink, token_file: str | os.PathLike | None, verifier=None, wait_s: float = DRAFT_WAIT_S
+) -> None:
+    """Mount GET/POST /specdecode/v1/draft: the draft served now, and loading a new one in place. Same callers as the
+    step endpoint. POST answers 200 with the new identity, 422 naming the cause when the checkpoint cannot replace
+    the served draft (the old one keeps serving), 409 while another swap runs, 504 if the outcome takes longer than
+    ``wait_s`` (GET then shows it)."""
+    from aiohttp import web
+
+    _refusal = _refusal_check(TokenFile(token_file), _default_verifier(verifier), FORBIDDEN_DRAFT)
+
+    async def get_draft(request: web.Request) -> web.Response:
+        if (refused := await _refusal(request)) is not None:
+            return refused
+        return web.json_response(sink.status())
+
+    async def post_draft(request: web.Request) -> web.Response:
+        if (refused := await _refusal(request)) is not None:
+            return refused
+        expected = 'application/json: {"source": "/absolute/path/to/draft"}'
+        try:
+            source = parse_draft_request(await read_json(request))
+        except BodyError as err:
+            return web.json_response({"error": err.message, "expected": expected}, status=err.status)
+        except DraftRequestError as err:
+            return web.json_response(
+                {"error": err.message, "field": err.field, "cause": "source", "expected": expected}, status=422
+            )
+        try:
+            future = sink.submit(source)
+        except SwapBusy as err:
+            return web.json_response({"error": str(err), **sink.status()}, status=409, headers={"Retry-After": "5"})
+        try:  # shielded: a caller that gives up must not cancel the swap, whose outcome GET still shows
+            outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
+        except TimeoutError:
+            return web.json_response(
+                {"error": f"the swap to {source} has not ended within {wait_s:g} s; GET shows its outcome"},
+                status=504,
+            )
+        return web.json_response(outcome.to_json(), status=outcome.status)
+
+    app.router.add_get(DRAFT_PATH, get_draft)
+    app.router.add_post(DRAFT_PATH, post_draft)
+
+
+def create_control_app(
+    sink: StepTableSink, token_file: str | os.PathLike | None, verifier=None, draft: DraftSwapSink | None = None
+):
+    """A standalone aiohttp app with the step endpoint, and the draft endpoint when ``draft`` is given (the real
+    runtime serves them on its control port)."""
     from aiohttp import web
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     add_step_routes(app, sink, token_file, verifier)
+    if draft is not None:
+        add_draft_routes(app, draft, token_file, verifier)
     return app
 
 
@@ -182,9 +256,13 @@ class StepControlChannel:
     ``lead`` iterations later, which leaves room for overlap schedulers that run the CPU one iteration ahead.
     ``step`` returns the table in force for that iteration (or None before the first one).
 
-    Message: [iteration, sequence, apply_at, n_entries, minBatch_0, steps_0, ...], padded to a fixed size so that no
-    shape has to be communicated first. ``encode``/``decode`` let a caller piggy-back the same message on a
-    broadcast it already does (SGLang broadcasts received requests from rank 0 every iteration).
+    Message: [iteration, sequence, apply_at, n_entries, minBatch_0, steps_0, ..., draft_swap], padded to a fixed
+    size so that no shape has to be communicated first. ``encode``/``decode`` let a caller piggy-back the same message
+    on a broadcast it already does (SGLang broadcasts received requests from rank 0 every iteration).
+
+    The last slot carries a draft swap (:mod:`.draft_swap`): the sequence number of a swap queued on rank 0
+    (``draft``, a ``DraftRequests``), 0 for none; when it is set, the exchange broadcasts the swap's source path
+    right after, and every rank finds ``(sequence, source)`` in ``take_draft_request()`` at that iteration.
     """
 
     HEADER = 4
@@ -198,10 +276,15 @@ class StepControlChannel:
         initial: StepTable | None = None,
         device: str = "cpu",
         candidates: Iterable[int] | None = None,
+        draft: Any = None,
     ) -> None:
         if lead < 0 or every < 1:
             raise ValueError(f"lead must be >= 0 and every >= 1, got lead={lead} every={every}")
         self.group, self.src, self.lead, self.every, self.device = group, src, lead, every, device
+        self.draft = draft  # rank 0: DraftRequests whose queued swap travels in the next exchange
+        self._draft_out: tuple[int, str] | None = None  # rank 0: the swap encoded into the message being sent
+        self._draft_seq = 0  # the message's draft slot as decoded
+        self._draft_due: tuple[int, str] | None = None
         self.candidates = sorted(set(candidates)) if candidates is not None else []
         self._lock = threading.Lock()
         self._outbox: StepTable | None = None
@@ -232,7 +315,7 @@ class StepControlChannel:
     # ---- wire format
     @classmethod
     def message_size(cls) -> int:
-        return cls.HEADER + 2 * MAX_TABLE_ENTRIES
+        return cls.HEADER + 2 * MAX_TABLE_ENTRIES + 1  # the last slot: a draft swap's sequence number
 
     def encode(self, iteration: int) -> list[int]:
         msg = [0] * self.message_size()
@@ -244,6 +327,9 @@ class StepControlChannel:
             msg[1], msg[2], msg[3] = seq, iteration + self.lead, len(table.table)
             for i, (b, s) in enumerate(table.pairs()):
                 msg[self.HEADER + 2 * i], msg[self.HEADER + 2 * i + 1] = b, s
+        self._draft_out = self.draft.take() if self.draft is not None else None
+        if self._draft_out is not None:
+            msg[-1] = self._draft_out[0]
         return msg
 
     def decode(self, msg: Sequence[int], iteration: int) -> None:
@@ -251,6 +337,7 @@ class StepControlChannel:
             raise RuntimeError(
                 f"step control out of sync: rank {self.src} is at iteration {int(msg[0])}, this rank at {iteration}"
             )
+        self._draft_seq = int(msg[-1]) if len(msg) >= self.message_size() else 0
         n = int(msg[3])
         if n:
             pairs = [(int(msg[self.HEADER + 2 * i]), int(msg[self.HEADER + 2 * i + 1])) for i in range(n)]
@@ -263,6 +350,8 @@ class StepControlChannel:
 
         if not dist.is_initialized() or dist.get_world_size(self.group) == 1:
             self.decode(self.encode(iteration), iteration)  # a single rank: nothing to agree on
+            if self._draft_seq and self._draft_out is not None:
+                self._draft_due = self._draft_out
             return
         rank = dist.get_rank()
         if rank == self.src:
@@ -271,6 +360,15 @@ class StepControlChannel:
             buf = torch.zeros(self.message_size(), dtype=torch.int64, device=self.device)
         dist.broadcast(buf, src=self.src, group=self.group)
         self.decode(buf.tolist(), iteration)
+        if self._draft_seq:  # a draft swap: its source path follows, on every rank at this same iteration
+            box = [self._draft_out[1] if rank == self.src and self._draft_out is not None else None]
+            dist.broadcast_object_list(box, src=self.src, group=self.group)
+            self._draft_due = (self._draft_seq, str(box[0]))
+
+    def take_draft_request(self) -> tuple[int, str] | None:
+        """The draft swap that arrived in this iteration's exchange, once (every rank, the same iteration)."""
+        due, self._draft_due = self._draft_due, None
+        return due
 
     def step(self, iteration: int) -> StepTable | None:
         """Call once per scheduler iteration on every rank, before choosing the step count for that iteration."""

@@ -5,13 +5,15 @@ SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.schedul
 
 * **worker ready** (wrapped ``EAGLEWorkerV2.init_cuda_graphs``, every rank, after every tier is captured and before
   the event loop): the :class:`~specdecode_runtime.control.StepControlChannel` on every rank; the NCCL preflight
-  over the TP group (every rank, it is a sequence of collectives); on TP rank 0 only, :class:`SpecMetrics` and the
-  control HTTP server (the only place a PUT is accepted).
+  over the TP group (every rank, it is a sequence of collectives); the draft swap's
+  :class:`~specdecode_runtime.draft_swap.DraftSwapper` (every rank: the served draft's identity from rank 0); on TP
+  rank 0 only, :class:`SpecMetrics` and the control HTTP server (the only place a PUT or a draft POST is accepted).
 * **iteration** (wrapped ``Scheduler.ingest_requests``): ``channel.step(iteration)``. SGLang's docstring calls
   ``ingest_requests`` "the one place a new per-iteration input source belongs": every TP rank calls it exactly
   once per scheduler-loop pass, in the same order (it broadcasts the received requests from rank 0), on the host,
   outside any CUDA graph, before the batch of that pass is chosen and launched. A table therefore takes effect at
-  the same iteration, hence on the same batch, on every rank.
+  the same iteration, hence on the same batch, on every rank. A draft swap arrives in the same exchange and settles
+  at a later exchange iteration on every rank alike (:mod:`specdecode_runtime.draft_swap`).
 * **step control** (wrapped ``EAGLEWorkerV2.activate_step_by_batch``): the step table's entry for the batch size;
   the patch swaps SGLang's pre-captured tier when it differs from the running one.
 * **verify** (wrapped ``EAGLEWorkerV2.on_verify_complete_cpu``): one ``record_cycle`` per decode verify on rank 0,
@@ -33,13 +35,16 @@ from . import cost_probe, preflight
 from .contract.capabilities import step_candidates
 from .contract.config import CostProbeConfig
 from .contract.derived import is_split_draft, live
+from .contract.draft_swap import DraftIdentity
 from .contract.http_limits import SERVER_LIMITS
 from .contract.step_table import StepTable
 from .control import StepControlChannel, create_control_app
+from .draft_swap import DraftRequests, DraftSwapper
 from .sglang_patch import engine_hooks as sp
 from .sglang_patch import plain_decode, plain_graphs
 from .sglang_patch import process_state as sp_state
 from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
+from .sglang_patch.draft_swap import SGLangDraftTarget
 from .sglang_patch.prefill_probe import PrefillProbe, cuda_events
 
 log = logging.getLogger("specdecode.engine")
@@ -167,6 +172,8 @@ class EngineRuntime:
     cost_runner: Any = None  # cost_probe.RunStep replaying one captured stage; None: no start-up cost probe
     cost_sync: Any = None  # waits for the stage's device work; None: cost_probe's default
     cost_points: list = field(default_factory=list)
+    draft_target: Any = None  # draft_swap.DraftTarget of this rank (from the worker); None: no draft swaps
+    draft_swap: Any = None  # draft_swap.DraftSwapper, every rank, when draft_target is set
 
     # ---- start-up ----------------------------------------------------------------------------------------------
     def start(
@@ -206,6 +213,8 @@ class EngineRuntime:
             self.metrics.set_candidates(s.captured)
             self.metrics.set_draft_tp(s.draft_tp)
             self._publish(self.channel.table)
+        if self.draft_target is not None:  # every rank (one broadcast of the served draft's identity)
+            self._start_draft_swap(tp_rank, cpu_group, src)
         if s.preflight and tp_size > 1:
             self.preflight_results = preflight.run_preflight(
                 group=device_group,
@@ -229,7 +238,9 @@ class EngineRuntime:
                 agree=_rank0_decides(cpu_group, src) if tp_size > 1 else None,
             )
         if tp_rank == 0 and serve and s.control_port is not None:
-            self.server = ControlServer(create_control_app(self.channel, s.token_file), s.host, s.control_port)
+            draft = self.draft_swap.requests if self.draft_swap is not None else None
+            app = create_control_app(self.channel, s.token_file, draft=draft)
+            self.server = ControlServer(app, s.host, s.control_port)
             self.server.start()
             log.info(
                 "specdecode: step control on %s:%s (captured tiers %s)",
@@ -238,6 +249,21 @@ class EngineRuntime:
                 list(s.captured),
             )
         return self
+
+    def _start_draft_swap(self, tp_rank: int, cpu_group, src: int) -> None:
+        target = self.draft_target
+        requests = DraftRequests(DraftIdentity(target.source, None)) if tp_rank == 0 else None
+        self.draft_swap = DraftSwapper(
+            target,
+            source=target.source,
+            is_src=tp_rank == 0,
+            rank=tp_rank,
+            group=cpu_group,
+            src=src,
+            requests=requests,
+            metrics=self.metrics,
+        ).start()
+        self.channel.draft = requests
 
     def on_worker_ready(self, worker: Any) -> None:
         """Hook for the wrapped ``EAGLEWorkerV2.init_cuda_graphs``: SGLang's TP group from its runtime context."""
@@ -255,6 +281,8 @@ class EngineRuntime:
                 self.cost_runner, self.cost_sync = SGLangStageRunner(worker), sync_for(worker)
             except AttributeError as exc:  # a worker without the EAGLEWorkerV2 layout: serve without a probe
                 log.warning("specdecode: no start-up cost probe for %s: %s", type(worker).__name__, exc)
+        if self.draft_target is None:  # every rank: the swap's collectives line up whether or not it holds the draft
+            self.draft_target = SGLangDraftTarget(worker)
         self.start(
             tp_rank=par.tp_rank,
             tp_size=par.tp_size,
@@ -279,6 +307,12 @@ class EngineRuntime:
         table = self.channel.step(self.iteration)
         if table is not self._shown and self.metrics is not None:
             self._publish(table)
+        if self.draft_swap is not None:  # every rank, the same iterations: a swap arrives and settles in exchanges
+            due = self.channel.take_draft_request()
+            if due is not None:
+                self.draft_swap.begin(*due)
+            if self.iteration % self.channel.every == 0:
+                self.draft_swap.poll()
 
     def steps_for_batch(self, batch_size: int) -> int | None:
         table = self.channel.table if self.channel is not None else None

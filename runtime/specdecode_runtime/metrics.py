@@ -28,7 +28,10 @@ from .contract.metric_names import (
     COST_SECONDS,
     CYCLE_SECONDS,
     DEFAULT_BUCKETS,
+    DRAFT_INFO,
     DRAFT_STEPS,
+    DRAFT_SWAP_SECONDS,
+    DRAFT_SWAPS,
     DRAFT_TP,
     METRICS,
     NCCL_LATENCY,
@@ -103,6 +106,10 @@ class SpecMetrics:
         self.catch_up_tokens = self._declare(Counter, CATCH_UP_TOKENS)
         self.catch_up_seconds = self._declare(Counter, CATCH_UP_SECONDS)
         self.plain_graphs = self._declare(Gauge, PLAIN_GRAPHS, multiprocess_mode="mostrecent")
+        self.draft_info = self._declare(Gauge, DRAFT_INFO, multiprocess_mode="mostrecent")
+        self.draft_swaps = self._declare(Counter, DRAFT_SWAPS)
+        self.draft_swap_seconds = self._declare(_BulkSummary, DRAFT_SWAP_SECONDS)
+        self._draft: tuple[str, str] | None = None
         self.prefill_phase_seconds = self._declare(Counter, PREFILL_PHASE_SECONDS)
         self.prefill_batches = self._declare(Counter, PREFILL_BATCHES)
         self.prefill_requests = self._declare(Counter, PREFILL_REQUESTS)
@@ -229,6 +236,20 @@ class SpecMetrics:
         self._child(self.prefill_batches).inc()
         self._child(self.prefill_requests).inc(int(requests))
         self._child(self.prefill_tokens).inc(int(tokens))
+
+    def set_draft(self, source: str, digest: str) -> None:
+        """The draft served now: its info series 1, the one served before 0 (under ``PROMETHEUS_MULTIPROC_DIR`` a
+        series cannot be removed from the shared files, so an earlier draft's stays, at 0)."""
+        new = (str(source), str(digest))
+        if self._draft is not None and self._draft != new:
+            self._child(self.draft_info, *self._draft).set(0)
+        self._draft = new
+        self._child(self.draft_info, *new).set(1)
+
+    def record_draft_swap(self, result: str, seconds: float) -> None:
+        """One draft swap's outcome (``ok`` or ``refused``) and how long it took."""
+        self._child(self.draft_swaps, result).inc()
+        self._child(self.draft_swap_seconds, result).observe(float(seconds))
 
     def set_plain_graphs(self, seconds: float, nbytes: int) -> None:
         self._child(self.plain_graphs, "seconds").set(float(seconds))

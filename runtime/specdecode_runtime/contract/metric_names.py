@@ -160,6 +160,29 @@ PLAIN_GRAPHS = _metric(
     "seconds|bytes",
     "The target's plain decode CUDA graphs captured for tier 0 at start-up: capture seconds and device bytes",
 )
+DRAFT_INFO = _metric(
+    "specdecode_draft_info",
+    "gauge",
+    ("source", "digest"),
+    "info",
+    "Info: 1 for the draft checkpoint served now (its directory and content digest), 0 for one served earlier in "
+    "the pod's life",
+)
+DRAFT_SWAPS = _metric(
+    "specdecode_draft_swaps",
+    "counter",
+    ("result",),
+    "swaps",
+    "Draft swaps that reached the ranks (POST /specdecode/v1/draft): result=ok loaded in place, refused left the "
+    "old draft serving",
+)
+DRAFT_SWAP_SECONDS = _metric(
+    "specdecode_draft_swap_seconds",
+    "summary",
+    ("result",),
+    "seconds",
+    "Seconds from a draft swap reaching the ranks to its outcome (the checkpoint is read while serving goes on)",
+)
 
 PHASES = ("draft", "verify", "draft_extend", "other")
 PREFILL_PHASE = "prefill"  # the cycle clock's key for prefill work inside a decode cycle (PREFILL_SECONDS)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -327,3 +328,32 @@ def make_tiny_models(
             out[name] = _save(root / name, cfg, w, v)
     (root / "shape.json").write_text(json.dumps(shape_, sort_keys=True))
     return TinyModels(target=target, shape=shape_, **out)
+
+
+NOISE_SEED = 7
+
+
+def noisy_copy(src: str | Path, dst: str | Path, scale: float = 1.0, seed: int = NOISE_SEED) -> str:
+    """A copy of the checkpoint directory ``src`` whose floating-point tensors have Gaussian noise of ``scale`` times
+    each tensor's RMS added: same config, names, shapes and dtypes (a checkpoint a pod can load in place of
+    ``src``), other weights, so a draft that agreed with its target mostly stops agreeing."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file() and not f.name.endswith(".safetensors"):
+            shutil.copyfile(f, dst / f.name)
+    gen = torch.Generator().manual_seed(seed)
+    for f in sorted(src.glob("*.safetensors")):
+        weights = load_file(str(f))
+        out = {}
+        for name in sorted(weights):
+            t = weights[name]
+            if t.is_floating_point() and t.numel():
+                rms = t.float().pow(2).mean().sqrt().clamp_min(1e-3)
+                t = (t.float() + torch.randn(t.shape, generator=gen) * rms * scale).to(t.dtype)
+            out[name] = t.contiguous()
+        save_file(out, str(dst / f.name))
+    return str(dst)

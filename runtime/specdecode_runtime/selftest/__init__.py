@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ..cpu.tiny_models import DEFAULT_SHAPE, make_tiny_models
+from ..cpu.tiny_models import DEFAULT_SHAPE, make_tiny_models, noisy_copy
 from .options import OptionError, add_arguments, from_namespace
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -43,6 +43,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _models(opts, root: Path):
+    models = _served_models(opts, root)
+    if "noisy" in opts.draft_swaps:  # the same draft with other weights: loadable in its place, rarely agreeing
+        models.noisy = noisy_copy(models.draft, root / "models" / "draft_noisy")
+    return models
+
+
+def _served_models(opts, root: Path):
     # lazy: `selftest --help` and completion skip the runner: launch, SGLang's arguments, pydantic (0.89 s)
     from .runner import Models
 

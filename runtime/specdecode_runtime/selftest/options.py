@@ -55,6 +55,7 @@ class Options:
     prompt_file: str | None = None  # text whose documents (split at <|endoftext|>) become the prompts (--model-path)
     prompt_tokens: int = 64  # tokens per prompt taken from each document
     corrupt_draft: bool = False
+    draft_swaps: tuple[str, ...] = ()  # drafts POSTed to the draft endpoint during generation (--draft-swaps)
 
     @property
     def candidate_steps(self) -> list[int]:
@@ -261,9 +262,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="negative control: S's leader proposes one constant "
         "token in the split run; the draft checks must fail (exit 1)",
     )
+    p.add_argument(
+        "--draft-swaps",
+        default=None,
+        metavar="LIST",
+        help="drafts loaded in place one after another while the prompts decode (POST to the draft endpoint), "
+        "comma-separated: noisy (a copy of the served draft with noise added to every weight, made by the "
+        "self-test), served (the draft the run started with) or an absolute path; the report lists each answer "
+        "and checks every rank swapped at the same decode round",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before ranks are reported hung")
     p.add_argument("--keep", default=None, help="directory to keep models, configs and rank records in")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+MAX_DRAFT_SWAPS = 8
+DRAFT_SWAP_NAMES = ("noisy", "served")
+
+
+def _draft_swaps(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    items = tuple(x.strip() for x in str(text).split(",") if x.strip())
+    if not items or len(items) > MAX_DRAFT_SWAPS:
+        raise OptionError(f"--draft-swaps must list 1..{MAX_DRAFT_SWAPS} drafts, got {len(items)}")
+    bad = [x for x in items if x not in DRAFT_SWAP_NAMES and not x.startswith("/")]
+    if bad:
+        raise OptionError(f"--draft-swaps items must be noisy, served or an absolute path, got {bad}")
+    return items
 
 
 def _read_model_config(path: str, dummy: bool = False) -> dict[str, int]:
@@ -327,6 +353,11 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         )
     if getattr(ns, "corrupt_draft", False) and "split" not in layouts:
         raise OptionError("--corrupt-draft corrupts the split run's draft: --layouts must include split")
+    swaps = _draft_swaps(getattr(ns, "draft_swaps", None))
+    if swaps and live:
+        raise OptionError("--draft-swaps cannot be combined with --live-steps (one mid-generation driver per run)")
+    if swaps and not set(layouts) & {"sharded", "split"}:
+        raise OptionError("--draft-swaps needs a speculative layout: --layouts must include sharded or split")
     if "split" in layouts:
         if ns.tp < 2:
             raise OptionError("the split layout needs --tp 2 or more (the draft on a subset of the target's ranks)")
@@ -411,6 +442,7 @@ def from_namespace(ns: argparse.Namespace) -> Options:
         layouts=tuple(dict.fromkeys(layouts)),
         keep=ns.keep,
         corrupt_draft=bool(getattr(ns, "corrupt_draft", False)),
+        draft_swaps=swaps,
         sglang_args=sglang_args,
         load_format=load_format,
         warmup=warmup,

@@ -20,6 +20,9 @@ serves it. Each rank appends JSON lines to ``rank<r>.jsonl`` in that directory:
   the catch-up after target-only cycles). Tier-0 cycles are ``verify`` records with ``plain: true``: the target's
   own one-token decode, no drafts.
 * ``error``: the last line of every error SGLang logs in this process (a scheduler's fatal exception).
+* ``draft_swap``: every draft swap as it settles (loaded in place, or refused), with the decode round, the
+  checkpoint digests before and after and, on the ranks that hold the draft, a digest of their own weight shards
+  before and after (what the swap wrote there).
 * ``graph_capture``: per CUDA graph runner built (target verify, draft, draft extend) its tier, seconds and the device
   memory it took, so the report can say what each Live tier costs at start-up.
 
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ..draft_group.broadcaster import ProposalBroadcaster
+from ..draft_swap import DraftSwapper
 from ..sglang_patch import process_state
 from .draft_checks import greedy_accepted
 
@@ -328,8 +332,33 @@ def _wrap_sglang() -> None:
     _wrap(EagleDraftWorker, "draft", draft_call("draft"))
     _wrap(EagleDraftWorker, "_draft_extend_for_decode", draft_call("extend"))
     _wrap(EagleDraftWorker, "_draft_extend_for_prefill", draft_call("prefill_extend"))
+    _wrap(DraftSwapper, "settle", _record_swap)
     if os.environ.get(CORRUPT_ENV) == "1":
         _corrupt_draft()
+
+
+def _record_swap(orig):
+    def settle(self, pending):
+        weights = getattr(self.target, "params_digest", None)
+        before, identity = (weights() if weights is not None else None), self.identity
+        out = orig(self, pending)
+        record(
+            "draft_swap",
+            round=_decode_round,
+            seq=out.seq,
+            source=out.source,
+            ok=out.ok,
+            cause=out.cause,
+            holds=bool(self.target.holds_draft),
+            digest_before=identity.digest,
+            digest_after=out.identity.digest,
+            params_before=before,
+            params_after=weights() if weights is not None else None,
+            pause_s=round(out.pause_seconds, 4),
+        )
+        return out
+
+    return settle
 
 
 def _recount(forward_batch, out, ids: list[int] | None) -> list[int] | None:

@@ -165,6 +165,8 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
                 f"{next(iter(cells.values()), None)} on every rank",
             )
         )
+    if opts.draft_swaps and r.layout in ("sharded", "split"):
+        out.append(draft_swap_check(opts, r))
     # An agreeing draft must have drafts accepted: verify keeps the tokens right whatever the draft proposes, so
     # identical tokens alone cannot tell a working draft from a broken one.
     eng_acc = r.acceptance.get("engine") if r.acceptance else None
@@ -195,6 +197,43 @@ def rank_checks(opts: Options, r: RunResult) -> list[Check]:
 
 
 TIER0_CHECK = "the target-only tier runs no draft forward and no draft extend"
+DRAFT_SWAP_CHECK = "draft swaps settled alike on every rank, each draft rank's weights changed exactly when accepted"
+
+
+def draft_swap_check(opts: Options, r: RunResult) -> Check:
+    """Every rank settled the same swaps at the same decode round with the same outcome; on each rank holding the
+    draft a refused swap left its weights as they were, the same checkpoint always left the same weights, and two
+    different checkpoints never the same (a rank that skipped the copy would keep the old weights)."""
+    ev = _by_rank(r, "draft_swap")
+    ranks = sorted(r.ranks)
+    seen = {rk: [(e["seq"], e["round"], e["ok"], e["digest_after"]) for e in evs] for rk, evs in ev.items()}
+    problems: list[str] = []
+    if len({json.dumps(v) for v in seen.values()}) > 1:
+        problems.append(f"ranks differ (seq, round, ok, digest): {seen}")
+    reached = [s for s in r.draft_swaps if s.get("status") is not None]
+    if ranks and len(seen.get(ranks[0], [])) != len(reached):
+        problems.append(f"{len(reached)} swaps answered, {len(seen.get(ranks[0], []))} settled on rank {ranks[0]}")
+    holders = sorted(rk for rk, evs in ev.items() if evs and evs[0]["holds"])
+    if reached and not holders:
+        problems.append("no rank holding the draft recorded a swap")
+    for rk in holders:
+        weights: dict[str, str] = {}
+        for e in ev[rk]:
+            if not e["ok"] and e["params_after"] != e["params_before"]:
+                problems.append(f"rank {rk}: the refused swap {e['seq']} changed its weights")
+            for digest, params in ((e["digest_before"], e["params_before"]), (e["digest_after"], e["params_after"])):
+                if digest is not None and weights.setdefault(digest, params) != params:
+                    problems.append(f"rank {rk}: checkpoint {digest[:19]} served with two different weight sets")
+        if len(set(weights.values())) != len(weights):
+            problems.append(f"rank {rk}: different checkpoints left the same weights (a swap copied nothing here)")
+    rank0 = ev.get(ranks[0], []) if ranks else []
+    return Check(
+        DRAFT_SWAP_CHECK,
+        not problems and bool(rank0),
+        "; ".join(problems[:4])
+        or f"{len(rank0)} swaps ({sum(1 for e in rank0 if e['ok'])} loaded) at decode rounds "
+        f"{[e['round'] for e in rank0]} on ranks {ranks}; weights written on ranks {holders}",
+    )
 
 
 def draft_comparison(opts: Options, split: RunResult, sharded: RunResult | None) -> list[Check]:
@@ -229,7 +268,8 @@ def build(opts: Options, results: list[RunResult]) -> Report:
     all_ok = len(results) == len(opts.layouts)
     for r in results:
         checks = rank_checks(opts, r) if r.hang is None and r.error is None else []
-        if r.layout == "split" and r.hang is None and r.error is None:
+        if r.layout == "split" and r.hang is None and r.error is None and not opts.draft_swaps:
+            # (with draft swaps the two runs swap at different rounds: their drafts differ in the same states)
             checks += draft_comparison(opts, r, sharded)
         div = (
             first_divergence(ref.tokens, r.tokens)
@@ -257,6 +297,12 @@ def build(opts: Options, results: list[RunResult]) -> Report:
             "served": r.served,
             "graphs": r.graphs,
             "memory_gb": {str(k): v for k, v in r.memory_gb.items()},
+            "draft_swaps": r.draft_swaps,
+            "draft_status": r.draft_status,
+            "draft_metrics": r.draft_metrics,
+            "repeat_tokens": r.repeat_tokens,
+            "repeat_records": {str(k): v for k, v in r.repeat_records.items()},
+            "warmup_records": {str(k): v for k, v in r.warmup_records.items()},
         }
         if r.hang is not None:
             entry["hang"] = {"ranks": {str(k): v for k, v in r.hang.items()}, "summary": describe(r.hang)}
@@ -271,7 +317,11 @@ def build(opts: Options, results: list[RunResult]) -> Report:
         if all_ok and measure_only
         else "PASS: identical greedy tokens across "
         + ", ".join(e["layout"] for e in rep.runs)
-        + ("; the split draft's proposals and acceptance match the sharded draft's" if "split" in opts.layouts else "")
+        + (
+            "; the split draft's proposals and acceptance match the sharded draft's"
+            if "split" in opts.layouts and not opts.draft_swaps
+            else ""
+        )
         if all_ok
         else "FAIL: " + ("; ".join(bad) if bad else "not every layout ran")
     )
@@ -332,6 +382,18 @@ def to_text(rep: Report) -> str:
                 f"{row['tokens_per_s']} tok/s, accept length {row['accept_length']}"
                 + (f"; probe predicted {pred} ms ({row.get('probe_over_served')}x)" if pred else "")
                 + (f"; switch {row['switch_latency_ms']} ms" if row.get("switch_latency_ms") else "")
+            )
+        for sw in e.get("draft_swaps") or []:
+            body = sw.get("body") or {}
+            lines.append(
+                f"       draft swap to {sw['item']}: {sw.get('status')} "
+                + (
+                    body.get("error")
+                    or (body.get("draft") or {}).get("digest")
+                    or sw.get("note")
+                    or sw.get("error")
+                    or ""
+                )
             )
         for p in e.get("puts") or []:
             lines.append(f"       PUT steps={p['steps']}: {p.get('status')} {p.get('error') or p.get('note') or ''}")

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .. import cost_probe, cpu
-from ..contract.metric_names import COST_SECONDS
+from ..contract.metric_names import COST_SECONDS, DRAFT_INFO, DRAFT_SWAP_SECONDS, DRAFT_SWAPS
 from ..cpu.scheduler import run_scheduler_process as cpu_run_scheduler_process
 from ..launch import METRICS_DIR_ENV, STATE_DIR_ENV, plan_launch, write_launch_files
 from ..scheduler_process import run_scheduler_process
@@ -29,7 +29,7 @@ from .children import ChildWatch
 from .hang import diagnose
 from .options import Options
 from .rank_probe import CORRUPT_ENV, DIR_ENV, events, read_records
-from .served import measure
+from .served import draft_request, measure
 from .served import put_steps as _put_steps
 
 LAYOUT_TITLES = {
@@ -57,6 +57,11 @@ class RunResult:
     graphs: dict[str, dict[str, float]] = field(default_factory=dict)  # per tier: capture seconds and GiB
     memory_gb: dict[int, float] = field(default_factory=dict)  # per TP rank: device memory in use once serving
     warmup_records: dict[int, int] = field(default_factory=dict)  # per rank: records written before the timed run
+    draft_swaps: list[dict] = field(default_factory=list)  # --draft-swaps: each POST and its answer
+    draft_status: dict | None = None  # GET on the draft endpoint once the generation ended
+    draft_metrics: dict[str, Any] = field(default_factory=dict)  # the specdecode_draft_* series, with their labels
+    repeat_tokens: list[list[int]] | None = None  # --draft-swaps: the warm-up's generation again, after the swaps
+    repeat_records: dict[int, int] = field(default_factory=dict)  # per rank: records written before that repeat
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Models:
     draft: str
     vocab: int
     prompt_pool: list[list[int]] = field(default_factory=list)  # token ids of real text (--prompt-file)
+    noisy: str | None = None  # the served draft with noisy weights (--draft-swaps noisy)
 
 
 def free_port() -> int:
@@ -83,10 +89,11 @@ def prompts(opts: Options, vocab: int, pool: list[list[int]] | None = None) -> l
 
 
 def max_new_tokens(opts: Options) -> int:
-    """Long enough for every live step table to be applied while the prompts still decode."""
-    if not opts.live_steps:
+    """Long enough for every live step table and draft swap to be applied while the prompts still decode."""
+    changes = len(opts.live_steps) + len(opts.draft_swaps)
+    if not changes:
         return opts.max_new_tokens
-    return max(opts.max_new_tokens, 6 * (len(opts.live_steps) + 1) * (max(opts.candidate_steps) + 1))
+    return max(opts.max_new_tokens, 6 * (changes + 1) * (max(opts.candidate_steps) + 1))
 
 
 def device_args(opts: Options) -> list[str]:
@@ -231,6 +238,50 @@ def _drive_live_steps(
                 break
             time.sleep(0.02)
         current = steps
+
+
+SWAP_ROUNDS = 3  # decode rounds on rank 0 between two draft swaps (each stretch's acceptance shows in its records)
+
+
+def _drive_draft_swaps(
+    opts: Options, rank_dir: Path, control: dict[str, Any], done: threading.Event, result: RunResult, models: Models
+) -> None:
+    """POST each draft of ``--draft-swaps`` once rank 0 has decoded ``SWAP_ROUNDS`` rounds since the previous one;
+    the POST returns once every rank has settled the swap (loaded, or refused with the old draft serving)."""
+    for item in opts.draft_swaps:
+        source = {"noisy": models.noisy, "served": models.draft}.get(item, item) or item
+        seen = len(_events(rank_dir, 0, "verify"))
+        while not done.is_set() and len(_events(rank_dir, 0, "verify")) < seen + SWAP_ROUNDS:
+            time.sleep(0.02)
+        if done.is_set():
+            result.draft_swaps.append({"item": item, "source": source, "status": None, "note": "generation ended"})
+            return
+        try:
+            answer = draft_request(control, source)
+        except OSError as e:
+            result.draft_swaps.append({"item": item, "source": source, "status": None, "error": str(e)})
+            return
+        result.draft_swaps.append({"item": item, "source": source, **answer, "t": time.time()})
+
+
+def _draft_metrics(metrics_dir: Path) -> dict[str, Any]:
+    """The specdecode_draft_* series as the scheduler processes exported them, with their labels."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    reg = CollectorRegistry()
+    MultiProcessCollector(reg, path=str(metrics_dir))
+    out: dict[str, Any] = {"info": [], "swaps": {}, "seconds": {}}
+    for metric in reg.collect():
+        for smp in metric.samples:
+            if smp.name == DRAFT_INFO:
+                out["info"].append({**smp.labels, "value": smp.value})
+            elif smp.name == DRAFT_SWAPS + "_total":
+                out["swaps"][smp.labels["result"]] = smp.value
+            elif smp.name in (DRAFT_SWAP_SECONDS + "_sum", DRAFT_SWAP_SECONDS + "_count"):
+                part = smp.name.rsplit("_", 1)[1]
+                out["seconds"].setdefault(smp.labels["result"], {})[part] = smp.value
+    return out
 
 
 def _read_metrics(metrics_dir: Path) -> dict[str, float]:
@@ -394,8 +445,11 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
 
         gen = threading.Thread(target=generate, name="selftest-generate", daemon=True)
         gen.start()
+        swapping = bool(opts.draft_swaps) and layout in ("sharded", "split")
         if opts.live_steps and layout != "nospec":
             _drive_live_steps(opts, rank_dir, control, done, result)
+        if swapping:
+            _drive_draft_swaps(opts, rank_dir, control, done, result, models)
         gen.join()
         if errors:
             raise errors[0]
@@ -405,6 +459,13 @@ def run_layout(opts: Options, layout: str, models: Models, work: Path, on_hang) 
         result.timings.update(
             generate_s=round(t2 - t1, 2), tokens=n, tokens_per_s=round(n / (t2 - t1), 2) if t2 > t1 else None
         )
+        if swapping:  # the warm-up's generation again, with the draft the swaps left: its proposals tell which
+            result.draft_status = draft_request(control)
+            result.repeat_records = {rk: len(evs) for rk, evs in read_records(rank_dir).items()}
+            repeat = generate_n(prompts(opts, models.vocab, models.prompt_pool), min(8, params["max_new_tokens"]))
+            result.repeat_tokens = [list(map(int, o.get("output_ids") or [])) for o in repeat]
+            outputs = outputs + repeat
+            result.draft_metrics = _draft_metrics(work / "metrics")
         if layout not in ("nospec", "stock"):
             metrics = _read_metrics(work / "metrics")
             # the exporter counted the warm-up's cycles too: compare it with the engine's counts of every request

@@ -10,10 +10,14 @@ rank records are paused meanwhile (``rank_probe.quiet``), so the figure is what 
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from ..contract.draft_swap import DRAFT_PATH
 from ..contract.goodput import CycleCost
 from ..contract.metric_names import bucket_label
 from ..contract.step_table import StepTable
@@ -47,6 +51,25 @@ def put_steps(control: dict[str, Any], steps: int) -> dict:
     and the answer's body."""
     status, body = Control(int(control["port"]), str(control["token"])).put(StepTable.single(steps))
     return {"steps": steps, "status": status, "body": body}
+
+
+def draft_request(control: dict[str, Any], source: str | None = None, timeout: float = 900.0) -> dict:
+    """POST ``source`` to the pod's draft endpoint (GET when None): the status and the answer's body, a refusal's
+    included (it names the cause)."""
+    url = f"http://127.0.0.1:{int(control['port'])}{DRAFT_PATH}"
+    data = None if source is None else json.dumps({"source": source}).encode()
+    headers = {"Authorization": f"Bearer {control['token']}", "Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, method="GET" if source is None else "POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback: the pod's own server
+            status, raw = r.status, r.read(1 << 20)
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read(1 << 20)
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        body = {"raw": raw[:500].decode("utf-8", "replace")}
+    return {"status": status, "body": body}
 
 
 def _running_tier(rank_dir: Path) -> int | None:
