@@ -6,10 +6,12 @@ The chart sets the environment; a developer running ``specdecode operator run`` 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 from typing import Mapping
 
+from .api.labels import label_problems
 from .images import RUNTIME_IMAGE, SGLANG_IMAGE
 
 ENV_PREFIX = "SPECDECODE_"
@@ -20,7 +22,14 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty: every namespace (cluster-wide)
     default_image: str = RUNTIME_IMAGE
     default_sglang_image: str = SGLANG_IMAGE
+    # Pinned: a deployment keeps the default image recorded in its status.runtimeImage when the default changes
+    # (an operator upgrade restarts no runtime pod); it adopts the new one when annotated
+    # specdecode.io/adopt-default-image=<new value>. Follow: every deployment re-renders on the new default at once.
+    runtime_image_policy: str = "Pinned"
     label_selector: str = ""  # only SpecDecodeDeployments with these labels (k=v,k2=v2); sharding and canaries
+    # Labels of every per-deployment ServiceMonitor (a JSON object in SPECDECODE_SERVICE_MONITOR_LABELS; the chart's
+    # runtime.serviceMonitor.labels), e.g. the release label Prometheus selects on; spec.monitoring.labels win.
+    service_monitor_labels: tuple[tuple[str, str], ...] = ()
     metrics_port: int = 8080  # 0 disables /metrics
     # HTTPS + TokenReview/SubjectAccessReview on /metrics (metrics_auth.py); the chart turns it on. Off: plain HTTP.
     metrics_secure: bool = False
@@ -102,6 +111,7 @@ class OperatorConfig:
         for field, name, conv in [
             ("default_image", "DEFAULT_IMAGE", str),
             ("default_sglang_image", "DEFAULT_SGLANG_IMAGE", str),
+            ("runtime_image_policy", "RUNTIME_IMAGE_POLICY", str),
             ("label_selector", "LABEL_SELECTOR", str),
             ("metrics_port", "METRICS_PORT", int),
             ("peering_name", "PEERING_NAME", str),
@@ -122,6 +132,8 @@ class OperatorConfig:
         ]:
             if get(name):
                 values[field] = conv(get(name))
+        if get("SERVICE_MONITOR_LABELS"):
+            values["service_monitor_labels"] = _label_map("SERVICE_MONITOR_LABELS", get("SERVICE_MONITOR_LABELS"))
         if get("METRICS_SECURE"):
             values["metrics_secure"] = get("METRICS_SECURE").lower() in ("1", "true", "yes")
         if get("CHECK_SPEC_RULES"):
@@ -133,6 +145,24 @@ class OperatorConfig:
         _ = config.labels  # fail early on a selector kopf cannot express
         if config.control_auth not in ("ServiceAccount", "Secret"):
             raise ValueError(f"SPECDECODE_CONTROL_AUTH must be ServiceAccount or Secret, got {config.control_auth!r}")
+        if config.runtime_image_policy not in ("Pinned", "Follow"):
+            raise ValueError(
+                f"SPECDECODE_RUNTIME_IMAGE_POLICY must be Pinned or Follow, got {config.runtime_image_policy!r}"
+            )
         if config.tune_interval_scale <= 0:
             raise ValueError(f"tune_interval_scale must be > 0, got {config.tune_interval_scale}")
+        problems = label_problems(dict(config.service_monitor_labels))
+        if problems:
+            raise ValueError(f"{ENV_PREFIX}SERVICE_MONITOR_LABELS: " + "; ".join(problems))
         return config
+
+
+def _label_map(name: str, text: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of string labels (the chart writes it with toJson), as sorted pairs."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{ENV_PREFIX}{name} must be a JSON object of labels: {e}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{ENV_PREFIX}{name} must be a JSON object of string labels, got {text[:200]!r}")
+    return tuple(sorted(value.items()))

@@ -1,14 +1,32 @@
 """Operator metrics with prometheus-client, in a registry of their own (tests run several operators in one process);
-endpoints.py serves them on /metrics."""
+endpoints.py serves them on /metrics.
+
+``specdecode_deployment_condition{namespace,name,type,status}`` is each SpecDecodeDeployment's conditions as the
+operator last wrote (or found unchanged) in its status, in kube-state-metrics' shape: per condition type one series
+for each of ``True``, ``False`` and ``Unknown``, 1 for the current status and 0 for the other two. So an alert on
+``{type="Ready",status="False"} == 1`` names the deployment in its labels, a flip does not end one series and start
+another, and the series count is bounded: deployments x condition types x 3. A deployment's series go when it is
+deleted or leaves the operator's selection, so no stale series is left behind."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+STATUSES = ("True", "False", "Unknown")
+
 
 class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.deployment_condition = Gauge(
+            "specdecode_deployment_condition",
+            "Conditions of each SpecDecodeDeployment as its status holds them: 1 for the current status of the "
+            "condition type, 0 for the other two (True, False, Unknown).",
+            ["namespace", "name", "type", "status"],
+            registry=self.registry,
+        )
+        # (namespace, name) -> (uid, condition types exported): which series to remove, and for which object
+        self._conditions: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
         self.reconciles = Counter(
             "specdecode_operator_reconciles", "Reconciliations by result.", ["result"], registry=self.registry
         )
@@ -57,6 +75,31 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+
+    def set_conditions(self, uid: str, namespace: str, name: str, conditions: list[dict]) -> None:
+        """The conditions of one deployment (its status' ``conditions`` list), replacing what it had before."""
+        current = {c["type"]: c.get("status") for c in conditions}
+        _, before = self._conditions.get((namespace, name), (uid, frozenset()))
+        for ctype in before - current.keys():
+            self._remove(namespace, name, ctype)
+        for ctype, status in current.items():
+            for value in STATUSES:
+                self.deployment_condition.labels(namespace, name, ctype, value).set(1.0 if value == status else 0.0)
+        self._conditions[(namespace, name)] = (uid, frozenset(current))
+
+    def forget_deployment(self, uid: str, namespace: str, name: str) -> None:
+        """Remove the deployment's condition series (deleted, or no longer selected). ``uid``: only that object's,
+        not those of a new object of the same name."""
+        held = self._conditions.get((namespace, name))
+        if held is None or held[0] != uid:
+            return
+        del self._conditions[(namespace, name)]
+        for ctype in held[1]:
+            self._remove(namespace, name, ctype)
+
+    def _remove(self, namespace: str, name: str, ctype: str) -> None:
+        for value in STATUSES:  # every one of them was set (``set_conditions``)
+            self.deployment_condition.remove(namespace, name, ctype, value)
 
     def value(self, name: str, **labels: str) -> float:
         """Read one sample (tests and benchmarks)."""

@@ -9,8 +9,9 @@ does not accept: 401; an authenticated user without the grant: 403. Answers are 
 server's calls are bounded in time and in number; when it cannot answer, a scrape gets 503 at once.
 
 The endpoint speaks HTTPS: with a certificate from ``cert_dir`` (``tls.crt``/``tls.key``, e.g. a mounted
-cert-manager Secret) or, by default, a self-signed one made at start-up (Prometheus then scrapes with
-``insecureSkipVerify``, as for controller-runtime operators; the bearer token still decides).
+cert-manager Secret; a rotated one is served from the next handshake on, see ``RotatingCertificate``) or, by
+default, a self-signed one made at start-up (Prometheus then scrapes with ``insecureSkipVerify``, as for
+controller-runtime operators; the bearer token still decides).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import datetime
 import hashlib
 import ipaddress
 import logging
+import os
 import pathlib
 import ssl
 import tempfile
@@ -41,6 +43,7 @@ REVIEW_TIMEOUT = (2.0, 3.0)  # (connect, read) seconds per review call
 REVIEW_DEADLINE = 5.0  # a scrape waits at most this long for its review, retries included
 MAX_INFLIGHT = 4  # reviews running at once; more answer 503 at once instead of queueing
 OUTAGE_SECONDS = 2.0  # after a failed review, uncached tokens get 503 without a call for this long
+CERT_CHECK_SECONDS = 10.0  # a mounted certificate's files are looked at (two stat calls) at most this often
 
 
 class MetricsAuth:
@@ -205,14 +208,79 @@ def self_signed(directory: pathlib.Path, names: list[str]) -> tuple[pathlib.Path
     return crt, pem
 
 
-def server_context(cert_dir: str | None, names: list[str]) -> ssl.SSLContext:
-    """TLS for the metrics endpoint: the certificate in ``cert_dir``, else a self-signed one (in a private temporary
-    directory: the operator's root filesystem is read-only, /tmp is its writable emptyDir)."""
-    if cert_dir:
-        crt, pem = pathlib.Path(cert_dir) / "tls.crt", pathlib.Path(cert_dir) / "tls.key"
-    else:
-        crt, pem = self_signed(pathlib.Path(tempfile.mkdtemp(prefix="specdecode-metrics-")), names)
+def _context(crt: pathlib.Path, pem: pathlib.Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(str(crt), str(pem))
     return ctx
+
+
+class RotatingCertificate:
+    """The certificate in ``cert_dir``, served afresh once its files change: no restart when it is rotated.
+
+    Why: cert-manager renews a certificate well before it expires and the kubelet then updates the mounted Secret,
+    by writing the new files into a fresh directory and swapping the volume's ``..data`` symlink to it. A context
+    loaded once at start-up would serve the old certificate until it expires and every scrape then fails.
+
+    How: ``context`` is the listening context; its TLS handshake callback (run at every ClientHello, with or without
+    SNI) looks at the files at most every ``check_seconds``: one ``stat`` of each, which follows the symlinks, so a
+    swap shows as another inode and a rewrite in place as another mtime or size. When they changed, the pair is
+    loaded into a new context and every handshake from then on is switched to it. A pair that does not load (a
+    certificate that does not match its key while the files are being replaced one by one) is logged and the
+    previous certificate served on; the next change is tried again."""
+
+    def __init__(self, cert_dir: str | os.PathLike, *, check_seconds: float | None = None, clock=time.monotonic):
+        self.crt = pathlib.Path(cert_dir) / "tls.crt"
+        self.key = pathlib.Path(cert_dir) / "tls.key"
+        self.check_seconds = CERT_CHECK_SECONDS if check_seconds is None else check_seconds
+        self.clock = clock
+        self.reloads = 0  # certificates loaded after the first (tests)
+        self._stamp = self._files()
+        self.context = _context(self.crt, self.key)
+        self._current = self.context
+        self._checked_at = clock()
+        self.context.sni_callback = self._hello
+
+    def _files(self) -> tuple | None:
+        """What identifies the current pair: device, inode, mtime and size of both files (None: one is missing)."""
+        try:
+            return tuple((s.st_dev, s.st_ino, s.st_mtime_ns, s.st_size) for s in map(os.stat, (self.crt, self.key)))
+        except OSError:
+            return None
+
+    def current(self) -> ssl.SSLContext:
+        """The context to serve with now, loading the files again if they changed since the last look."""
+        now = self.clock()
+        if now - self._checked_at >= self.check_seconds:
+            self._checked_at = now
+            stamp = self._files()
+            if stamp is not None and stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    self._current = _context(self.crt, self.key)
+                except (OSError, ssl.SSLError) as e:
+                    log.warning(
+                        "metrics: the changed certificate in %s does not load, serving the previous one: %s",
+                        self.crt.parent,
+                        e,
+                    )
+                else:
+                    self.reloads += 1
+                    log.info("metrics: serving the rotated certificate from %s", self.crt.parent)
+        return self._current
+
+    def _hello(self, conn, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        current = self.current()
+        if current is not self.context:
+            conn.context = current
+        return None
+
+
+def server_context(cert_dir: str | None, names: list[str]) -> ssl.SSLContext:
+    """TLS for the metrics endpoint: the certificate in ``cert_dir``, followed through rotations
+    (``RotatingCertificate``), else a self-signed one (in a private temporary directory: the operator's root
+    filesystem is read-only, /tmp is its writable emptyDir)."""
+    if cert_dir:
+        return RotatingCertificate(cert_dir).context
+    crt, pem = self_signed(pathlib.Path(tempfile.mkdtemp(prefix="specdecode-metrics-")), names)
+    return _context(crt, pem)

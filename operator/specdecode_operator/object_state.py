@@ -42,10 +42,10 @@ class CheckedVersion(NamedTuple):
 
 
 class RenderedChildren(NamedTuple):
-    """The children rendered for one (uid, generation, tuned steps), as (child key, input hash) pairs: the stubs
-    are rebuilt from them on demand, so a thousand objects do not each keep rendered manifests."""
+    """The children rendered for one (uid, generation, tuned steps, labels), as (child key, input hash) pairs: the
+    stubs are rebuilt from them on demand, so a thousand objects do not each keep rendered manifests."""
 
-    key: tuple[str, int | None, int | None]
+    key: tuple[Any, ...]  # (uid, generation, tuned steps, labels, default image, served draft)
     hashes: tuple[tuple[tuple[str, str, str], str | None], ...]  # ((apiVersion, kind, name), input hash)
 
 
@@ -56,11 +56,18 @@ class SecretCheck(NamedTuple):
     result: Literal["ok", "forbidden", "collision"]
 
 
+def labels_key(metadata: dict) -> tuple[tuple[str, str], ...]:
+    """The object's labels as a comparable key: the parsed object and its children carry them, and a label edit
+    does not bump the generation."""
+    return tuple(sorted((metadata.get("labels") or {}).items()))
+
+
 @dataclass
 class Validation:
     generation: int | None
     sdd: Any  # the parsed SpecDecodeDeployment, or None when the spec is invalid
     problems: list[str]
+    labels: tuple[tuple[str, str], ...] = ()  # labels_key of the object parsed
 
 
 @dataclass
@@ -85,6 +92,10 @@ class ObjectState:
     tuner_started: bool = False  # the loop has built its tuner; until then ``tuned_steps`` comes from status
     tuned_steps: int | None = None  # Rollout: the step count rolled out (None: spec.speculative.numSteps)
     tuner_condition: dict | None = None  # MetricsAvailable as the tuner last reported it; None: not yet
+    # The draft rollout (tuning/draft_rollout.py): status.draft as last written (the reconciler renders the draft it
+    # names before the watch delivers it) and the DraftRollout condition it reports (None: none).
+    draft_status: dict | None = None
+    draft_condition: dict | None = None
 
     def remember_own_write(self, written: dict | None) -> None:
         """Remember the resourceVersion a status write of ours produced: its watch event brings nothing new, so the
@@ -108,17 +119,18 @@ def not_older(rv: str | None, than: str | None) -> bool:
 
 
 def validated(body: dict, state: ObjectState, *, check_rules: bool = False) -> tuple:
-    """(parsed spec or None, problems) of ``body``, once per generation: spec changes bump it, so steady-state
-    passes reuse it. Whichever of the reconciler and the tuning loop sees a generation first parses it, the other
-    reuses the result.
+    """(parsed spec or None, problems) of ``body``, once per generation and labels: spec changes bump the
+    generation, so steady-state passes reuse it; the labels, which the children carry, do not. Whichever of the
+    reconciler and the tuning loop sees a generation first parses it, the other reuses the result.
 
     ``check_rules``: also run the CRD's schema and CEL rules here. The API server's admission has already run them
     on every object it stored, so by default the operator only builds the typed object (whose own checks still
     turn a malformed spec into problems); a cluster whose CRD was installed without its rules sets
     ``OperatorConfig.check_spec_rules``."""
     gen = body["metadata"].get("generation")
+    labels = labels_key(body["metadata"])
     cached = state.validation
-    if cached is not None and cached.generation == gen and gen is not None:
+    if cached is not None and cached.generation == gen and gen is not None and cached.labels == labels:
         return cached.sdd, cached.problems
     obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     problems = [str(p) for p in validate_object(obj)] if check_rules else []
@@ -131,5 +143,5 @@ def validated(body: dict, state: ObjectState, *, check_rules: bool = False) -> t
             problems = [str(p) for p in e.problems]
         if problems:
             sdd = None
-    state.validation = Validation(gen, sdd, problems)
+    state.validation = Validation(gen, sdd, problems, labels)
     return sdd, problems

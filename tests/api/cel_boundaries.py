@@ -27,6 +27,12 @@ SERVED = "spec.runtime.servedCalibration"
 TARGET_MODEL = "spec.target.model"
 DRAFT_MODEL = "spec.draft.model"
 NAME = "metadata.name"
+POD_LABELS = "spec.podTemplate.metadata.labels"
+POD_ANNOTATIONS = "spec.podTemplate.metadata.annotations"
+POD_NODES = "spec.podTemplate.nodeSelector"
+TOLERATIONS = "spec.podTemplate.tolerations"
+MONITOR_LABELS = "spec.monitoring.labels"
+OWN = "one of the operator's own labels"
 
 
 def edits(*pairs) -> dict:
@@ -248,6 +254,88 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
         "cache both",
         edits(("spec.modelCache", {"claimName": "hf-cache", "sizeLimit": "10Gi"})),
         [("spec.modelCache.sizeLimit", "not both")],
+    ),
+    # podTemplate.metadata.labels: label keys (name <= 63, prefix <= 253) and values, none of the operator's own
+    ("pod label name 63 (at)", edits((POD_LABELS, {"a" * 63: "v"})), OK),
+    ("pod label name 64 (outside)", edits((POD_LABELS, {"a" * 64: "v"})), [(POD_LABELS, "is not a label key")]),
+    ("pod label prefix 253 (at)", edits((POD_LABELS, {"a" * 253 + "/k": "v"})), OK),
+    ("pod label prefix 254", edits((POD_LABELS, {"a" * 254 + "/k": "v"})), [(POD_LABELS, "is not a label key")]),
+    ("pod label empty name", edits((POD_LABELS, {"example.com/": "v"})), [(POD_LABELS, "is not a label key")]),
+    ("pod label value 63 (at)", edits((POD_LABELS, {"k": "v" * 63})), OK),
+    ("pod label value 64 (outside)", edits((POD_LABELS, {"k": "v" * 64})), [(f"{POD_LABELS}.k", "too long")]),
+    ("pod label value empty", edits((POD_LABELS, {"k": ""})), OK),
+    ("pod label value ends with a dot", edits((POD_LABELS, {"k": "v."})), [(POD_LABELS, "is not a label value")]),
+    ("pod label part-of", edits((POD_LABELS, {"app.kubernetes.io/part-of": "x"})), OK),
+    ("pod label instance", edits((POD_LABELS, {"app.kubernetes.io/instance": "x"})), [(POD_LABELS, OWN)]),
+    ("pod label under specdecode.io", edits((POD_LABELS, {"a.specdecode.io/x": "1"})), [(POD_LABELS, OWN)]),
+    ("pod label ends like specdecode.io", edits((POD_LABELS, {"notspecdecode.io/x": "1"})), OK),
+    ("pod label specdecode.io as a subdomain", edits((POD_LABELS, {"specdecode.io.example.com/x": "1"})), OK),
+    ("pod label lws index", edits((POD_LABELS, {"leaderworkerset.sigs.k8s.io/group-index": "0"})), [(POD_LABELS, OWN)]),
+    # podTemplate.metadata.annotations: annotation keys, none under the operator's domain (LWS keys are allowed)
+    ("pod annotation any value", edits((POD_ANNOTATIONS, {"example.com/a": " any: text /"})), OK),
+    ("pod annotation lws domain", edits((POD_ANNOTATIONS, {"leaderworkerset.sigs.k8s.io/x": "1"})), OK),
+    (
+        "pod annotation config hash",
+        edits((POD_ANNOTATIONS, {"specdecode.io/config-hash": "x"})),
+        [(POD_ANNOTATIONS, "operator's own annotations")],
+    ),
+    ("pod annotation bad key", edits((POD_ANNOTATIONS, {"a:b": "x"})), [(POD_ANNOTATIONS, "not an annotation key")]),
+    # podTemplate.nodeSelector: label keys and values, and no key of placement.nodeSelector
+    ("pod node selector", edits((POD_NODES, {"example.com/pool": "a"})), OK),
+    ("pod node selector bad key", edits((POD_NODES, {"a b": "x"})), [(POD_NODES, "is not a label key")]),
+    ("pod node selector bad value", edits((POD_NODES, {"k": "a b"})), [(POD_NODES, "is not a label value")]),
+    (
+        "pod node selector repeats placement",
+        edits(("spec.placement", {"nodeSelector": {"pool": "a"}}), (POD_NODES, {"pool": "a"})),
+        [(POD_NODES, "may not repeat pool")],
+    ),
+    (
+        "pod node selector beside placement",
+        edits(("spec.placement", {"nodeSelector": {"pool": "a"}}), (POD_NODES, {"zone": "b"})),
+        OK,
+    ),
+    # podTemplate.tolerations: as core/v1 validates them
+    ("toleration key prefix 253", edits((TOLERATIONS, [{"key": "a" * 253 + "/k", "operator": "Exists"}])), OK),
+    (
+        "toleration key prefix 254",
+        edits((TOLERATIONS, [{"key": "a" * 254 + "/k", "operator": "Exists"}])),
+        [(f"{TOLERATIONS}[0].key", "at most 253")],
+    ),
+    ("toleration of every taint", edits((TOLERATIONS, [{"operator": "Exists"}])), OK),
+    (
+        "toleration without a key, Equal",
+        edits((TOLERATIONS, [{"operator": "Equal"}])),
+        [(f"{TOLERATIONS}[0].operator", "needs operator Exists")],
+    ),
+    (
+        "toleration without key or operator",
+        edits((TOLERATIONS, [{"effect": "NoSchedule"}])),
+        [(f"{TOLERATIONS}[0].operator", "needs operator Exists")],
+    ),
+    ("toleration Exists with empty value", edits((TOLERATIONS, [{"key": "k", "operator": "Exists", "value": ""}])), OK),
+    (
+        "toleration Exists with a value",
+        edits((TOLERATIONS, [{"key": "k", "operator": "Exists", "value": "v"}])),
+        [(f"{TOLERATIONS}[0].value", "takes no value")],
+    ),
+    (
+        "toleration seconds NoExecute",
+        edits((TOLERATIONS, [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 0}])),
+        OK,
+    ),
+    (
+        "toleration seconds without effect",
+        edits((TOLERATIONS, [{"key": "k", "tolerationSeconds": 0}])),
+        [(f"{TOLERATIONS}[0].tolerationSeconds", "needs effect NoExecute")],
+    ),
+    # monitoring.labels: as pod labels
+    ("monitor label release", edits((MONITOR_LABELS, {"release": "kps"})), OK),
+    ("monitor label component", edits((MONITOR_LABELS, {"app.kubernetes.io/component": "x"})), [(MONITOR_LABELS, OWN)]),
+    ("monitor label bad key", edits((MONITOR_LABELS, {"-release": "kps"})), [(MONITOR_LABELS, "is not a label key")]),
+    (
+        "monitor label bad value",
+        edits((MONITOR_LABELS, {"release": "-kps"})),
+        [(MONITOR_LABELS, "is not a label value")],
     ),
 ]
 

@@ -145,5 +145,6 @@ def schema_cases() -> list[tuple[str, dict]]:
 
 def corpus() -> list[tuple[str, dict]]:
     from cel_boundaries import boundary_cases
+    from test_pod_template import corpus_documents
 
-    return examples() + rule_cases() + schema_cases() + boundary_cases()
+    return examples() + rule_cases() + schema_cases() + boundary_cases() + corpus_documents()

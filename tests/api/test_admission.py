@@ -112,7 +112,10 @@ def test_real_crd_defaults_are_the_documented_ones():
 def test_one_unknown_field_is_named_with_the_allowed_ones():
     problems = validate_object(with_("spec.draft.colour", "red"))
     assert problems == [
-        Problem("spec.draft.colour", "unknown field; allowed fields here: algorithm, model, ranks, tensorParallelSize")
+        Problem(
+            "spec.draft.colour",
+            "unknown field; allowed fields here: algorithm, model, ranks, rollout, tensorParallelSize",
+        )
     ]
 
 
@@ -165,10 +168,16 @@ def test_type_error_names_the_type_and_the_list_index():
     assert problems == [Problem("spec.draft.ranks[1]", "Invalid value: 'one': must be of type integer")]
 
 
-def test_other_schema_errors_carry_jsonschemas_own_wording():
+def test_a_pattern_error_names_the_value_and_the_pattern():
     problems = validate_object(with_("spec.runtime", {"shmSize": "lots"}))
     assert paths(problems) == ["spec.runtime.shmSize"]
-    assert "does not match" in problems[0].message and "lots" in problems[0].message
+    assert problems[0].message.startswith("Invalid value: 'lots': should match '^[0-9]")
+
+
+def test_other_schema_errors_carry_jsonschemas_own_wording():
+    problems = validate_object(with_("spec.podTemplate", {"serviceAccountName": ""}))
+    assert paths(problems) == ["spec.podTemplate.serviceAccountName"] * 2
+    assert "'' should be non-empty" in {p.message for p in problems}
 
 
 def test_exclusive_minimum_refuses_the_bound_and_takes_just_above():

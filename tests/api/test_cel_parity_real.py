@@ -200,3 +200,30 @@ def test_the_api_server_gives_the_same_model_hint_as_specdecode_validate(api):
             (local,) = validate_object(doc)
             assert len(causes) == 1 and causes[0]["message"].endswith(local.message), (causes, local)
             assert local.message.endswith(hint) and model in local.message
+
+
+@pytest.mark.parametrize(
+    "field,key",
+    [
+        ("spec.podTemplate.metadata.labels", "app.kubernetes.io/instance"),
+        ("spec.podTemplate.metadata.labels", "leaderworkerset.sigs.k8s.io/worker-index"),
+        ("spec.monitoring.labels", "app.kubernetes.io/name"),
+    ],
+)
+def test_the_api_server_refuses_a_label_that_would_override_the_operators_naming_field_and_key(api, field, key):
+    """A pod or ServiceMonitor label that would take the place of one the selectors are made of is refused at
+    admission: the API server names the field and, through the rule's messageExpression, the key, in the same
+    words as `specdecode validate`."""
+    from cel_corpus import with_
+
+    from specdecode_operator.api.validate import validate_object
+
+    doc = in_namespace(with_(field, {"team": "ml", key: "other"}))
+    with pytest.raises(Refusal) as refused:
+        api.dry_run_create_sdd(NAMESPACE, doc)
+    causes = [c for c in refused.value.body["details"]["causes"] if c.get("field") == field]
+    (local,) = validate_object(doc)
+    assert local.path == field
+    assert len(causes) == 1 and causes[0]["message"].endswith(local.message), (causes, local)
+    assert f"may not set {key}, one of the operator's own labels" in causes[0]["message"]
+    api.dry_run_create_sdd(NAMESPACE, in_namespace(with_(field, {"team": "ml"})))  # the same without it passes

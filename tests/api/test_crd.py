@@ -58,6 +58,11 @@ def test_every_rule_in_rules_module_is_in_the_crd():
         *rules.DRAFT_MODEL_RULES,
         *rules.MODEL_CACHE_RULES,
         *rules.HUB_SPEC_RULES,
+        *rules.POD_METADATA_RULES,
+        *rules.POD_TEMPLATE_RULES,
+        *rules.TOLERATION_RULES,
+        *rules.POD_TEMPLATE_SPEC_RULES,
+        *rules.MONITORING_RULES,
     ]
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     found = [v["rule"] for _, node in _walk(schema) for v in node.get("x-kubernetes-validations", [])]
@@ -83,8 +88,13 @@ def test_names_subresources_and_printer_columns():
         "Steps",
         "Accept",
         "Tok/s",
+        "Draft",
         "Age",
+        "Image Available",
     ]
+    # kubectl get -o wide: a newer default runtime image the deployment has not adopted
+    image = version["additionalPrinterColumns"][-1]
+    assert (image["jsonPath"], image["priority"]) == (".status.runtimeImage.available", 1)
     mode = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Mode")
     assert mode["jsonPath"] == ".spec.speculative.autotune.mode"
 

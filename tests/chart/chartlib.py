@@ -20,16 +20,34 @@ COMBOS: dict[str, dict] = {
     "single-replica": {"replicaCount": 1},
     "namespaced": {"watch": {"allNamespaces": False, "namespaces": ["team-a", "team-b"]}},
     "namespaced-single": {"replicaCount": 1, "watch": {"allNamespaces": False, "namespaces": ["team-a"]}},
+    # assumeMonitoringAPI: an offline render knows no monitoring.coreos.com/v1 (GitOps renders this way)
     "monitoring-on": {
         "metrics": {
             "enabled": True,
             "port": 9090,
+            "assumeMonitoringAPI": True,
             "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
             "prometheusRule": {"enabled": True, "acceptLengthFloor": 1.5},
         },
         "dashboards": {"enabled": True, "namespace": "monitoring"},
     },
+    # the metrics certificate from cert-manager (its CA verified) and a scraper token Secret of the user's
+    "monitoring-cert-manager": {
+        "metrics": {
+            "enabled": True,
+            "port": 8443,
+            "certSecret": "sd-metrics-tls",
+            "assumeMonitoringAPI": True,
+            "serviceMonitor": {"enabled": True, "authorization": {"secretName": "prometheus-scraper", "key": "jwt"}},
+        },
+    },
     "metrics-off": {"metrics": {"enabled": False, "port": 8080}},
+    # a private registry mirror for every default image, and the label Prometheus selects per-deployment monitors by
+    "private-registry": {
+        "global": {"imageRegistry": "mirror.example.com:5000/cache"},
+        "imagePullSecrets": [{"name": "mirror-cred"}],
+        "runtime": {"serviceMonitor": {"labels": {"release": "kps"}}},
+    },
     "no-rbac-existing-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops-sa"}},
     "overrides": {
         "replicaCount": 3,

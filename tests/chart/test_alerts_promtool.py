@@ -24,7 +24,18 @@ from tests.chart.promtool import run
 FLOOR = 1.3  # metrics.prometheusRule.acceptLengthFloor under test
 FOR_MINUTES = 10  # metrics.prometheusRule.for under test
 WINDOW_MINUTES = 10  # the rules' rate windows: a rate reaches its full value only once its window is filled
-VALUES = {"metrics": {"prometheusRule": {"enabled": True, "acceptLengthFloor": FLOOR, "for": f"{FOR_MINUTES}m"}}}
+NOT_READY_MINUTES = 30  # metrics.prometheusRule.notReadyFor under test
+VALUES = {
+    "metrics": {
+        "assumeMonitoringAPI": True,  # rendered offline: no cluster to report monitoring.coreos.com/v1
+        "prometheusRule": {
+            "enabled": True,
+            "acceptLengthFloor": FLOOR,
+            "for": f"{FOR_MINUTES}m",
+            "notReadyFor": f"{NOT_READY_MINUTES}m",
+        },
+    }
+}
 MINUTES = 40  # length of every input series (1 sample per minute); covers window + for + 5 minutes
 # Runtime traffic: cycles per minute at batch BATCH (powers of two keep the ratios exact in floating point)
 CYCLES_PER_MIN = 64
@@ -53,6 +64,35 @@ def traffic(job: str, bucket: str, batch: int, accepted_per_request: float) -> l
         series("specdecode_position_accepted_total", {**labels, "position": "1"}, requests * accepted_per_request),
         series("specdecode_tokens_generated_total", {**RUNTIME, "job": job}, requests * (1 + accepted_per_request)),
     ]
+
+
+# The operator's condition gauge as Prometheus stores it from the chart's ServiceMonitor (honorLabels: the object's
+# namespace and name, beside the target's job, instance and pod)
+OPERATOR_TARGET = {"job": "sd-specdecode-operator-metrics", "endpoint": "metrics", "service": "sd-specdecode-operator"}
+STATUSES = ("True", "False", "Unknown")
+
+
+def condition(name: str, ctype: str, values: str | dict[str, str], pod: str = "sd-specdecode-operator-0") -> list[dict]:
+    """``specdecode_deployment_condition`` of deployment ``llm/<name>``: ``values`` is the status held throughout, or
+    promtool value notation per status (a flip)."""
+    if isinstance(values, str):
+        values = {s: f"{int(s == values)}x{MINUTES}" for s in STATUSES}
+    target = {**OPERATOR_TARGET, "pod": pod, "instance": f"{pod}:8080"}
+    return [
+        {
+            "series": "specdecode_deployment_condition"
+            + _selector({**RUNTIME, "name": name, "type": ctype, "status": status, **target}),
+            "values": values[status],
+        }
+        for status in STATUSES
+    ]
+
+
+def deployment(name: str, ready: str = "True", degraded: str = "False", stalled: str = "False", **extra) -> list:
+    out = condition(name, "Ready", ready) + condition(name, "Degraded", degraded) + condition(name, "Stalled", stalled)
+    for ctype, status in extra.items():
+        out += condition(name, ctype, status)
+    return out
 
 
 def rule_spec() -> dict:
@@ -111,6 +151,63 @@ def alert_tests() -> list[dict]:
                     "eval_time": late,
                     "alertname": "SpecDecodeNoTokens",
                     "exp_alerts": [firing("SpecDecodeNoTokens", {**RUNTIME, "job": "stuck"}, 0)],
+                },
+            ],
+        },
+        {
+            "name": "stalled: a blocked rollout and an invalid spec fire once each (not also as Degraded/NotReady)",
+            "input_series": deployment("blocked", ready="False", stalled="True")
+            + deployment("invalid", ready="False", degraded="True", stalled="True")
+            + deployment("healthy")
+            # a leadership handover: the old and the new leader both exported the object for a while
+            + condition("blocked", "Stalled", "True", pod="sd-specdecode-operator-1"),
+            "alert_rule_test": [
+                {"eval_time": early, "alertname": "SpecDecodeDeploymentStalled", "exp_alerts": []},
+                {
+                    "eval_time": late,
+                    "alertname": "SpecDecodeDeploymentStalled",
+                    "exp_alerts": [
+                        firing("SpecDecodeDeploymentStalled", {**RUNTIME, "name": "blocked"}, 1),
+                        firing("SpecDecodeDeploymentStalled", {**RUNTIME, "name": "invalid"}, 1),
+                    ],
+                },
+                {"eval_time": late, "alertname": "SpecDecodeDeploymentDegraded", "exp_alerts": []},
+                {"eval_time": f"{MINUTES}m", "alertname": "SpecDecodeDeploymentNotReady", "exp_alerts": []},
+            ],
+        },
+        {
+            "name": "degraded: API errors past retries fire, a healthy deployment stays quiet",
+            "input_series": deployment("apierrors", ready="False", degraded="True") + deployment("healthy"),
+            "alert_rule_test": [
+                {"eval_time": early, "alertname": "SpecDecodeDeploymentDegraded", "exp_alerts": []},
+                {
+                    "eval_time": late,
+                    "alertname": "SpecDecodeDeploymentDegraded",
+                    "exp_alerts": [firing("SpecDecodeDeploymentDegraded", {**RUNTIME, "name": "apierrors"}, 1)],
+                },
+                {"eval_time": f"{MINUTES}m", "alertname": "SpecDecodeDeploymentNotReady", "exp_alerts": []},
+            ],
+        },
+        {
+            "name": "not ready: fires after notReadyFor; paused, ready and became-ready deployments stay quiet",
+            "input_series": deployment("loading", ready="False")
+            + deployment("unknown", ready="Unknown")
+            + deployment("paused", ready="False", Paused="True")
+            + deployment("healthy")
+            + condition("warm", "Ready", {"True": "0x19 1x20", "False": "1x19 0x20", "Unknown": f"0x{MINUTES}"}),
+            "alert_rule_test": [
+                {
+                    "eval_time": f"{NOT_READY_MINUTES - 5}m",
+                    "alertname": "SpecDecodeDeploymentNotReady",
+                    "exp_alerts": [],
+                },
+                {
+                    "eval_time": f"{NOT_READY_MINUTES + 5}m",
+                    "alertname": "SpecDecodeDeploymentNotReady",
+                    "exp_alerts": [
+                        firing("SpecDecodeDeploymentNotReady", {**RUNTIME, "name": "loading"}, 1),
+                        firing("SpecDecodeDeploymentNotReady", {**RUNTIME, "name": "unknown"}, 1),
+                    ],
                 },
             ],
         },

@@ -23,7 +23,10 @@ OVERRIDES = {
     "fullnameOverride": {"fullnameOverride": "platform-spec-operator"},
     "both": {"nameOverride": "x", "fullnameOverride": "y"},
 }
-MONITORED = {"replicaCount": 2, "metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}}
+MONITORED = {
+    "replicaCount": 2,
+    "metrics": {"enabled": True, "assumeMonitoringAPI": True, "serviceMonitor": {"enabled": True}},
+}
 
 
 def selects(selector: dict, labels: dict) -> bool:

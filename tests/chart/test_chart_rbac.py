@@ -3,7 +3,20 @@
 import pytest
 import yaml
 
-from tests.chart.chartlib import CHART, COMBOS, NAMESPACE, of_kind, one, render
+from tests.chart import chartlib
+from tests.chart.chartlib import CHART, COMBOS, NAMESPACE, of_kind, one
+
+CRD_NAME = "specdecodedeployments.specdecode.io"
+
+
+def is_hook(doc: dict) -> bool:
+    return "helm.sh/hook" in ((doc.get("metadata") or {}).get("annotations") or {})
+
+
+def render(values: dict | None = None) -> list[dict]:
+    """The operator's objects: the CRD upgrade hook has its own ServiceAccount and grants (tested below)."""
+    return [d for d in chartlib.render(values) if not is_hook(d)]
+
 
 CLUSTER_SCOPED = {
     ("apiextensions.k8s.io", "customresourcedefinitions"),
@@ -211,3 +224,49 @@ def test_bindings_point_at_the_operator_service_account():
                 r["metadata"]["name"] == binding["roleRef"]["name"] and r["metadata"].get("namespace") == ns
                 for r in of_kind(docs, role_kind)
             )
+
+
+def hook_objects(values: dict | None = None) -> list[dict]:
+    return [d for d in chartlib.render(values) if is_hook(d)]
+
+
+def test_the_crd_upgrade_hook_may_only_get_create_and_patch_our_crd():
+    hooks = hook_objects()
+    assert sorted(d["kind"] for d in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
+    (role,) = of_kind(hooks, "ClusterRole")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": [CRD_NAME],
+            "verbs": ["get", "create", "patch"],
+        }
+    ]
+    (binding,) = of_kind(hooks, "ClusterRoleBinding")
+    (sa,) = of_kind(hooks, "ServiceAccount")
+    (job,) = of_kind(hooks, "Job")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"] != one(render(), "ServiceAccount")["metadata"]["name"]
+    assert pod["containers"][0]["command"][:3] == ["specdecode", "crd", "apply"]
+    for d in hooks:
+        md = d["metadata"]["annotations"]
+        assert md["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert "hook-succeeded" in md["helm.sh/hook-delete-policy"]
+        assert "before-hook-creation" in md["helm.sh/hook-delete-policy"]
+    # the Job runs after its ServiceAccount and grants exist
+    assert int(job["metadata"]["annotations"]["helm.sh/hook-weight"]) > int(
+        role["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+    # the pod is not taken for an operator replica (Service, PodDisruptionBudget, control-port NetworkPolicy)
+    operator = one(render(), "Deployment")["spec"]["selector"]["matchLabels"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not operator.items() <= labels.items()
+
+
+@pytest.mark.parametrize(
+    "values", [{"crds": {"upgrade": False}}, {"rbac": {"create": False}, "serviceAccount": {"create": False}}]
+)
+def test_the_crd_upgrade_hook_is_off_with_the_switch_or_without_rbac(values):
+    assert hook_objects(values) == []

@@ -66,6 +66,9 @@ def test_helm_lint_refuses_values_outside_the_schema(helm_home):
     assert "replicaCount" in done.stdout + done.stderr
 
 
+NO_HOOK = {"crds": {"upgrade": False}}
+
+
 def template(env, home, tmp_path, values: dict) -> tuple[str, list[dict]]:
     """`helm template` of the release (templates only) with ``values``: the text and its objects."""
     values_file = tmp_path / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
@@ -108,8 +111,21 @@ def test_release_lifecycle_installs_crds_upgrades_and_uninstalls(env, api, helm_
     chart_crds = [d for f in sorted((CHART / "crds").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
     assert "specdecodedeployments.specdecode.io" in {c["metadata"]["name"] for c in chart_crds}
     # install: the chart's crds/ go in first, then the templates
-    _, first = template(env, helm_home, tmp_path, {})
-    helm(env, helm_home, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace")
+    # no Job controller on this API server: the CRD upgrade hook Job would never complete (it is tested on its own,
+    # tests/chart/test_crd_upgrade_real.py)
+    _, first = template(env, helm_home, tmp_path, NO_HOOK)
+    helm(
+        env,
+        helm_home,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "crds.upgrade=false",
+    )
     for crd in chart_crds:
         established = api.get_crd(crd["metadata"]["name"])["status"]["conditions"]
         assert {c["type"]: c["status"] for c in established}["Established"] == "True", crd["metadata"]["name"]
@@ -126,7 +142,12 @@ def test_release_lifecycle_installs_crds_upgrades_and_uninstalls(env, api, helm_
 
     # upgrade with changed values: one replica, debug logs, one watched namespace
     api.ensure_namespace("team-a")
-    changed = {"replicaCount": 1, "logLevel": "debug", "watch": {"allNamespaces": False, "namespaces": ["team-a"]}}
+    changed = {
+        "replicaCount": 1,
+        "logLevel": "debug",
+        "watch": {"allNamespaces": False, "namespaces": ["team-a"]},
+        **NO_HOOK,
+    }
     _, second = template(env, helm_home, tmp_path, changed)
     values_file = tmp_path / "changed.yaml"
     values_file.write_text(yaml.safe_dump(changed))
@@ -229,6 +250,7 @@ def test_kubectl_get_sdd_prints_the_crd_columns(env, api):
                 }
             ],
             "speculative": {"numSteps": 4, "acceptLength": 2.75, "tokensPerSecond": 131.5},
+            "runtimeImage": {"launcher": "specdecode", "image": "runtime:0.1.0", "available": "runtime:0.2.0"},
         }
     }
     api.call(
@@ -237,7 +259,11 @@ def test_kubectl_get_sdd_prints_the_crd_columns(env, api):
         status,
         content_type="application/merge-patch+json",
     )
-    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    every = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    columns = [c for c in every if not c.get("priority")]  # the rest only with -o wide
+    wide = kubectl(env, "get", "sdd", "-n", "columns", "-o", "wide").stdout.splitlines()
+    assert re.split(r"\s{2,}", wide[0].strip()) == ["NAME"] + [c["name"].upper() for c in every]
+    assert re.split(r"\s{2,}", wide[1].strip())[-1] == "runtime:0.2.0"  # Image Available: a default not adopted
     out = kubectl(env, "get", "sdd", "-n", "columns").stdout.splitlines()
     assert re.split(r"\s{2,}", out[0].strip()) == ["NAME"] + [c["name"].upper() for c in columns]
     row = dict(zip(["NAME"] + [c["name"] for c in columns], re.split(r"\s{2,}", out[1].strip())))

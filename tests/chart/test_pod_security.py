@@ -47,6 +47,19 @@ def test_operator_pod_meets_restricted(combo):
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
 
 
+@pytest.mark.parametrize("combo", sorted(COMBOS))
+def test_crd_upgrade_hook_pod_meets_restricted(combo):
+    jobs = [d for d in render(COMBOS[combo]) if d["kind"] == "Job" and d["metadata"]["name"].endswith("-crd-upgrade")]
+    if COMBOS[combo].get("rbac", {}).get("create") is False:
+        assert jobs == []
+        return
+    (job,) = jobs
+    template = job["spec"]["template"]
+    assert violations(template["spec"], template["metadata"]) == []
+    for c in template["spec"]["containers"]:
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_rendered_runtime_pods_meet_restricted(example):
     sdd = yaml.safe_load(example.read_text())

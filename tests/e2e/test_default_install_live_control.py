@@ -298,6 +298,8 @@ def test_a_default_install_tunes_live_in_a_new_namespace_without_a_secret(env, t
         "--namespace",
         OPERATOR_NS,
         "--create-namespace",
+        "--set",
+        "crds.upgrade=false",  # no Job controller here: the CRD upgrade hook Job would never complete
         *overrides,
         kubeconfig=env.kubeconfig,
         home=tmp_path / "helm",

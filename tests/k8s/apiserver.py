@@ -77,7 +77,8 @@ def third_party_crds() -> str:
 
 
 def chart_rbac(values: dict | None = None, release: str = RELEASE) -> list[dict]:
-    """The chart's ServiceAccount, (Cluster)Roles and bindings, rendered by Helm's Go SDK (helm-python-sdk)."""
+    """The chart's ServiceAccount, (Cluster)Roles and bindings of the operator, rendered by Helm's Go SDK
+    (helm-python-sdk); not the CRD upgrade hook's own (tests/chart/test_crd_upgrade_real.py binds those)."""
     import helm_python as helm
 
     rendered = helm.Chart.load(str(CHART)).render(
@@ -89,7 +90,7 @@ def chart_rbac(values: dict | None = None, release: str = RELEASE) -> list[dict]
         for path, text in sorted(rendered.items())
         if path.endswith(".yaml")
         for d in yaml.safe_load_all(text)
-        if d and d.get("kind") in kinds
+        if d and d.get("kind") in kinds and "helm.sh/hook" not in (d["metadata"].get("annotations") or {})
     ]
 
 
@@ -168,6 +169,8 @@ class ApiServerBed:
 
 # OperatorConfig fields the operator reads from SPECDECODE_* variables (config.OperatorConfig.from_env).
 _ENV_FIELDS = (
+    "default_image",
+    "runtime_image_policy",
     "request_timeout",
     "scrape_timeout",
     "tune_restart_seconds",

@@ -62,6 +62,7 @@ class Cluster:
         self.operator = operator
         self.bed = None  # the real API server's ApiServerBed (audit log, operator identity), when there is one
         self.operator_factory: Callable[[], Any] | None = None  # starts an operator like the first one
+        self.operator_overrides: dict[str, Any] = {}  # the operator's settings; a restart after a change uses them
 
     def stop_operator(self) -> None:
         if self.operator is not None:

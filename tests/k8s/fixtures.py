@@ -91,7 +91,10 @@ def _factory(request, tmp_path, backend: str):
             cfg = kubernetes.client.Configuration()
             cfg.host = server.url
             cluster = Cluster(cfg, "default", emulator=server.emulator)
-            cluster.operator_factory = lambda: OperatorThread(operator_config(server=server.url, **config)).__enter__()
+            cluster.operator_overrides = dict(config)
+            cluster.operator_factory = lambda: OperatorThread(
+                operator_config(server=server.url, **cluster.operator_overrides)
+            ).__enter__()
             cluster.server = server
             opened.append((cluster, server, None))
             if operator:
@@ -133,10 +136,12 @@ def _real_cluster(request, tmp_path, opened, operator: bool, config: dict) -> Cl
     if bed is not None:
         bed.grant(namespace)
     mark = bed.env.audit_offset() if bed else 0
-    values = {**TEST_CONFIG, **config}
     log = tmp_path / f"operator-{namespace}.log"
     cluster = Cluster(cfg, namespace, emulator=None)
-    cluster.operator_factory = lambda: OperatorProcess(operator_kubeconfig, (namespace,), log, **values).__enter__()
+    cluster.operator_overrides = dict(config)
+    cluster.operator_factory = lambda: OperatorProcess(
+        operator_kubeconfig, (namespace,), log, **{**TEST_CONFIG, **cluster.operator_overrides}
+    ).__enter__()
     cluster.bed = bed
 
     def finalize() -> list[str]:

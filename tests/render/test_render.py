@@ -14,6 +14,9 @@ from specdecode_runtime.contract.config import RuntimeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# Inputs rendered like the examples (golden files, schema checks) that show a feature rather than a setup to copy.
+CASES = sorted((ROOT / "tests" / "render" / "cases").glob("*.yaml"))
+RENDERED = EXAMPLES + CASES
 GOLDEN = ROOT / "tests" / "golden"
 BUILTIN = {"v1", "apps/v1", "policy/v1", "networking.k8s.io/v1"}
 
@@ -35,7 +38,7 @@ def container(manifests):
     raise AssertionError("no workload")
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", RENDERED, ids=lambda p: p.stem)
 def test_golden(example):
     text = to_yaml(render(load(example)))
     golden = GOLDEN / f"{example.stem}.yaml"
@@ -44,20 +47,20 @@ def test_golden(example):
     assert text == golden.read_text(), f"{golden} differs; rerun with UPDATE_GOLDEN=1 after reviewing the change"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", RENDERED, ids=lambda p: p.stem)
 def test_render_is_byte_identical_across_runs(example):
     assert to_yaml(render(load(example))) == to_yaml(render(load(example)))
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.33"])
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", RENDERED, ids=lambda p: p.stem)
 def test_builtin_objects_pass_strict_schema(example, version):
     for m in render(load(example)):
         if m["apiVersion"] in BUILTIN:
             kubernetes_validate.validate(m, version, strict=True)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", RENDERED, ids=lambda p: p.stem)
 def test_custom_objects_pass_upstream_crd_schemas(example):
     from tests.upstream_schemas import validate_custom
 
@@ -71,7 +74,7 @@ def test_custom_objects_pass_upstream_crd_schemas(example):
 
 def test_every_rendered_kind_is_declared_for_cleanup():
     declared = {(a, k) for a, k, _, _ in CHILD_KINDS}
-    for example in EXAMPLES:
+    for example in RENDERED:
         for m in render(load(example)):
             assert (m["apiVersion"], m["kind"]) in declared
 

@@ -40,7 +40,20 @@ PRINTER_COLUMNS = [
     {"name": "Steps", "type": "integer", "jsonPath": ".status.speculative.numSteps"},
     {"name": "Accept", "type": "number", "jsonPath": ".status.speculative.acceptLength"},
     {"name": "Tok/s", "type": "number", "jsonPath": ".status.speculative.tokensPerSecond"},
+    {
+        "name": "Draft",
+        "type": "string",
+        "jsonPath": ".status.draft.phase",
+        "description": "Draft rollout in place: Serving, Canary, Promoting, RolledBack or Failed",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Image Available",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": ".status.runtimeImage.available",
+        "description": "A newer operator default runtime image, not adopted (annotate specdecode.io/adopt-default-image)",
+    },
 ]
 
 

@@ -57,6 +57,8 @@ def _rules(node: dict[str, Any], path: str) -> Iterator[str]:
         yield f"| `{field or 'metadata'}` | {message} | `{rule}` |"
     for key, sub in node.get("properties", {}).items():
         yield from _rules(sub, f"{path}.{key}" if path else key)
+    if isinstance(node.get("items"), dict):  # rules on each item of a list
+        yield from _rules(node["items"], f"{path}[]")
 
 
 def api_markdown() -> str:

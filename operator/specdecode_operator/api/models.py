@@ -13,7 +13,7 @@ from pydantic.config import JsonDict
 
 from specdecode_runtime.contract.capabilities import DEFAULT_ALGORITHM, Algorithm
 
-from . import rules
+from . import labels, rules
 
 GROUP = "specdecode.io"
 VERSION = "v1alpha1"
@@ -109,6 +109,27 @@ class Target(_Model):
     contextLength: int | None = Field(default=None, ge=1, le=4194304, description="Maximum context length in tokens.")
 
 
+class DraftRollout(_Model):
+    """How a change of draft.model alone reaches running pods: loaded in place on one replica first (a canary),
+    compared with the old draft on acceptance, then loaded on every replica or taken back. No pod restarts."""
+
+    intervals: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        description="Tuning intervals (speculative.autotune.intervalSeconds each, counting only intervals with "
+        "drafted tokens) the new draft is measured for before the decision; with one replica the replica "
+        "alternates between the new and the old draft, one interval each, so the canary takes twice as long.",
+    )
+    minAcceptRatio: float = Field(
+        default=0.97,
+        ge=0.5,
+        le=1.5,
+        description="Promote when the new draft's acceptance (per draft position, weighted by drafted tokens) is at "
+        "least this fraction of the old draft's over those intervals; below it the old draft is loaded back.",
+    )
+
+
 class Draft(_Model):
     """The speculative draft model and where it runs inside the target's TP ranks."""
 
@@ -130,6 +151,12 @@ class Draft(_Model):
         json_schema_extra={"items": {"type": "integer", "minimum": 0, "maximum": 63}},
         description="Target TP ranks that host the draft (length = draft TP, unique, < target TP). "
         "Unset: chosen by topology, rank 0's PCIe switch or NVLink island first.",
+    )
+    rollout: DraftRollout | None = Field(
+        default=None,
+        description="A change of model alone whose new path the running pods can already read (an absolute path, "
+        "or pvc:// on a claim they mount) is loaded in place and canaried on acceptance (status.draft); other "
+        "changes restart the pods. Unset: intervals 2, minAcceptRatio 0.97. Needs runtime.launcher specdecode.",
     )
 
 
@@ -340,16 +367,136 @@ class Rollout(_Model):
     )
 
 
+def _label_map(max_items: int, description: str) -> Any:
+    """A map of labels: bounded in size (which keeps the CEL rules over it inside the API server's cost budget);
+    keys and values are checked by the rules (``rules.label_map_rules``)."""
+    return Field(
+        default_factory=dict,
+        max_length=max_items,
+        json_schema_extra={"additionalProperties": {"type": "string", "maxLength": labels.VALUE_MAX}},
+        description=description,
+    )
+
+
+def _object_name(what: str) -> Any:
+    return Field(
+        default=None,
+        min_length=1,
+        max_length=labels.NAME_MAX,
+        pattern=labels.NAME_PATTERN,
+        description=f"{what} (a lowercase DNS-1123 subdomain, at most {labels.NAME_MAX} characters).",
+    )
+
+
 class Monitoring(_Model):
     """Prometheus integration."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.MONITORING_RULES))
+
     serviceMonitor: bool = Field(default=False, description="Create a monitoring.coreos.com/v1 ServiceMonitor.")
+    labels: dict[str, str] = _label_map(
+        32,
+        "Labels of the ServiceMonitor, e.g. the release label a kube-prometheus-stack Prometheus selects "
+        "ServiceMonitors by. They win over the operator's default (chart value runtime.serviceMonitor.labels); the "
+        "operator's own labels cannot be set.",
+    )
+
+
+class PodMetadata(_Model):
+    """Labels and annotations added to every runtime pod."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.POD_METADATA_RULES))
+
+    labels: dict[str, str] = _label_map(
+        32,
+        "Labels of every runtime pod, next to the operator's own, which cannot be set here "
+        "(app.kubernetes.io/name, /instance, /component, /managed-by, keys under specdecode.io/ and "
+        "leaderworkerset.sigs.k8s.io/): they select the pods. Never part of a selector.",
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        json_schema_extra={"additionalProperties": {"type": "string", "maxLength": 4096}},
+        description="Annotations of every runtime pod (keys under specdecode.io/ are the operator's).",
+    )
+
+
+class Toleration(_Model):
+    """core/v1 Toleration."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.TOLERATION_RULES))
+
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=317,
+        pattern=labels.KEY_PATTERN,
+        description="Taint key to tolerate; unset with operator Exists: every taint.",
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal (unset: Equal).")
+    value: str | None = Field(
+        default=None,
+        max_length=labels.VALUE_MAX,
+        pattern=labels.VALUE_PATTERN,
+        description="Taint value (operator Equal).",
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; unset: every effect."
+    )
+    tolerationSeconds: int | None = Field(
+        default=None, description="With effect NoExecute: how long the pod stays bound after the taint appears."
+    )
+
+
+class LocalObjectReference(_Model):
+    """A Secret in the object's namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=labels.NAME_MAX,
+        pattern=labels.NAME_PATTERN,
+        description="Name of the Secret (a lowercase DNS-1123 subdomain).",
+    )
+
+
+class PodTemplate(_Model):
+    """What a platform adds to every runtime pod (Deployment and LeaderWorkerSet, leader and workers alike): an
+    allow-list of pod fields, merged with what the operator renders. Nothing here can change the pods' selectors,
+    security context, volumes or containers."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.POD_TEMPLATE_RULES))
+
+    metadata: PodMetadata = Field(default_factory=PodMetadata, description="Pod labels and annotations.")
+    serviceAccountName: str | None = _object_name(
+        "ServiceAccount of the runtime pods, in the object's namespace, instead of the <name>-runtime one the "
+        "operator creates (which then stays unused). The pods still mount no automatic token; in ServiceAccount "
+        "step-control mode they get a projected token of this account, so give it no rights the runtime image "
+        "should not hold"
+    )
+    imagePullSecrets: list[LocalObjectReference] = Field(
+        default_factory=list, max_length=16, description="Secrets to pull the runtime image with."
+    )
+    priorityClassName: str | None = _object_name("PriorityClass of the runtime pods")
+    schedulerName: str | None = _object_name("Scheduler of the runtime pods (unset: the default scheduler)")
+    runtimeClassName: str | None = _object_name("RuntimeClass of the runtime pods (e.g. nvidia)")
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Tolerations added after placement.tolerations.",
+    )
+    nodeSelector: dict[str, str] = _label_map(
+        32,
+        "Node labels added to placement.nodeSelector; a key of placement.nodeSelector may not be repeated here.",
+    )
 
 
 class SpecDecodeDeploymentSpec(_Model):
     """Desired state of a speculative-decoding deployment."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.SPEC_RULES, *rules.HUB_SPEC_RULES))
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=_cel(*rules.SPEC_RULES, *rules.HUB_SPEC_RULES, *rules.POD_TEMPLATE_SPEC_RULES),
+    )
 
     replicas: int = Field(default=1, ge=0, le=1024, description="Serving replicas (each one TP group).")
     target: Target
@@ -363,6 +510,11 @@ class SpecDecodeDeploymentSpec(_Model):
         default=None, description="Cache volume for hf:// models; unset: an emptyDir per pod."
     )
     rollout: Rollout = Field(default_factory=Rollout, description="How template changes replace the serving pods.")
+    podTemplate: PodTemplate | None = Field(
+        default=None,
+        description="Labels, annotations and platform fields (ServiceAccount, image pull Secrets, priority, "
+        "scheduler, RuntimeClass, tolerations, node selector) added to every runtime pod.",
+    )
 
 
 class Condition(_Model):
@@ -468,6 +620,67 @@ class HistoryEntry(_Model):
     )
 
 
+class RuntimeImageStatus(_Model):
+    """The default runtime image a deployment that leaves spec.runtime.image empty runs, recorded when it is first
+    rendered and kept when the operator's default changes (an operator upgrade restarts no runtime pod)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    image: str = Field(default="", description="The default image this deployment's runtime pods run.")
+    launcher: str = Field(default="", description="The launcher (spec.runtime.launcher) whose default it is.")
+    available: str | None = Field(
+        default=None,
+        description="The operator's current default, when it differs from image: adopted when the annotation "
+        "specdecode.io/adopt-default-image takes a new value (the pods restart), or by an operator whose "
+        "runtime image policy is Follow.",
+    )
+    adoptedToken: str | None = Field(
+        default=None, description="The last value of the annotation specdecode.io/adopt-default-image acted on."
+    )
+
+
+class DraftRevision(_Model):
+    """One draft: the model as spec.draft.model names it and the digest its pods report."""
+
+    source: str = Field(default="", description="The draft model (spec.draft.model form).")
+    digest: str | None = Field(
+        default=None, description="sha256 over the draft's tensors, as the pods report it (GET /specdecode/v1/draft)."
+    )
+
+
+DraftPhase = Literal["Serving", "Canary", "Promoting", "RolledBack", "Failed"]
+
+
+class DraftHistoryEntry(_Model):
+    """One draft rollout decision."""
+
+    time: str = Field(description="When (RFC 3339).")
+    phase: DraftPhase = Field(description="The phase entered.")
+    source: str = Field(default="", description="The candidate draft it concerns.")
+    message: str = Field(default="", description="Why, in words (measured acceptance, the pod's refusal).")
+
+
+class DraftStatus(_Model):
+    """Which draft the pods serve and the in-place rollout of a new one (spec.draft.rollout)."""
+
+    serving: DraftRevision | None = Field(
+        default=None, description="The draft every replica serves; the pods' runtime config names it."
+    )
+    candidate: DraftRevision | None = Field(
+        default=None, description="The draft being canaried, or the last one rolled back or refused."
+    )
+    phase: DraftPhase | None = Field(
+        default=None,
+        description="Serving (no rollout), Canary (one replica serves the candidate, acceptance compared), "
+        "Promoting (loading it on every replica), RolledBack (worse acceptance: the old draft is back) or Failed "
+        "(a pod refused the candidate: the old draft serves on).",
+    )
+    message: str = Field(default="", description="The phase's cause, in words.")
+    history: list[DraftHistoryEntry] = Field(
+        default_factory=list, max_length=5, description="The latest phase changes, oldest first (at most 5)."
+    )
+
+
 class SpecDecodeDeploymentStatus(_Model):
     """Observed state, written by the operator through the status subresource."""
 
@@ -486,6 +699,14 @@ class SpecDecodeDeploymentStatus(_Model):
     replicas: int | None = Field(default=None, description="Serving replicas that exist (scale subresource).")
     readyReplicas: int | None = Field(default=None, description="Serving replicas that are ready.")
     selector: str | None = Field(default=None, description="Label selector of the runtime pods (scale subresource).")
+    runtimeImage: RuntimeImageStatus | None = Field(
+        default=None,
+        description="The operator's default runtime image as this deployment runs it (unused while "
+        "spec.runtime.image is set), and a newer default not adopted yet.",
+    )
+    draft: DraftStatus | None = Field(
+        default=None, description="The draft served and the in-place rollout of a new one (spec.draft.rollout)."
+    )
     speculative: SpeculativeStatus | None = Field(default=None, description="What the tuner measured and decided.")
     history: list[HistoryEntry] = Field(
         default_factory=list, max_length=50, description="The latest tuning decisions, oldest first (at most 50)."

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from specdecode_runtime.contract import model_source as ms
 from specdecode_runtime.contract.server_args import extra_args_pattern
 
+from . import labels as lb
+
 # Flags the runtime sets from typed fields (one list, in the contract): extraArgs may not set them again.
 MANAGED_FLAGS_REGEX = extra_args_pattern()
 NAME_MAX = 47  # children append up to 16 characters ("-control-token") and must stay valid DNS-1035 labels
@@ -94,6 +96,12 @@ SPEC_RULES = (
         "SGLang does not export, and Live mode also needs the runtime's step-control endpoint; use launcher "
         "specdecode to autotune",
         ".speculative.autotune.mode",
+    ),
+    Rule(
+        "!has(self.draft.rollout) || self.runtime.launcher == 'specdecode'",
+        "draft.rollout needs runtime.launcher specdecode: a stock SGLang image cannot load a draft in place, so a "
+        "draft change restarts its pods; remove draft.rollout or use launcher specdecode",
+        ".draft.rollout",
     ),
 )
 
@@ -258,3 +266,136 @@ HUB_SPEC_RULES = (
         ".runtime.launcher",
     ),
 )
+
+
+# ---------------------------------------------------------------- labels, annotations and the pod template
+
+
+def _lit(text: str) -> str:
+    """``text`` as a CEL string literal (double quotes: the messages hold apostrophes)."""
+    assert '"' not in text and "\\" not in text, text
+    return f'"{text}"'
+
+
+def _first_bad(attr: str, good: str) -> str:
+    """A CEL expression: the first key of ``self.<attr>`` for which ``good`` (over ``k``) does not hold."""
+    return f"self.{attr}.filter(k, !({good}))[0]"
+
+
+def _key_ok(var: str) -> str:
+    return f"{var}.matches('{lb.KEY_PATTERN}') && (!{var}.contains('/') || {var}.matches('{lb.KEY_PREFIX_PATTERN}'))"
+
+
+KEY_FORM = (
+    "[PREFIX/]NAME, NAME at most 63 letters, digits, '-', '_' or '.' beginning and ending with a letter or digit, "
+    "PREFIX a lowercase DNS subdomain of at most 253 characters"
+)
+VALUE_FORM = "at most 63 letters, digits, '-', '_' or '.' beginning and ending with a letter or digit, or empty"
+RESERVED_KEYS = (
+    f"{', '.join(lb.IDENTITY_LABEL_KEYS)} and keys under {lb.OPERATOR_DOMAIN}/ or {lb.LWS_DOMAIN}/, which identify "
+    "and select the runtime pods and the operator's other objects"
+)
+OWN_LABEL = ", one of the operator's own labels: "
+OPERATOR_ANNOTATIONS = (
+    f"keys under {lb.OPERATOR_DOMAIN}/ are the operator's own annotations (the config hash that rolls the pods)"
+)
+
+
+def key_rule(field: str, attr: str, what: str = "a label") -> Rule:
+    """Every key of the map ``self.<attr>`` is a Kubernetes qualified name (label and annotation keys)."""
+    return Rule(
+        f"self.{attr}.all(k, {_key_ok('k')})",
+        f"{field} keys must be {what.split()[-1]} keys: {KEY_FORM}",
+        f".{attr}",
+        message_expression=f"{_lit(field + ': ')} + {_first_bad(attr, _key_ok('k'))} + "
+        f"{_lit(f' is not {what} key: {KEY_FORM}')}",
+    )
+
+
+def value_rule(field: str, attr: str) -> Rule:
+    """Every value of the map ``self.<attr>`` is a label value."""
+    good = f"self.{attr}[k].matches('{lb.VALUE_PATTERN}')"
+    return Rule(
+        f"self.{attr}.all(k, {good})",
+        f"{field} values must be label values: {VALUE_FORM}",
+        f".{attr}",
+        message_expression=f"{_lit(field + ': the value of ')} + {_first_bad(attr, good)} + "
+        f"{_lit(f' is not a label value: {VALUE_FORM}')}",
+    )
+
+
+def not_reserved_rule(field: str, attr: str) -> Rule:
+    """No key of ``self.<attr>`` is one of the operator's own labels (render/names.labels, the LeaderWorkerSet's)."""
+    identity = ", ".join(f"'{k}'" for k in lb.IDENTITY_LABEL_KEYS)
+    good = f"!(k in [{identity}]) && !k.matches('{lb.RESERVED_DOMAIN_PATTERN}')"
+    return Rule(
+        f"self.{attr}.all(k, {good})",
+        f"{field} may not set the operator's own labels: {RESERVED_KEYS}",
+        f".{attr}",
+        message_expression=f"{_lit(field + ' may not set ')} + {_first_bad(attr, good)} + "
+        f"{_lit(OWN_LABEL + RESERVED_KEYS)}",
+    )
+
+
+def label_map_rules(field: str, attr: str) -> tuple[Rule, ...]:
+    """A map of labels the user adds next to the operator's: valid keys and values, none of the operator's own."""
+    return (key_rule(field, attr), value_rule(field, attr), not_reserved_rule(field, attr))
+
+
+_NOT_OPERATOR_ANNOTATION = f"!k.matches('{lb.OPERATOR_DOMAIN_PATTERN}')"
+
+POD_METADATA_RULES = (
+    *label_map_rules("podTemplate.metadata.labels", "labels"),
+    key_rule("podTemplate.metadata.annotations", "annotations", "an annotation"),
+    Rule(
+        f"self.annotations.all(k, {_NOT_OPERATOR_ANNOTATION})",
+        f"podTemplate.metadata.annotations may not set keys under {lb.OPERATOR_DOMAIN}/: {OPERATOR_ANNOTATIONS}",
+        ".annotations",
+        message_expression=f"{_lit('podTemplate.metadata.annotations may not set ')} + "
+        f"{_first_bad('annotations', _NOT_OPERATOR_ANNOTATION)} + {_lit(': ' + OPERATOR_ANNOTATIONS)}",
+    ),
+)
+
+POD_TEMPLATE_RULES = (
+    key_rule("podTemplate.nodeSelector", "nodeSelector"),
+    value_rule("podTemplate.nodeSelector", "nodeSelector"),
+)
+
+TOLERATION_RULES = (
+    Rule(
+        f"!has(self.key) || !self.key.contains('/') || self.key.matches('{lb.KEY_PREFIX_PATTERN}')",
+        "podTemplate.tolerations: the prefix of a toleration key is at most 253 characters",
+        ".key",
+    ),
+    Rule(
+        "has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+        "podTemplate.tolerations: a toleration without a key needs operator Exists (it then tolerates every taint)",
+        ".operator",
+    ),
+    Rule(
+        "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+        "podTemplate.tolerations: a toleration with operator Exists takes no value",
+        ".value",
+    ),
+    Rule(
+        "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        "podTemplate.tolerations: tolerationSeconds needs effect NoExecute",
+        ".tolerationSeconds",
+    ),
+)
+
+_REPEATED = "self.podTemplate.nodeSelector.filter(k, k in self.placement.nodeSelector)[0]"
+_MERGED = ": the two are merged into one node selector, so set each node label in one of them"
+
+POD_TEMPLATE_SPEC_RULES = (
+    Rule(
+        "!has(self.podTemplate) || !has(self.podTemplate.nodeSelector) || "
+        "self.podTemplate.nodeSelector.all(k, !(k in self.placement.nodeSelector))",
+        f"podTemplate.nodeSelector may not repeat a key of placement.nodeSelector{_MERGED}",
+        ".podTemplate.nodeSelector",
+        message_expression=f"{_lit('podTemplate.nodeSelector may not repeat ')} + {_REPEATED} + "
+        f"{_lit(', a key of placement.nodeSelector' + _MERGED)}",
+    ),
+)
+
+MONITORING_RULES = label_map_rules("monitoring.labels", "labels")

@@ -145,6 +145,8 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
     if err.validator in ("minimum", "maximum"):
         word = "greater than or equal to" if err.validator == "minimum" else "less than or equal to"
         return _path(path), f"Invalid value: {err.instance!r}: should be {word} {err.validator_value}"
+    if err.validator == "pattern":
+        return _path(path), f"Invalid value: {err.instance!r}: should match '{err.validator_value}'"
     if err.validator == "type":
         return _path(path), f"Invalid value: {err.instance!r}: must be of type {err.validator_value}"
     return _path(path), err.message

@@ -23,7 +23,7 @@ __all__ = ["main", "build_parser", "CliError", "CommandFailed", "UsageError", "C
 COMMANDS = {
     "render": ("documents", "print the Kubernetes manifests for SpecDecodeDeployment documents"),
     "validate": ("documents", "check documents against the CRD schema and its CEL rules"),
-    "crd": ("documents", "print the CustomResourceDefinition"),
+    "crd": ("documents", "print the CustomResourceDefinition, or apply it (crd apply)"),
     "plan": ("plan", "predict tokens/s per draft TP x steps and recommend draft placement"),
     "bench": ("bench", "benchmarks (simulated unless stated otherwise)"),
     "demo": ("demo", "run operator + tuner against simulated runtime pods (no cluster, no GPU)"),

@@ -62,6 +62,16 @@ def add_parser(subparsers, name: str, help_text: str) -> argparse.ArgumentParser
         _add_file_argument(p)
         p.set_defaults(func=validate)
     else:
+        p.add_argument(
+            "action",
+            nargs="?",
+            choices=("print", "apply"),
+            default="print",
+            help="print (default): write the CRD to stdout; apply: server-side apply it to the cluster (in-cluster "
+            "credentials, else the kubeconfig) as field manager specdecode-crds and wait until it is established",
+        )
+        p.add_argument("--request-timeout", type=float, default=10.0, help="apply: seconds per API request")
+        p.add_argument("--wait", type=float, default=60.0, help="apply: seconds to wait for the CRD to be established")
         p.set_defaults(func=crd)
     return p
 
@@ -169,6 +179,12 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def crd(args: argparse.Namespace) -> int:
+    if getattr(args, "action", "print") == "apply":
+        # lazy: only `crd apply` talks to a cluster; the kubernetes client costs every other command its import
+        from .crd_apply import apply
+
+        print(apply(request_timeout=args.request_timeout, wait_seconds=args.wait))
+        return 0
     # lazy: `render/validate/crd --help` and completion skip pydantic, the CRD and render/ (0.68 s)
     from ..api.crd import crd_yaml
 

@@ -159,7 +159,10 @@ class Controller:
             self.queue.add(uid)
 
     def forget(self, uid: str) -> None:
-        self.objects.pop(uid, None)
+        entry = self.objects.pop(uid, None)
+        if entry is not None:  # no condition series outlives the object (or its selection)
+            md = entry.body["metadata"]
+            self.context.metrics.forget_deployment(uid, md["namespace"], md["name"])
         self.queue.discard(uid)
         if self.tuner is not None:
             self.tuner.drop(uid)
@@ -219,6 +222,9 @@ class Controller:
         finally:
             seen = self._during_pass.pop(uid, [])
         entry.state.passed_at = time.monotonic()
+        if self.objects.get(uid) is not entry:  # forgotten during the pass, which may have set its conditions since
+            md = body["metadata"]
+            self.context.metrics.forget_deployment(uid, md["namespace"], md["name"])
         if entry.state.deleted:
             return  # deleted during the pass: nothing to do again (its status write may have failed with 404)
         if any(not self._echo(entry, key, rv) for key, rv in seen):

@@ -25,13 +25,14 @@ from ..object_state import (
     RenderedChildren,
     SecretCheck,
     StatusWrite,
+    labels_key,
     not_older,
     validated,
 )
-from ..render import RenderOptions, names, render
+from ..render import RenderOptions, draft_source, names, render
 from ..status import conditions, rollout, writer
 from ..tuning import hooks as tuning
-from . import children, events
+from . import children, events, runtime_image
 
 log = logging.getLogger("specdecode.operator")
 WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet"}
@@ -54,14 +55,17 @@ class Reconciler:
         self.identity = control_identity.identity(client, config)  # None: control-token Secrets
         self.durations: list[float] = []  # seconds per reconcile, for benchmarks (bounded below)
 
-    def options(self, tuned_steps: int | None) -> RenderOptions:
+    def options(self, tuned_steps: int | None, image: str | None = None, draft: str | None = None) -> RenderOptions:
         return RenderOptions(
+            served_draft=draft,
             default_image=self.config.default_image,
             default_sglang_image=self.config.default_sglang_image,
+            runtime_image=image,
             operator_namespace=self.config.operator_namespace,
             operator_labels=dict(self.config.operator_labels),
             tuned_steps=tuned_steps,
             control_auth=self.identity.cached_auth() if self.identity is not None else None,
+            service_monitor_labels=dict(self.config.service_monitor_labels),
         )
 
     async def reconcile(self, body: dict, state: ObjectState, live_children: LiveChildren) -> str:
@@ -73,6 +77,8 @@ class Reconciler:
             desired_replicas=spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 0,
             selector=names.selector_string(md["name"]),
             paused=(md.get("annotations") or {}).get(names.PAUSE_ANNOTATION) == "paused",
+            # kept as recorded unless this pass renders (_runtime_image)
+            runtime_image=runtime_image.recorded(_newest_status(body, state)),
         )
         result = "ok"
         live = {children.key_of(o): o for o in live_children(md["namespace"], md["uid"])}
@@ -81,6 +87,7 @@ class Reconciler:
             # The tuner's MetricsAvailable (its expected first value before its loop has run, so a new object's
             # first status write already holds it); a valid spec is one the tuner steps.
             obs.extra = tuning.conditions(state, body, tuned=sdd is not None)
+            obs.extra += tuning.draft_conditions(state)  # DraftRollout, while a draft was refused
             if problems:
                 obs.problems = problems
                 result = "invalid"
@@ -122,6 +129,8 @@ class Reconciler:
                     (written.get("metadata") or {}).get("resourceVersion"),
                 )
                 state.remember_own_write(written)
+            if not state.deleted:  # the status holds ``computed`` now: so does the condition gauge
+                self.metrics.set_conditions(md["uid"], md["namespace"], md["name"], computed["conditions"])
         except ApiError as e:
             result = "error"
             log.warning("status of %s/%s not written: %s", md["namespace"], md["name"], e)
@@ -153,20 +162,22 @@ class Reconciler:
         del applied[key]
         return indexed
 
-    def _desired(self, body: dict, sdd, state) -> tuple[list[dict], Callable[[], dict]]:
+    def _desired(self, body: dict, sdd, state, image: str | None = None) -> tuple[list[dict], Callable[[], dict]]:
         """(stubs, full) of the rendered children. Stubs (key + input hash, see ``children.stub``) are cached per
-        (uid, generation, tuned steps): render is pure and reads only name, namespace, uid and spec, and spec changes
-        bump the generation. ``full()`` renders the manifests (once per pass) when an apply or a drift check
-        needs them; a steady-state pass renders nothing and the state keeps (key, input hash) per child, not the
-        manifests."""
+        (uid, generation, tuned steps, labels, default image): render is pure and reads only name, namespace, uid,
+        labels (which the children inherit), spec and the recorded default image, and spec changes bump the
+        generation. ``full()`` renders the manifests (once
+        per pass) when an apply or a drift check needs them; a steady-state pass renders nothing and the state keeps
+        (key, input hash) per child, not the manifests."""
         md = body["metadata"]
         steps = tuning.tuned_steps(state, sdd, body)
-        key = (md.get("uid"), md.get("generation"), steps)
+        draft = draft_source.served_model(sdd, tuning.newest_draft_status(body, state))  # status.draft.serving
+        key = (md.get("uid"), md.get("generation"), steps, labels_key(md), image, draft)
         rendered: dict = {}
 
         def full() -> dict:
             if not rendered:
-                for m in render(sdd, self.options(steps)):
+                for m in render(sdd, self.options(steps, image, draft)):
                     m = children.with_owner(m, body)
                     rendered[children.key_of(m)] = m
             return rendered
@@ -205,8 +216,9 @@ class Reconciler:
         children the render dropped (after their replacements are applied)."""
         if self.identity is not None:
             await self.identity.auth()  # the issuer the pods are told, read once (ApiError: this pass fails)
-        rendered, full = self._desired(body, sdd, state)
         p = _Pass(body, state, live, obs)
+        image = await self._runtime_image(p, sdd)
+        rendered, full = self._desired(body, sdd, state, image)
         secret = await self._control_secret(p)
         desired = [*rendered, *secret]
         served = await optional_apis.served_children(
@@ -218,6 +230,45 @@ class Reconciler:
         self._report_pass(p)
         await self._delete_stale(p, {children.key_of(c) for c in desired})
         await rollout.observe(self.client, body, state, obs, self.config.rollout_blocked_seconds)
+
+    async def _runtime_image(self, p: _Pass, sdd) -> str:
+        """The default runtime image this pass renders with (reconcile/runtime_image.py); sets status.runtimeImage.
+
+        Without a record, the image the live serving workload runs is kept (a deployment that predates the record:
+        the operator upgrade that introduced it must not restart its pods). The watch cache keeps a workload's
+        fields only when it was not our own write; a record without them is read once."""
+        cfg = self.config
+        current = runtime_image.default_image(sdd, cfg.default_image, cfg.default_sglang_image)
+        before = p.obs.runtime_image
+        running = None
+        if before is None and not sdd.spec.runtime.image:
+            workload = children.expand(_workload(p.live.values()))
+            running = runtime_image.running_image(workload)
+            if running is None and workload is not None:
+                kind, name = workload["kind"], workload["metadata"]["name"]
+                plural = children.PLURALS[(workload["apiVersion"], kind)]
+                running = runtime_image.running_image(await self.client.get(workload["apiVersion"], plural, p.ns, name))
+        annotations = p.body["metadata"].get("annotations") or {}
+        record = runtime_image.choose(
+            sdd, current, before, annotations=annotations, policy=cfg.runtime_image_policy, running=running
+        )
+        p.obs.runtime_image = record
+        if before is not None and runtime_image.adopted(before, record):
+            events.emit(
+                p.body, "DefaultImageAdopted", f"runtime image {before['image']} -> {record['image']}: pods roll"
+            )
+        if "available" in record:
+            events.once(
+                p.state,
+                p.body,
+                "DefaultImageAvailable",
+                f"the operator's default runtime image is {record['available']}; this deployment keeps "
+                f"{record['image']} until annotated {names.ADOPT_DEFAULT_IMAGE_ANNOTATION}=<new value> "
+                "(adopting it restarts its pods)",
+            )
+        else:
+            events.forget(p.state, "DefaultImageAvailable")
+        return record["image"]
 
     async def _control_secret(self, p: _Pass) -> list[dict]:
         """The control-token Secret to apply this pass: [] unless it was read now and is ours or missing.
@@ -383,6 +434,12 @@ class _Pass:
     @property
     def uid(self) -> str:
         return self.body["metadata"]["uid"]
+
+
+def _newest_status(body: dict, state: ObjectState) -> dict | None:
+    """Our last status write until the watch delivers it (it holds the newest runtimeImage record), else the body's."""
+    written = state.status_written
+    return written[1] if written is not None else body.get("status")
 
 
 def _workload(objs: Iterable[dict]) -> dict | None:

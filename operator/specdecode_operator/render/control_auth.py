@@ -2,9 +2,10 @@
 
 With ``RenderOptions.control_auth`` set, the runtime pods are told (``SPECDECODE_CONTROL_*``) which issuer,
 audience and ServiceAccount to accept on their step endpoint (``specdecode_runtime.sa_token_auth``), and get a
-projected token of their own ServiceAccount (``pod.service_account``, which holds no RBAC rights) plus the cluster
-CA, with which they read the issuer's public keys from the API server. The pods still do not automount a token:
-this one is projected where the runtime looks for it, and the control-token Secret is not mounted at all.
+projected token of their own ServiceAccount (``pod.service_account``, which holds no RBAC rights, or the one
+``spec.podTemplate.serviceAccountName`` names) plus the cluster CA, with which they read the issuer's public keys
+from the API server; that account plays no part in which token they accept. The pods still do not automount a
+token: this one is projected where the runtime looks for it, and the control-token Secret is not mounted at all.
 
 The audience is the deployment's own (``deployment_audience``: the prefix, its namespace, name and uid): the
 operator requests a short-lived token for exactly that audience before it pushes a step table

@@ -6,6 +6,8 @@ MANAGED_BY = "specdecode-operator"
 INPUT_HASH_ANNOTATION = "specdecode.io/input-hash"
 CONFIG_HASH_ANNOTATION = "specdecode.io/config-hash"
 PAUSE_ANNOTATION = "specdecode.io/reconcile"
+# Any new value: the deployment adopts the operator's current default runtime image (reconcile/runtime_image.py).
+ADOPT_DEFAULT_IMAGE_ANNOTATION = "specdecode.io/adopt-default-image"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 

@@ -59,12 +59,20 @@ def disruption_budget(sdd: SpecDecodeDeployment, nodes: int) -> dict[str, Any]:
     }
 
 
-def service_monitor(sdd: SpecDecodeDeployment) -> dict[str, Any]:
+def service_monitor(sdd: SpecDecodeDeployment, default_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Labels: the operator's default (``default_labels``, e.g. the ``release`` label a kube-prometheus-stack
+    Prometheus selects ServiceMonitors by), then spec.monitoring.labels over it, then the operator's own (admission
+    refuses those in spec; the operator's configuration refuses them in its default)."""
     name = sdd.metadata.name
+    labels = {
+        **dict(sorted((default_labels or {}).items())),
+        **dict(sorted(sdd.spec.monitoring.labels.items())),
+        **names.labels(name, "metrics"),
+    }
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": {"name": names.workload(name), "labels": names.labels(name, "metrics")},
+        "metadata": {"name": names.workload(name), "labels": labels},
         "spec": {
             "selector": {"matchLabels": names.labels(name, "metrics")},
             "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],

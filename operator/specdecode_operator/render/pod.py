@@ -137,12 +137,24 @@ def serves_control(sdd: SpecDecodeDeployment) -> bool:
     return sdd.spec.runtime.launcher == "specdecode"
 
 
+def service_account_name(sdd: SpecDecodeDeployment) -> str:
+    """The pods' ServiceAccount: the one ``spec.podTemplate.serviceAccountName`` names, else their own
+    (``service_account``)."""
+    if sdd.spec.podTemplate is not None and sdd.spec.podTemplate.serviceAccountName is not None:
+        return sdd.spec.podTemplate.serviceAccountName
+    return names.service_account(sdd.metadata.name)
+
+
 def service_account(sdd: SpecDecodeDeployment) -> dict[str, Any]:
     """The runtime pods' own ServiceAccount. Nothing grants it any RBAC right and it mounts no token by default:
     its only use is the projected token the runtime reads the ServiceAccount issuer's public keys with
     (``system:service-account-issuer-discovery``, granted to every ServiceAccount by the API server's defaults),
     and only in ServiceAccount step-control mode (``control_auth.add_to_template``). Its own name keeps the pods
-    off the namespace's ``default`` ServiceAccount, whose rights the tenant or another tool may have widened."""
+    off the namespace's ``default`` ServiceAccount, whose rights the tenant or another tool may have widened.
+
+    Rendered also while ``spec.podTemplate.serviceAccountName`` puts the pods on another account: it is then unused
+    (it holds nothing), and dropping it would need a grant to delete ServiceAccounts in every watched namespace;
+    pods that return to it find it in place."""
     name = sdd.metadata.name
     return {
         "apiVersion": "v1",
@@ -219,9 +231,10 @@ def pod_template(
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "enableServiceLinks": False,
-        # The pods' own ServiceAccount, with no rights; no automounted token (the runtime never calls the
-        # Kubernetes API with one): ServiceAccount step control projects the one token it needs.
-        "serviceAccountName": names.service_account(name),
+        # The pods' own ServiceAccount, with no rights (or the one spec.podTemplate names); no automounted token
+        # whatever the account says (the runtime never calls the Kubernetes API with one): ServiceAccount step
+        # control projects the one token it needs.
+        "serviceAccountName": service_account_name(sdd),
         "automountServiceAccountToken": False,
         "securityContext": {
             "runAsNonRoot": True,
@@ -241,17 +254,57 @@ def pod_template(
         pod_spec["initContainers"] = [
             model_volumes.fetch_container(image, base_env, base_mounts, sources, container["securityContext"])
         ]
-    if spec.placement.nodeSelector:
-        pod_spec["nodeSelector"] = dict(sorted(spec.placement.nodeSelector.items()))
-    if spec.placement.tolerations:
-        pod_spec["tolerations"] = list(spec.placement.tolerations)
+    node_selector = _node_selector(sdd)
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    tolerations = _tolerations(sdd)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     affinity = _affinity(sdd)
     if affinity:
         pod_spec["affinity"] = affinity
+    _add_platform_fields(pod_spec, sdd)
+    return {"metadata": pod_metadata(sdd, config_hash), "spec": pod_spec}
+
+
+# spec.podTemplate fields copied onto the pod as they are, in this order.
+PLATFORM_FIELDS = ("priorityClassName", "schedulerName", "runtimeClassName")
+
+
+def pod_metadata(sdd: SpecDecodeDeployment, config_hash: str) -> dict[str, Any]:
+    """spec.podTemplate.metadata merged under the operator's own: its labels (which admission keeps off the
+    operator's keys) beside the identity labels the selectors use, which are applied last and so always win; its
+    annotations beside the config hash, likewise. The deployment's own labels are not put on the pods (they reach
+    its children only, ``render.propagated_labels``): a label edit there would otherwise roll every pod."""
+    template = sdd.spec.podTemplate
+    user_labels = template.metadata.labels if template is not None else {}
+    user_annotations = template.metadata.annotations if template is not None else {}
     return {
-        "metadata": {
-            "labels": {**names.labels(name, "runtime")},
-            "annotations": {names.CONFIG_HASH_ANNOTATION: config_hash},
-        },
-        "spec": pod_spec,
+        "labels": {**dict(sorted(user_labels.items())), **names.labels(sdd.metadata.name, "runtime")},
+        "annotations": {**dict(sorted(user_annotations.items())), names.CONFIG_HASH_ANNOTATION: config_hash},
     }
+
+
+def _node_selector(sdd: SpecDecodeDeployment) -> dict[str, str]:
+    """placement.nodeSelector plus spec.podTemplate.nodeSelector. Admission refuses a key in both; should one get
+    past it (a CRD without its rules), placement's value stands."""
+    extra = sdd.spec.podTemplate.nodeSelector if sdd.spec.podTemplate is not None else {}
+    return dict(sorted({**extra, **sdd.spec.placement.nodeSelector}.items()))
+
+
+def _tolerations(sdd: SpecDecodeDeployment) -> list[dict[str, Any]]:
+    """placement.tolerations, then spec.podTemplate.tolerations (tolerations only add: order does not matter)."""
+    extra = sdd.spec.podTemplate.tolerations if sdd.spec.podTemplate is not None else []
+    return [*sdd.spec.placement.tolerations, *(t.model_dump(exclude_none=True) for t in extra)]
+
+
+def _add_platform_fields(pod_spec: dict[str, Any], sdd: SpecDecodeDeployment) -> None:
+    template = sdd.spec.podTemplate
+    if template is None:
+        return
+    if template.imagePullSecrets:
+        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in template.imagePullSecrets]
+    for key in PLATFORM_FIELDS:
+        value = getattr(template, key)
+        if value is not None:
+            pod_spec[key] = value

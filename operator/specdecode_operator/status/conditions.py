@@ -33,6 +33,9 @@ class Observation:
     # Conditions observed elsewhere and reported here (the tuner's MetricsAvailable): the conditions list has one
     # writer, so a status apply never drops an entry another writer added.
     extra: list[dict] = dataclasses.field(default_factory=list)
+    # status.runtimeImage: the default runtime image this deployment runs (reconcile/runtime_image.py), carried
+    # unchanged through passes that render nothing (invalid spec, paused, API error) so that no write drops it.
+    runtime_image: dict | None = None
 
 
 def workload_state(workload: dict | None, desired: int) -> tuple[int, int, bool]:
@@ -138,6 +141,8 @@ def compute(obs: Observation) -> dict:
     }
     if obs.selector:
         status["selector"] = obs.selector
+    if obs.runtime_image:
+        status["runtimeImage"] = dict(obs.runtime_image)
     return status
 
 

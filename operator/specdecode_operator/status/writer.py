@@ -1,6 +1,7 @@
 """Write the operator's part of status by server-side apply on the status subresource, and only when it changed.
 
-The operator applies observedGeneration, replicas, readyReplicas, selector and conditions as field manager
+The operator applies observedGeneration, replicas, readyReplicas, selector, conditions and runtimeImage (the
+default runtime image the deployment runs, see reconcile/runtime_image.py) as field manager
 ``specdecode-operator``; the tuner applies status.speculative and status.history under its own manager, so
 neither erases the other's fields. A write whose content equals what is stored is skipped (steady state: none).
 """
@@ -46,7 +47,7 @@ def unchanged(desired: dict, current: dict | None, *, ours_only: bool = False) -
 
 
 _BODY = object()
-OPERATOR_FIELDS = ("observedGeneration", "conditions", "replicas", "readyReplicas", "selector")
+OPERATOR_FIELDS = ("observedGeneration", "conditions", "replicas", "readyReplicas", "selector", "runtimeImage")
 
 
 async def write(client, body: dict, computed: dict, current: dict | None | object = _BODY) -> dict | None:

@@ -87,6 +87,10 @@ class TablePusher:
         else:
             self.clear("StepTablePushFailed")
 
+    async def token_for(self, ns: str, name: str, uid: str | None) -> str | None:
+        """The control token for this deployment's pods (also the draft endpoint's, tuning/draft_rollout.py)."""
+        return await self._token(ns, name, uid)
+
     async def _token(self, ns: str, name: str, uid: str | None) -> str | None:
         if self.identity is not None:  # a token of the operator's ServiceAccount for this deployment only
             return await self.identity.token_for(ns, name, uid)

@@ -76,3 +76,16 @@ def conditions(state: ObjectState, body=None, tuned: bool = False) -> list[dict]
         if c.get("type") == CONDITION_TYPE:
             return [{k: c.get(k, "") for k in ("type", "status", "reason", "message")}]
     return [initial_condition(body)] if tuned else []
+
+
+def newest_draft_status(body: dict, state: ObjectState) -> dict:
+    """``{"draft": ...}``: the draft rollout's last status.draft write until the watch delivers it, else the body's
+    (tuning/draft_rollout.py writes it; the reconciler renders the serving draft from it)."""
+    if state.draft_status is not None:
+        return {"draft": state.draft_status}
+    return {"draft": (body.get("status") or {}).get("draft")}
+
+
+def draft_conditions(state: ObjectState) -> list[dict]:
+    """The DraftRollout condition for the reconciler's status write (only while a candidate was refused)."""
+    return [dict(state.draft_condition)] if state.draft_condition else []

@@ -17,6 +17,7 @@ Per interval (this module orders the steps; each lives where its reason is docum
 4. act by mode - Live: PUT the step table to every pod whose published table differs (``actuate``);
    Rollout: put the new step count into the object's state (``tuned_steps``) and reconcile, which re-renders the
    ConfigMap and pod template (a rolling update); Off (and any mode while ``specdecode.io/reconcile: paused``): report only;
+4b. a change of spec.draft.model alone: one step of its in-place canary (``draft_rollout``);
 5. report (``report``): status.speculative/history, MetricsAvailable through the reconciler, Events,
    metrics.
 
@@ -36,7 +37,7 @@ from ..kube_client import ApiError
 from ..object_state import ObjectState, validated
 from ..render import names
 from ..tuner.tuner import Mode, Tuner, TunerConfig
-from . import hooks, pods, profile
+from . import draft_rollout, hooks, pods, profile
 from .actuate import TablePusher
 from .pod_client import read_counters
 from .profile import PROFILE_ANNOTATION, Profile
@@ -84,6 +85,22 @@ class TuningLoop:
             clear=self.report.clear,
         )
 
+        self.drafts = draft_rollout.DraftRollouts(
+            state,
+            draft_rollout.PodsApi(context.http, self._control_token, self.config.scrape_timeout),
+            self._write_draft,
+            self.report.event,
+            reconcile,
+        )
+
+    async def _control_token(self) -> str | None:
+        md = self.body["metadata"]
+        return await self.pusher.token_for(md["namespace"], md["name"], md.get("uid"))
+
+    async def _write_draft(self, draft: dict) -> None:
+        md = self.body["metadata"]
+        await draft_rollout.write(self.client, md["name"], md["namespace"], draft)
+
     def see(self, body) -> None:
         """The newest body of the object (the scheduler hands it over before each interval)."""
         self.body = body
@@ -130,6 +147,11 @@ class TuningLoop:
         )
         d = tuner.step(now, snaps)
         acting = not paused
+        if acting and targets is not None and sdd.spec.runtime.launcher == "specdecode":
+            try:  # a change of spec.draft.model alone: canaried in place (draft_rollout)
+                await self.drafts.step(sdd, self.body, targets, snaps)
+            except ApiError as e:
+                log.warning("tuner %s: status.draft not written: %s", report.ref(), e)
         if st.mode == "Live" and acting:
             await self.pusher.push(
                 ns, name, tuner, d, targets or [], snaps, uid=(self.body.get("metadata") or {}).get("uid")
