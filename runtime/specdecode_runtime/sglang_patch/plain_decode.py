@@ -49,10 +49,20 @@ class CatchUpWindow:
 
     tokens: int = DEFAULT_CATCH_UP_TOKENS
     records: deque = field(default_factory=deque)
-    epochs: Any = None  # per request slot: how many prefills filled it (one device tensor, grown on demand)
+    epochs: Any = None  # per request-pool slot: how many prefills filled it (one device tensor, sized by bind)
+
+    def bind(self, slots: int, device: Any) -> None:
+        """One epoch per request-pool slot, sized from the pool (a host-side shape): no cycle ever reads a device
+        value for the window, which would stall the overlap scheduler's launch of the next cycle on the GPU."""
+        if self.epochs is None or self.epochs.shape[0] < slots or self.epochs.device != device:
+            import torch
+
+            grown = torch.zeros(max(int(slots), 1), dtype=torch.int64, device=device)
+            if self.epochs is not None and self.epochs.device == device:
+                grown[: self.epochs.shape[0]] = self.epochs
+            self.epochs = grown
 
     def epoch_of(self, pool: Any) -> Any:
-        self._fit(pool)
         return self.epochs[pool]
 
     def keep(self, rec: _Retained) -> None:
@@ -65,24 +75,13 @@ class CatchUpWindow:
     def forget(self, pool_indices: Any) -> None:
         """A request slot was (re)filled by a prefill: what an earlier occupant left is not its history. One
         device op per prefill batch, whatever the window holds (the rows are told apart by their epoch)."""
-        if not self.records or pool_indices is None or pool_indices.numel() == 0:
+        if not self.records or self.epochs is None or pool_indices is None or pool_indices.numel() == 0:
             return
-        self._fit(pool_indices)
         self.epochs[pool_indices] += 1
 
     def current(self, rec: _Retained) -> Any:
         """The rows of ``rec`` whose slot still holds the request that decoded them."""
         return rec.epoch == self.epochs[rec.pool]
-
-    def _fit(self, pool: Any) -> None:
-        import torch
-
-        need = int(pool.max()) + 1 if pool.numel() else 1
-        if self.epochs is None or self.epochs.shape[0] < need or self.epochs.device != pool.device:
-            grown = torch.zeros(max(need, 256), dtype=torch.int64, device=pool.device)
-            if self.epochs is not None and self.epochs.device == pool.device:
-                grown[: self.epochs.shape[0]] = self.epochs
-            self.epochs = grown
 
     def clear(self) -> None:
         self.records.clear()
@@ -189,6 +188,7 @@ def target_only_cycle(worker, batch, on_publish):
     if on_publish is not None:
         on_publish(new_seq_lens)
     if keep_hidden and out.logits_output is not None and out.logits_output.hidden_states is not None:
+        window.bind(req_to_token.shape[0], batch.req_pool_indices.device)
         window.keep(
             _Retained(
                 pool=batch.req_pool_indices.clone(),
