@@ -26,7 +26,9 @@ def main(
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--raw", default=str(ROOT / default_raw), help="folder of the run's raw reports")
     ap.add_argument("--out", default=str(ROOT / "bench/results"), help=f"folder for {name}.json and {name}.md")
+    ap.add_argument("--name", default=name, help=f"the results' file name (default {name}; another device's run)")
     args = ap.parse_args()
+    name = args.name
     s = summarize(Path(args.raw))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
