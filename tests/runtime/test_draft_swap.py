@@ -706,3 +706,30 @@ def test_an_index_naming_files_elsewhere_is_refused(tmp_path, served):
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"fc.weight": "gone.safetensors"}}))
     with pytest.raises(ck.Refused, match="names files that are not there"):
         ck.load(str(d), ck.reference(served))
+
+
+class _OneSwap:
+    """Rank 0's queued swap, as DraftRequests.take hands it to the exchange."""
+
+    def __init__(self, seq: int, source: str) -> None:
+        self.queued: tuple[int, str] | None = (seq, source)
+
+    def take(self) -> tuple[int, str] | None:
+        out, self.queued = self.queued, None
+        return out
+
+
+def test_a_swap_and_a_step_table_change_in_one_exchange_both_arrive():
+    """A draft swap queued while a step-table change is in flight travels in the same control message; neither
+    displaces the other: the table applies at its iteration, the swap is taken once, at the iteration it arrived."""
+    from specdecode_runtime.contract.step_table import StepTable
+    from specdecode_runtime.control import StepControlChannel
+
+    ch = StepControlChannel(lead=2, initial=StepTable.single(3), candidates=[0, 3, 5], draft=_OneSwap(7, "/d/new"))
+    ch.submit(StepTable.single(5))
+    assert ch.step(10).lookup(1) == 3  # the table is stamped for iteration 12
+    assert ch.take_draft_request() == (7, "/d/new")
+    assert ch.take_draft_request() is None  # once
+    assert ch.step(11).lookup(1) == 3
+    assert ch.step(12).lookup(1) == 5 and ch.applied == [(12, 1)]
+    assert ch.take_draft_request() is None
