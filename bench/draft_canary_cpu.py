@@ -90,7 +90,7 @@ def markdown(cpu: dict, meta: dict) -> str:
 
     problems = {k: "; ".join(v) or "none" for k, v in cpu["problems"].items()}
     intro = para(f"""Tiny models on a CPU (`make_tiny_models`: a 2-layer Llama target with a 64-wide hidden state and
-        its agreeing EAGLE draft; real SGLang 0.5.23 under `specdecode-runtime launch`, one pod); the operator's
+        its agreeing EAGLE draft; the pinned SGLang under `specdecode-runtime launch`, one pod); the operator's
         `DraftRollouts` stepped as its tuning loop steps them, with its real `PodsApi`, and status.draft applied to a
         real kube-apiserver. These numbers show that the canary decides correctly and in time without failing a
         request, not how long a swap takes on a GPU. `{meta["command"]}`, {meta["date"]}, commit {meta["commit"]}.""")

@@ -197,6 +197,13 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
         edits(("spec.runtime", {"port": 8000, "controlPort": 8000})),
         [(CONTROL_PORT, "must differ")],
     ),
+    # draft.rollout only with the specdecode launcher (a stock SGLang image cannot load a draft in place), and its bounds
+    ("draft rollout, specdecode", edits(("spec.draft.rollout", {"intervals": 3, "minAcceptRatio": 0.98})), OK),
+    (
+        "draft rollout, sglang",
+        sglang(("spec.draft.rollout", {"intervals": 2})),
+        [("spec.draft.rollout", "draft.rollout needs runtime.launcher specdecode")],
+    ),
     # runtime.servedCalibration only with the specdecode launcher (a stock SGLang image has none), and its bounds
     ("served calibration, specdecode", edits((SERVED, {"batches": [1, 4096], "tokens": 8})), OK),
     ("served calibration, 8 batches, 4096 tokens", edits((SERVED, {"batches": list(range(1, 9)), "tokens": 4096})), OK),
