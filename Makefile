@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 # The one SGLang pin (tests/test_sglang_pin.py checks every other mention against it)
 SGLANG_VERSION := $(shell sed -n 's/^SGLANG_VERSION = "\(.*\)"$$/\1/p' runtime/specdecode_runtime/contract/versions.py)
 
-.PHONY: demo test lint venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
+.PHONY: demo test test-unit test-cluster test-chaos test-engine lint venv deps-demo deps-test tools envtest promtool envtest-up envtest-down registry release crd golden bench mutation clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,8 +43,30 @@ lint: deps-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+TEST_ENV := SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1
+
+# Every tier in one pytest session; the summary ends with the seconds each tier took.
 test: deps-test lint tools envtest registry promtool
-	SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest -q
+	$(TEST_ENV) $(BIN)/python -m pytest -q
+
+# One tier each (tests/conftest.py gives every test one of the markers unit, cluster, chaos, engine); no lint.
+#   test-unit     pure tests: no API server, no SGLang engine, no Go-built binary
+#   test-cluster  real kube-apiserver, the API emulator, helm/kubectl against a server, the OCI registry, promtool
+#   test-chaos    tests/chaos: faults injected into the API emulator and the real API server
+#   test-engine   real SGLang engines on the CPU (tests/sglang_e2e; the draft canary also uses a real API server)
+# PYTEST_ARGS passes more options, e.g. make test-unit PYTEST_ARGS="-x tests/tuner".
+PYTEST_ARGS ?=
+test-unit: deps-test
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
+
+test-cluster: deps-test tools envtest registry promtool
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m cluster $(PYTEST_ARGS)
+
+test-chaos: deps-test tools envtest
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m chaos $(PYTEST_ARGS)
+
+test-engine: deps-test tools envtest
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m engine $(PYTEST_ARGS)
 
 # A real kube-apiserver + etcd (envtest/): built from Go modules once into ~/.cache/specdecode/envtest/<hash>/bin
 envtest:

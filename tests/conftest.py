@@ -1,0 +1,111 @@
+"""Test tiers: every collected test gets exactly one of the markers ``unit``, ``cluster``, ``chaos`` or ``engine``,
+from its folder, or from FILE_TIER where a folder mixes kinds, or from the test file's own ``pytestmark``.
+
+- ``unit``: pure Python in this process or in plain subprocesses; no API server (neither kube-apiserver nor the
+  kmock emulator), no SGLang engine, no Go-built binary.
+- ``cluster``: a real kube-apiserver + etcd, the kmock API emulator, helm / kubectl against a server, the OCI
+  registry or promtool (the Go-built binaries of ``make tools envtest registry promtool``).
+- ``chaos``: tests/chaos (faults injected into the emulator and the real API server).
+- ``engine``: real SGLang engines on the CPU (tests/sglang_e2e).
+
+``make test-unit`` / ``test-cluster`` / ``test-chaos`` / ``test-engine`` run one tier (``pytest -m TIER``);
+``make test`` runs all of them in one session and ends with the time each tier took (TierDurations below).
+tests/test_tiers.py checks that each test has one tier and that no unit test uses a cluster, chaos or engine
+fixture.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "cluster", "chaos", "engine")
+TIER_OF = pytest.StashKey[dict]()  # nodeid -> tier, for the durations table
+
+# A test's tier by the first folder under tests/; tests/*.py and any folder not named here are unit.
+FOLDER_TIER = {
+    "chaos": "chaos",
+    "e2e": "cluster",
+    "k8s": "cluster",
+    "sglang_e2e": "engine",
+}
+
+# Files whose tier is not their folder's (paths relative to tests/).
+FILE_TIER = {
+    "api/test_cel_parity_real.py": "cluster",  # CEL rules on a real kube-apiserver
+    "bench/test_operator_scale_real.py": "cluster",  # the scale bench against a real kube-apiserver
+    "chart/test_alerts_promtool.py": "cluster",  # the Go-built promtool
+    "chart/test_chart_monitoring_install.py": "cluster",  # helm install into a real kube-apiserver
+    "chart/test_crd_upgrade_real.py": "cluster",  # helm upgrade on a real kube-apiserver
+    "chart/test_helm_real.py": "cluster",  # helm install / upgrade / uninstall on a real kube-apiserver
+    "chart/test_release_oci.py": "cluster",  # the OCI registry, then helm install from it
+    "demo/test_demo_kubeconfig.py": "cluster",  # `specdecode demo --kubeconfig` on a real kube-apiserver
+    "demo/test_demo_run.py": "cluster",  # `specdecode demo`: the operator on the kmock emulator
+    "k8s/test_kube_client.py": "unit",  # the API client against a loopback aiohttp stand-in
+}
+
+
+def tier_of_path(path: Path) -> str | None:
+    """The tier the folder rule and FILE_TIER give a test file; None outside tests/."""
+    try:
+        rel = path.resolve().relative_to(TESTS)
+    except ValueError:
+        return None
+    if rel.as_posix() in FILE_TIER:
+        return FILE_TIER[rel.as_posix()]
+    return FOLDER_TIER.get(rel.parts[0], "unit") if len(rel.parts) > 1 else "unit"
+
+
+def explicit_tiers(item: pytest.Item) -> list[str]:
+    return [m.name for m in item.iter_markers() if m.name in TIERS]
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers = config.stash.setdefault(TIER_OF, {})
+    for item in items:
+        marked = explicit_tiers(item)  # a file's own pytestmark wins over the tables
+        if not marked:
+            tier = tier_of_path(item.path)
+            if tier is not None:
+                item.add_marker(getattr(pytest.mark, tier))
+                marked = [tier]
+        tiers[item.nodeid] = marked[0] if len(marked) == 1 else "+".join(marked) if marked else "none"
+
+
+class TierDurations:
+    """Sums setup + call + teardown of each test by tier and prints "tier / tests / seconds" at the end."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.nodeids: dict[str, set[str]] = defaultdict(set)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tier = self.config.stash.get(TIER_OF, {}).get(report.nodeid, "none")
+        self.seconds[tier] += report.duration
+        self.nodeids[tier].add(report.nodeid)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.nodeids:
+            return
+        order = [t for t in TIERS if t in self.nodeids] + sorted(set(self.nodeids) - set(TIERS))
+        terminalreporter.write_sep("=", "durations per tier (setup + call + teardown)")
+        terminalreporter.write_line(f"{'tier':<10}{'tests':>8}{'seconds':>10}")
+        for tier in order:
+            terminalreporter.write_line(f"{tier:<10}{len(self.nodeids[tier]):>8}{self.seconds[tier]:>10.1f}")
+        total_tests = sum(len(n) for n in self.nodeids.values())
+        terminalreporter.write_line(f"{'total':<10}{total_tests:>8}{sum(self.seconds.values()):>10.1f}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pyproject.toml registers the tiers; a configuration without them (the mutation runner's) gets them here
+    registered = {line.split(":")[0].strip() for line in config.getini("markers")}
+    for tier in TIERS:
+        if tier not in registered:
+            config.addinivalue_line("markers", f"{tier}: a test tier (tests/conftest.py)")
+    if not config.pluginmanager.has_plugin("tier-durations"):
+        config.pluginmanager.register(TierDurations(config), "tier-durations")
