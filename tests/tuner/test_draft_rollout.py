@@ -54,6 +54,17 @@ class Pods:
         ]
 
 
+def _nulls(value, path: str = "draft") -> list[str]:
+    """Where ``value`` holds a null: the CRD types these fields string / object, and the API server refuses null."""
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _nulls(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nulls(v, f"{path}[{i}]")]
+    return []
+
+
 class Harness:
     def __init__(self, n: int, intervals: int = 2):
         self.pods = Pods(n)
@@ -67,6 +78,7 @@ class Harness:
 
     async def _write(self, d):
         DraftStatus.model_validate(d)  # what is written fits the CRD's model
+        assert not _nulls(d), f"status.draft with a null the API server refuses: {d}"
         self.writes.append(d)
 
     def _event(self, t, r, m):
@@ -206,3 +218,11 @@ def test_rollout_settings_are_validated():
     body["spec"]["draft"]["rollout"] = {"intervals": 2}
     body["spec"]["runtime"] = {**body["spec"].get("runtime", {}), "launcher": "sglang"}
     assert any("draft.rollout needs runtime.launcher specdecode" in p.message for p in validate_object(body))
+
+
+def test_a_deployment_without_pods_records_its_draft_without_a_digest():
+    """No pod answers yet (scaled to zero, or before the first pod is up): the serving draft is recorded without a
+    digest, never with a null one (the API server refused that status patch)."""
+    h = Harness(0)
+    st = h.tick(OLD)
+    assert st["serving"] == {"source": OLD} and h.writes

@@ -134,6 +134,12 @@ def settings(sdd) -> DraftRollout:
     return sdd.spec.draft.rollout or DraftRollout()
 
 
+def _ref(draft: dict) -> dict:
+    """A draft reference as status.draft holds it: a digest not yet known is left out (the schema types it string,
+    and the API server refuses a null there)."""
+    return {k: v for k, v in draft.items() if v is not None}
+
+
 @dataclass
 class Canary:
     candidate: str  # spec form
@@ -181,12 +187,12 @@ class DraftRollouts:
     ) -> None:
         out = {k: v for k, v in current.items() if k in ("serving", "candidate", "history")}
         if serving is not None:
-            out["serving"] = serving
+            out["serving"] = _ref(serving)
         if candidate is not False:
             if candidate is None:
                 out.pop("candidate", None)
             else:
-                out["candidate"] = candidate
+                out["candidate"] = _ref(candidate)
         out["phase"], out["message"] = phase, message[:1024]
         entry = {
             "time": _now(),
