@@ -189,10 +189,10 @@ class DraftRollouts:
         if serving is not None:
             out["serving"] = _ref(serving)
         if candidate is not False:
-            if candidate is None:
-                out.pop("candidate", None)
-            else:
+            if isinstance(candidate, dict):
                 out["candidate"] = _ref(candidate)
+            else:
+                out.pop("candidate", None)
         out["phase"], out["message"] = phase, message[:1024]
         entry = {
             "time": _now(),
