@@ -18,6 +18,9 @@ SGLang runs one scheduler process per TP rank; :func:`specdecode_runtime.schedul
   the patch swaps SGLang's pre-captured tier when it differs from the running one.
 * **verify** (wrapped ``EAGLEWorkerV2.on_verify_complete_cpu``): one ``record_cycle`` per decode verify on rank 0,
   from ``num_correct_drafts_per_req`` that SGLang has already copied to the CPU.
+* **finished request** (wrapped ``SchedulerOutputStreamer._stream_output_generation``, only where runtime.yaml has
+  a ``capture`` section): on rank 0, the request is offered to the traffic capture's writer
+  (:mod:`specdecode_runtime.capture`), which samples it and queues it without waiting.
 
 Phase times are host-side ``perf_counter`` stamps (:class:`~specdecode_runtime.sglang_patch.cycle_clock.CycleClock`),
 never a CUDA synchronize. What they mean under SGLang's overlap scheduler is documented there and in docs/metrics.md.
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from . import cost_probe, preflight
+from .capture import CaptureSettings, CaptureWriter
 from .contract.capabilities import step_candidates
 from .contract.config import CostProbeConfig
 from .contract.derived import is_split_draft, live
@@ -41,8 +45,9 @@ from .contract.step_table import StepTable
 from .control import StepControlChannel, create_control_app
 from .draft_swap import DraftRequests, DraftSwapper
 from .sglang_patch import engine_hooks as sp
-from .sglang_patch import plain_decode, plain_graphs
+from .sglang_patch import finished_requests, plain_decode, plain_graphs
 from .sglang_patch import process_state as sp_state
+from .sglang_patch.apply import install_capture_hook
 from .sglang_patch.cost_runner import SGLangStageRunner, sync_for
 from .sglang_patch.draft_swap import SGLangDraftTarget
 from .sglang_patch.prefill_probe import PrefillProbe, cuda_events
@@ -71,6 +76,7 @@ class EngineSettings:
     preflight_iterations: int = 200
     cost_probe: bool = True  # start-up cost probe through SGLang's forwards (sglang_patch.cost_runner)
     cost_budget_ms: float = 2.0  # time budget per probe point
+    capture: CaptureSettings | None = None  # traffic capture (rank 0); None: no hook, no writer, no series
 
     @classmethod
     def from_runtime_config(cls, cfg: Any) -> EngineSettings:
@@ -86,6 +92,7 @@ class EngineSettings:
             preflight=cfg.nccl.preflight is not False,
             cost_probe=probe.enabled,
             cost_budget_ms=float(probe.budget_ms),
+            capture=CaptureSettings.from_config(cfg.capture) if getattr(cfg, "capture", None) else None,
         )
 
 
@@ -174,6 +181,7 @@ class EngineRuntime:
     cost_points: list = field(default_factory=list)
     draft_target: Any = None  # draft_swap.DraftTarget of this rank (from the worker); None: no draft swaps
     draft_swap: Any = None  # draft_swap.DraftSwapper, every rank, when draft_target is set
+    capture: CaptureWriter | None = None  # TP rank 0 with settings.capture
 
     # ---- start-up ----------------------------------------------------------------------------------------------
     def start(
@@ -208,11 +216,22 @@ class EngineRuntime:
             # A private registry: under PROMETHEUS_MULTIPROC_DIR the values live in the shared files whatever the
             # registry, and SGLang's /metrics reads those files (MultiProcessCollector), not this process.
             self.metrics = SpecMetrics(
-                registry=registry if registry is not None else CollectorRegistry(), buckets=s.buckets
+                registry=registry if registry is not None else CollectorRegistry(),
+                buckets=s.buckets,
+                capture=s.capture is not None,
             )
             self.metrics.set_candidates(s.captured)
             self.metrics.set_draft_tp(s.draft_tp)
             self._publish(self.channel.table)
+            if finished_requests.hook_installed():  # with a capture section only: the pod log shows which
+                log.info("specdecode: %s", finished_requests.INSTALLED)
+            if s.capture is not None:
+                try:
+                    self.capture = CaptureWriter(
+                        s.capture, on_result=self.metrics.record_capture, on_bytes=self.metrics.set_capture_bytes
+                    ).start()
+                except OSError as exc:  # an unwritable capture volume: serve, capture nothing, say why
+                    log.error("specdecode: traffic capture off: %s: %s", s.capture.directory, exc)
         if self.draft_target is not None:  # every rank (one broadcast of the served draft's identity)
             self._start_draft_swap(tp_rank, cpu_group, src)
         if s.preflight and tp_size > 1:
@@ -324,6 +343,21 @@ class EngineRuntime:
         if self.metrics is not None:
             self.metrics.record_cycle(batch_size, steps, accepted_per_req, phase_seconds)
 
+    def on_finished(self, req: Any) -> None:
+        """Hook for a finished request (only installed with ``capture``): offered to the capture on rank 0."""
+        capture = self.capture
+        if capture is None:
+            return
+        draft = self.draft_swap.requests.identity if self.draft_swap is not None and self.draft_swap.requests else None
+
+        def build() -> dict[str, Any]:
+            record = finished_requests.record_of(req)
+            if draft is not None:
+                record["draft"] = draft.to_json()
+            return record
+
+        capture.offer(build)
+
     def _publish(self, table) -> None:
         self._shown = table
         if table is not None:
@@ -335,8 +369,14 @@ class EngineRuntime:
         sp.set_iteration_callback(self.on_iteration)
         sp.set_step_control(self.steps_for_batch)
         sp.set_verify_callback(self.on_verify)
+        if self.settings.capture is not None:
+            install_capture_hook()
+            finished_requests.set_finished_callback(self.on_finished)
 
     def stop(self) -> None:
+        if self.capture is not None:
+            self.capture.close()
+            self.capture = None
         if self.server is not None:
             self.server.stop()
             self.server = None

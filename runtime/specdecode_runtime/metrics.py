@@ -23,6 +23,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summa
 
 from .contract.metric_names import (
     CANDIDATE_STEPS,
+    CAPTURE_BYTES,
+    CAPTURE_RECORDS,
     CATCH_UP_SECONDS,
     CATCH_UP_TOKENS,
     COST_SECONDS,
@@ -75,7 +77,9 @@ class SpecMetrics:
 
     ``const_labels`` adds fixed labels to every series: the simulator passes ``{"simulated": "true"}`` so simulated
     numbers can never be mistaken for measurements. The default registry is prometheus-client's global one (the one
-    SGLang's ``/metrics`` serves); the simulator gives each engine its own.
+    SGLang's ``/metrics`` serves); the simulator gives each engine its own. ``capture=False`` leaves the traffic
+    capture's series undeclared (the engine without a ``capture`` section): a pod that captures nothing exports
+    nothing of them, not even their HELP lines.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class SpecMetrics:
         buckets: Sequence[int] = DEFAULT_BUCKETS,
         const_labels: Mapping[str, str] | None = None,
         max_positions: int = 16,
+        capture: bool = True,
     ) -> None:
         self.buckets = tuple(sorted(buckets))
         self.max_positions = max_positions
@@ -114,6 +119,8 @@ class SpecMetrics:
         self.prefill_batches = self._declare(Counter, PREFILL_BATCHES)
         self.prefill_requests = self._declare(Counter, PREFILL_REQUESTS)
         self.prefill_tokens = self._declare(Counter, PREFILL_TOKENS)
+        self.capture_records = self._declare(Counter, CAPTURE_RECORDS) if capture else None
+        self.capture_bytes = self._declare(Gauge, CAPTURE_BYTES, multiprocess_mode="mostrecent") if capture else None
         self._last_steps: int | None = None
         self._children: dict[tuple, object] = {}
         self.registry = registry
@@ -250,6 +257,16 @@ class SpecMetrics:
         """One draft swap's outcome (``ok`` or ``refused``) and how long it took."""
         self._child(self.draft_swaps, result).inc()
         self._child(self.draft_swap_seconds, result).observe(float(seconds))
+
+    def record_capture(self, result: str, count: int = 1) -> None:
+        """Finished requests the traffic capture wrote, dropped or sampled out (the capture's writer thread and the
+        scheduler thread both call it; prometheus-client's values take a lock)."""
+        if self.capture_records is not None and count:
+            self._child(self.capture_records, result).inc(int(count))
+
+    def set_capture_bytes(self, nbytes: int) -> None:
+        if self.capture_bytes is not None:
+            self._child(self.capture_bytes).set(int(nbytes))
 
     def set_plain_graphs(self, seconds: float, nbytes: int) -> None:
         self._child(self.plain_graphs, "seconds").set(float(seconds))

@@ -345,7 +345,9 @@ def warmup_with_calibration(cfg: Any, stock_warmup: Callable[[Any], Any]) -> Cal
             served.tokens,
             served.timeout_seconds,
             buckets=cfg.server.buckets,
-            metrics=SpecMetrics(registry=CollectorRegistry(), buckets=cfg.server.buckets),
+            metrics=SpecMetrics(
+                registry=CollectorRegistry(), buckets=cfg.server.buckets, capture=cfg.capture is not None
+            ),
             api_key=getattr(server_args, "api_key", None),
         )
         return stock_warmup(server_args)

@@ -32,6 +32,7 @@ POD_ANNOTATIONS = "spec.podTemplate.metadata.annotations"
 POD_NODES = "spec.podTemplate.nodeSelector"
 TOLERATIONS = "spec.podTemplate.tolerations"
 MONITOR_LABELS = "spec.monitoring.labels"
+ADAPTATION = "spec.draft.adaptation"
 OWN = "one of the operator's own labels"
 
 
@@ -344,6 +345,20 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
         edits((MONITOR_LABELS, {"release": "-kps"})),
         [(MONITOR_LABELS, "is not a label value")],
     ),
+    # draft.adaptation: a claim when enabled; the specdecode launcher
+    ("adaptation off without a claim", edits((ADAPTATION, {"enabled": False})), OK),
+    ("adaptation on with a claim", edits((ADAPTATION, {"enabled": True, "capture": {"claimName": "traffic"}})), OK),
+    (
+        "adaptation on without a claim",
+        edits((ADAPTATION, {"enabled": True})),
+        [(f"{ADAPTATION}.capture.claimName", "claimName is required when draft.adaptation.enabled")],
+    ),
+    (
+        "adaptation on with launcher sglang",
+        sglang((ADAPTATION, {"enabled": True, "capture": {"claimName": "traffic"}})),
+        [(f"{ADAPTATION}.enabled", "needs runtime.launcher specdecode")],
+    ),
+    ("adaptation off with launcher sglang", sglang((ADAPTATION, {"capture": {"claimName": "traffic"}})), OK),
 ]
 
 

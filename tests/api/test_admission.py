@@ -114,7 +114,7 @@ def test_one_unknown_field_is_named_with_the_allowed_ones():
     assert problems == [
         Problem(
             "spec.draft.colour",
-            "unknown field; allowed fields here: algorithm, model, ranks, rollout, tensorParallelSize",
+            "unknown field; allowed fields here: adaptation, algorithm, model, ranks, rollout, tensorParallelSize",
         )
     ]
 

@@ -63,6 +63,8 @@ def test_every_rule_in_rules_module_is_in_the_crd():
         *rules.TOLERATION_RULES,
         *rules.POD_TEMPLATE_SPEC_RULES,
         *rules.MONITORING_RULES,
+        *rules.ADAPTATION_RULES,
+        *rules.ADAPTATION_SPEC_RULES,
     ]
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     found = [v["rule"] for _, node in _walk(schema) for v in node.get("x-kubernetes-validations", [])]

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
+from specdecode_runtime.contract import config as runtime_config
 from specdecode_runtime.contract.capabilities import DEFAULT_ALGORITHM, Algorithm
 
 from . import labels, rules
@@ -130,6 +131,65 @@ class DraftRollout(_Model):
     )
 
 
+USER_DATA = (
+    "The capture holds user data: every captured request's prompt and output, as token ids, readable by whoever "
+    "can read the claim."
+)
+
+
+class AdaptationCapture(_Model):
+    """Where and how much served traffic the pods capture: TP rank 0 of every replica appends a sampled share of
+    finished requests (prompt and output token ids, the time, the served draft) to JSON-lines files on the claim,
+    one file per pod per hour, within maxBytes per pod and retentionSeconds."""
+
+    claimName: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=f"^{rules.ms.CLAIM}$",
+        description="PersistentVolumeClaim the runtime pods mount read-write at "
+        f"{runtime_config.CAPTURE_MOUNT_DIR} for the captured requests (required when enabled; ReadWriteMany when "
+        f"replicas or nodes share it). {USER_DATA}",
+    )
+    maxBytes: int = Field(
+        default=runtime_config.CAPTURE_DEFAULT_BYTES,
+        ge=runtime_config.CAPTURE_MIN_BYTES,
+        le=runtime_config.CAPTURE_MAX_BYTES,
+        description="Byte budget of each pod's capture files, 1048576 (1Mi) to 1099511627776 (1Ti); default "
+        "1073741824 (1Gi). The oldest files go first, and a record larger than the whole budget is dropped. Size the "
+        "claim for replicas x maxBytes, plus the files of replaced pods until their retention ends.",
+    )
+    retentionSeconds: int = Field(
+        default=runtime_config.CAPTURE_DEFAULT_RETENTION_SECONDS,
+        ge=runtime_config.CAPTURE_MIN_RETENTION_SECONDS,
+        le=runtime_config.CAPTURE_MAX_RETENTION_SECONDS,
+        description="How long a capture file is kept after its last record, 60 to 7776000 (90 days); default 86400 "
+        "(24h). Files are per hour, so a record is removed at most an hour after this.",
+    )
+    sampleRatio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of finished requests captured, 0 to 1 (each request drawn at random; 0 captures nothing).",
+    )
+
+
+class Adaptation(_Model):
+    """A draft that learns from the traffic it serves. This release captures the traffic: opt-in, bounded in bytes,
+    time and share of requests. Needs runtime.launcher specdecode."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.ADAPTATION_RULES))
+
+    enabled: bool = Field(
+        default=False,
+        description="Capture served requests to capture.claimName. Off (the default): nothing is captured, mounted "
+        f"or hooked. {USER_DATA}",
+    )
+    capture: AdaptationCapture = Field(
+        default_factory=AdaptationCapture, description="Where captured requests go and how much is kept."
+    )
+
+
 class Draft(_Model):
     """The speculative draft model and where it runs inside the target's TP ranks."""
 
@@ -157,6 +217,11 @@ class Draft(_Model):
         description="A change of model alone whose new path the running pods can already read (an absolute path, "
         "or pvc:// on a claim they mount) is loaded in place and canaried on acceptance (status.draft); other "
         "changes restart the pods. Unset: intervals 2, minAcceptRatio 0.97. Needs runtime.launcher specdecode.",
+    )
+    adaptation: Adaptation | None = Field(
+        default=None,
+        description="Capture of served traffic, the first step of a draft that learns from it (off unless "
+        "enabled). The capture holds user data (prompts and outputs as token ids).",
     )
 
 
@@ -495,7 +560,9 @@ class SpecDecodeDeploymentSpec(_Model):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra=_cel(*rules.SPEC_RULES, *rules.HUB_SPEC_RULES, *rules.POD_TEMPLATE_SPEC_RULES),
+        json_schema_extra=_cel(
+            *rules.SPEC_RULES, *rules.HUB_SPEC_RULES, *rules.POD_TEMPLATE_SPEC_RULES, *rules.ADAPTATION_SPEC_RULES
+        ),
     )
 
     replicas: int = Field(default=1, ge=0, le=1024, description="Serving replicas (each one TP group).")

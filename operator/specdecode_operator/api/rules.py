@@ -105,6 +105,23 @@ SPEC_RULES = (
     ),
 )
 
+ADAPTATION_SPEC_RULES = (
+    Rule(
+        "!has(self.draft.adaptation) || !self.draft.adaptation.enabled || self.runtime.launcher == 'specdecode'",
+        "draft.adaptation.enabled needs runtime.launcher specdecode: a stock SGLang image captures no traffic",
+        ".draft.adaptation.enabled",
+    ),
+)
+
+ADAPTATION_RULES = (
+    Rule(
+        "!self.enabled || has(self.capture.claimName)",
+        "draft.adaptation.capture.claimName is required when draft.adaptation.enabled is true: the "
+        "PersistentVolumeClaim the runtime pods write captured requests to",
+        ".capture.claimName",
+    ),
+)
+
 
 def _int_or_percent(field: str) -> Rule:
     return Rule(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdecode_runtime.contract.config import CONFIG_FILE_NAME, CONFIG_MOUNT_DIR, TOKEN_MOUNT_DIR, RuntimeConfig
+from specdecode_runtime.contract.config import (
+    CAPTURE_MOUNT_DIR,
+    CONFIG_FILE_NAME,
+    CONFIG_MOUNT_DIR,
+    TOKEN_MOUNT_DIR,
+    RuntimeConfig,
+)
 from specdecode_runtime.contract.nccl import profile_env
 from specdecode_runtime.contract.server_args import DIST_INIT_ADDR_ENV, NODE_RANK_ENV, sglang_cli_args
 
@@ -27,6 +33,7 @@ CACHE_ENV = {
 }
 PRESTOP_DRAIN_SECONDS = 30  # endpoints are removed before the server stops accepting requests
 SGLANG_DIST_PORT = 20000
+CAPTURE_VOLUME = "capture"
 
 
 def _sglang_cli_args(cfg: RuntimeConfig) -> list[str]:
@@ -202,6 +209,10 @@ def pod_template(
     if spec.runtime.modelVolume:
         mounts.append({"name": "models", "mountPath": "/models", "readOnly": True})
         volumes.append({"name": "models", **spec.runtime.modelVolume})
+    capture_claim = _capture_claim(sdd, cfg)
+    if capture_claim is not None:  # served traffic, written by TP rank 0 (runtime.yaml capture)
+        mounts.append({"name": CAPTURE_VOLUME, "mountPath": CAPTURE_MOUNT_DIR})
+        volumes.append({"name": CAPTURE_VOLUME, "persistentVolumeClaim": {"claimName": capture_claim}})
     sources = model_volumes.for_spec(spec)
     mounts += sources.mounts
     volumes += sources.volumes
@@ -265,6 +276,14 @@ def pod_template(
         pod_spec["affinity"] = affinity
     _add_platform_fields(pod_spec, sdd)
     return {"metadata": pod_metadata(sdd, config_hash), "spec": pod_spec}
+
+
+def _capture_claim(sdd: SpecDecodeDeployment, cfg: RuntimeConfig) -> str | None:
+    """The capture claim, where runtime.yaml carries a capture section (spec.draft.adaptation enabled)."""
+    adaptation = sdd.spec.draft.adaptation
+    if cfg.capture is None or adaptation is None:
+        return None
+    return adaptation.capture.claimName
 
 
 # spec.podTemplate fields copied onto the pod as they are, in this order.

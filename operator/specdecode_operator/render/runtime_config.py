@@ -6,6 +6,7 @@ from specdecode_runtime.contract.capabilities import autotune_steps
 from specdecode_runtime.contract.capabilities import serving_problems as contract_serving_problems
 from specdecode_runtime.contract.config import (
     AutotuneConfig,
+    CaptureConfig,
     CostProbeConfig,
     DraftConfig,
     NcclConfig,
@@ -69,6 +70,21 @@ def runtime_config(sdd: SpecDecodeDeployment, tuned_steps: int | None = None) ->
         ),
         extra_args=list(spec.runtime.extraArgs),
         cost_probe=_cost_probe(sdd),
+        capture=capture_config(sdd),
+    )
+
+
+def capture_config(sdd: SpecDecodeDeployment) -> CaptureConfig | None:
+    """The traffic capture's section, only when spec.draft.adaptation is enabled (and so names its claim, mounted at
+    the contract's directory by ``pod.pod_template``); otherwise None and runtime.yaml carries nothing of it."""
+    adaptation = sdd.spec.draft.adaptation
+    if adaptation is None or not adaptation.enabled or adaptation.capture.claimName is None:
+        return None
+    capture = adaptation.capture
+    return CaptureConfig(
+        max_bytes=capture.maxBytes,
+        retention_seconds=capture.retentionSeconds,
+        sample_ratio=capture.sampleRatio,
     )
 
 
@@ -96,5 +112,9 @@ def serving_problems(sdd: SpecDecodeDeployment) -> list[Problem]:
 
 def spec_field(runtime_field: str) -> str:
     """The SpecDecodeDeployment field a ``runtime.yaml`` field is rendered from."""
-    renamed = {"extraArgs": "spec.runtime.extraArgs", "costProbe.served": "spec.runtime.servedCalibration"}
+    renamed = {
+        "extraArgs": "spec.runtime.extraArgs",
+        "costProbe.served": "spec.runtime.servedCalibration",
+        "capture": "spec.draft.adaptation.capture",
+    }
     return renamed.get(runtime_field, f"spec.{runtime_field}")

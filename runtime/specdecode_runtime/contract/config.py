@@ -18,6 +18,14 @@ CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"
 TOKEN_MOUNT_DIR = "/var/run/secrets/specdecode"
 TOKEN_FILE_NAME = "token"
 TOKEN_PATH = f"{TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"
+# Traffic capture (``capture``): where the pods mount the capture claim, and the bounds the CRD and this file share.
+CAPTURE_MOUNT_DIR = "/var/lib/specdecode/capture"
+CAPTURE_DEFAULT_BYTES = 1 << 30  # 1Gi
+CAPTURE_MIN_BYTES = 1 << 20  # 1Mi: room for a few hundred records of a long prompt
+CAPTURE_MAX_BYTES = 1 << 40  # 1Ti
+CAPTURE_DEFAULT_RETENTION_SECONDS = 24 * 3600
+CAPTURE_MIN_RETENTION_SECONDS = 60
+CAPTURE_MAX_RETENTION_SECONDS = 90 * 24 * 3600
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: same output, 10x faster
 
 
@@ -91,6 +99,23 @@ class CostProbeConfig(_Model):
     served: ServedCalibrationConfig | None = None
 
 
+class CaptureConfig(_Model):
+    """Capture of served traffic (:mod:`specdecode_runtime.capture`): TP rank 0 appends a sampled share
+    (``sampleRatio``) of finished requests, prompt and output token ids, to JSON-lines files under ``dir``; this
+    pod's files stay within ``maxBytes`` (oldest removed first) and every capture file older than
+    ``retentionSeconds`` is removed. Absent: nothing is captured and the scheduler is not hooked at all."""
+
+    dir: str = Field(default=CAPTURE_MOUNT_DIR, min_length=1)
+    max_bytes: int = Field(default=CAPTURE_DEFAULT_BYTES, ge=CAPTURE_MIN_BYTES, le=CAPTURE_MAX_BYTES, alias="maxBytes")
+    retention_seconds: int = Field(
+        default=CAPTURE_DEFAULT_RETENTION_SECONDS,
+        ge=CAPTURE_MIN_RETENTION_SECONDS,
+        le=CAPTURE_MAX_RETENTION_SECONDS,
+        alias="retentionSeconds",
+    )
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, alias="sampleRatio")
+
+
 class TopologyConfig(_Model):
     nodes: int = 1
     gpus_per_node: int = Field(default=8, alias="gpusPerNode")
@@ -111,6 +136,8 @@ class RuntimeConfig(_Model):
     # None = on with the defaults (omitted from the dump so existing runtime.yaml files are unchanged).
     cost_probe: CostProbeConfig | None = Field(default=None, alias="costProbe")
     extra_args: list[str] = Field(default=[], alias="extraArgs")
+    # None = no capture (omitted from the dump: runtime.yaml without it is unchanged).
+    capture: CaptureConfig | None = None
     # Where SGLang runs. None = cuda (omitted from the dump so existing runtime.yaml files are unchanged); cpu runs
     # real SGLang with the runtime's CPU kernel stand-ins (specdecode_runtime.cpu), for tests and pre-flight checks.
     device: Literal["cpu", "cuda"] | None = None

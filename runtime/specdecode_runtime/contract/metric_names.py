@@ -183,6 +183,22 @@ DRAFT_SWAP_SECONDS = _metric(
     "seconds",
     "Seconds from a draft swap reaching the ranks to its outcome (the checkpoint is read while serving goes on)",
 )
+CAPTURE_RECORDS = _metric(
+    "specdecode_capture_records",
+    "counter",
+    ("result",),
+    "records",
+    "Finished requests seen by the traffic capture (TP rank 0): result=written appended to a capture file, "
+    "dropped lost (queue full, or one record larger than the byte budget), sampled_out left out by sampleRatio",
+)
+CAPTURE_BYTES = _metric(
+    "specdecode_capture_bytes",
+    "gauge",
+    (),
+    "bytes",
+    "Bytes of this pod's capture files on the capture volume (at most capture.maxBytes)",
+)
+CAPTURE_RESULTS = ("written", "dropped", "sampled_out")
 
 PHASES = ("draft", "verify", "draft_extend", "other")
 PREFILL_PHASE = "prefill"  # the cycle clock's key for prefill work inside a decode cycle (PREFILL_SECONDS)

@@ -13,7 +13,7 @@ import functools
 import os
 from typing import Iterator
 
-from . import draft_layout
+from . import draft_layout, finished_requests
 from . import process_state as state
 from .engine_hooks import install_engine_hooks
 from .patch_points import EW2
@@ -42,6 +42,17 @@ def apply_patches(
         _install_split_draft(ps, split)
     state.active = ps
     return ps
+
+
+def install_capture_hook() -> None:
+    """Add the traffic capture's finished-request hook to the installed patches (idempotent). Called only where
+    ``runtime.yaml`` has a ``capture`` section (:meth:`specdecode_runtime.engine.EngineRuntime.install`): without
+    one, SGLang's output path stays unwrapped."""
+    ps = state.active
+    if ps is None:
+        raise RuntimeError("install_capture_hook needs apply_patches first")
+    if finished_requests.STREAM_OUTPUT not in ps.targets:
+        ps.wrap(finished_requests.STREAM_OUTPUT, finished_requests.wrap_stream_output)
 
 
 def _reapply_nccl_env(env: dict[str, str]):
@@ -96,7 +107,7 @@ def remove_patches() -> None:
     if state.active is not None:
         state.active.remove()
     state.active, state.split, state.original_build_verify_input = None, None, None
-    state.verify_cb = state.step_cb = state.iteration_cb = state.ready_cb = None
+    state.verify_cb = state.step_cb = state.iteration_cb = state.ready_cb = state.finished_cb = None
     state.cycle = state.result_cycle = state.prefill_probe = None
 
 

@@ -132,6 +132,25 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "once per scheduler-loop pass on every TP rank, same order, on the host: step-table exchange",
     ),
     PatchPoint(
+        "sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer._stream_output_generation",
+        ("self", "reqs", "return_logprob", "skip_req", "is_idle_batch"),
+        "hook",
+        "traffic capture (runtime.yaml capture only): a request's final output is the call that sets its "
+        "finished_output; those requests go to the capture after SGLang's own output was sent",
+    ),
+    PatchPoint(
+        "sglang.srt.constants.HEALTH_CHECK_RID_PREFIX",
+        (),
+        "use",
+        "the request id prefix of the server's /health probes, which the capture leaves out",
+    ),
+    PatchPoint(
+        "sglang.srt.managers.schedule_batch.Req.output_ids_through_stop",
+        (),
+        "use",
+        "the output token ids the client received (through the stop token), as the capture records them",
+    ),
+    PatchPoint(
         "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
         "._resolve_spec_v2_tokens",
         ("self", "result", "batch"),

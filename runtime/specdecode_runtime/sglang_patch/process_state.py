@@ -55,6 +55,7 @@ verify_cb: Callable[[list[int], int, int, dict[str, float]], None] | None = None
 step_cb: Callable[[int], int | None] | None = None
 iteration_cb: Callable[[], None] | None = None
 ready_cb: Callable[[Any], None] | None = None
+finished_cb: Callable[[Any], None] | None = None  # the traffic capture's, per finished request (finished_requests)
 cycle: Any = None  # CycleStamp of the decode cycle being launched (between forward entry and return)
 result_cycle: Any = None  # CycleStamp of the result being processed (inside _resolve_spec_v2_tokens)
 clock: Any = None  # cycle_clock.CycleClock, one per process
