@@ -9,6 +9,7 @@ is the front end: SGLang's offline ``Engine`` instead of its HTTP server, so the
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import socket
 import threading
@@ -73,9 +74,31 @@ class Models:
     noisy: str | None = None  # the served draft with noisy weights (--draft-swaps noisy)
 
 
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LISTEN_PORTS = (20000, 32768)  # below Linux's default ephemeral range (32768-60999)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+    """A port free to listen on, on every address, from below the kernel's ephemeral range: the servers bind it
+    later (0.0.0.0), and a port the kernel handed out as 0 can meanwhile become some outgoing connection's local
+    port (an HTTP client, a gloo store), which failed a launch with "address already in use" on a busy machine."""
+    lo, hi = LISTEN_PORTS
+    try:
+        ephemeral_lo = int(Path(EPHEMERAL_RANGE_FILE).read_text().split()[0])
+        hi = min(hi, ephemeral_lo)
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(64):
+        port = rng.randrange(lo, hi) if hi > lo else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    with socket.socket() as s:  # everything tried is taken: whatever the kernel gives
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]
 
 
