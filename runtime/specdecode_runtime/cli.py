@@ -30,6 +30,7 @@ COMMANDS = {
         "specdecode_runtime.hub_fetch",
         "fetch runtime.yaml's hf:// models into the hub cache (init container)",
     ),
+    "adapt": ("specdecode_runtime.adapt.cli", "train a draft from captured traffic and gate it offline"),
 }
 
 

@@ -13,6 +13,9 @@ tokens. Reported:
   (``tokens_per_verify``);
 * ``accept_length_by_steps[s]``: the same for a chain of s = 1..k drafts (what each static step count gets).
 
+The measurement is the product's (``specdecode_runtime.adapt.score``, which ``specdecode-runtime adapt score`` runs
+on captured traffic); this is the benchmark's command over the corpus's held-out documents.
+
 Usage:  python3 bench/gpu/trained/acceptance.py --target DIR --draft DIR --data CORPUS_DIR --prompts 64 --out FILE
 """
 
@@ -26,9 +29,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eagle3_draft import Eagle3Draft, aux_features  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parents[2] / "runtime"))  # the product package where it is not installed
 from packed_data import EOT, documents  # noqa: E402
+
+from specdecode_runtime.adapt.eagle3_head import Eagle3Head  # noqa: E402
+from specdecode_runtime.adapt.score import greedy, measure  # noqa: E402
+
+__all__ = ["greedy", "held_out_prompts", "main", "measure"]
 
 
 def held_out_prompts(tokenizer, data: Path, count: int, length: int) -> torch.Tensor:
@@ -43,54 +52,6 @@ def held_out_prompts(tokenizer, data: Path, count: int, length: int) -> torch.Te
     if not rows:
         raise SystemExit(f"no held-out document in {data} has {length} tokens")
     return torch.tensor(rows, dtype=torch.long)
-
-
-@torch.no_grad()
-def greedy(target, prompts: torch.Tensor, new_tokens: int, amp) -> torch.Tensor:
-    """prompt + ``new_tokens`` greedy tokens (KV cache; end-of-text does not stop it: every row has the same
-    length)."""
-    with amp():
-        out = target(input_ids=prompts, use_cache=True)
-    past = out.past_key_values
-    seq = [prompts, out.logits[:, -1].argmax(-1, keepdim=True)]
-    for _ in range(new_tokens - 1):
-        with amp():
-            out = target(input_ids=seq[-1], past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        seq.append(out.logits[:, -1].argmax(-1, keepdim=True))
-    return torch.cat(seq, dim=1)
-
-
-@torch.no_grad()
-def measure(target, head: Eagle3Draft, seqs: torch.Tensor, prompt_len: int, k: int, amp) -> dict:
-    with amp():
-        out = target(input_ids=seqs, output_hidden_states=True)
-    feats = aux_features(out.hidden_states, head.aux_layer_ids)
-    greedy_next = out.logits.argmax(-1)  # target's greedy token after each position
-    b, t = seqs.shape
-    # A verify that ends at n (token n known) drafts from step 0 at position n-1 (feature n-1, token n).
-    with amp():
-        step_logits = head.unroll(feats[:, :-1], seqs[:, 1:], k)
-    drafts = torch.stack([head.draft_to_target(lg.argmax(-1)) for lg in step_logits], dim=-1)  # [B, T-1, k]
-    # Chain from position p = n-1 proposes tokens n+1..n+k; the target's are greedy_next[n..n+k-1].
-    starts = torch.arange(prompt_len - 1, t - 1 - k, device=seqs.device)  # n-1 with n in the generated region
-    ref = torch.stack([greedy_next[:, starts + 1 + i] for i in range(k)], dim=-1)  # [B, S, k]
-    match = drafts[:, starts] == ref
-    lead = match.long().cumprod(-1)  # 1 while every earlier draft matched
-    n = lead.shape[0] * lead.shape[1]
-    reached = torch.cat([torch.full_like(lead[..., :1], 1), lead[..., :-1]], dim=-1).sum((0, 1)).float()
-    accepted = lead.sum((0, 1)).float()
-    conditional = (accepted / reached.clamp(min=1)).tolist()
-    by_steps = {s: round(lead[..., :s].sum(-1).float().mean().item(), 4) for s in range(1, k + 1)}
-    return {
-        "chains": n,
-        "conditional_acceptance": [round(c, 4) for c in conditional],
-        "reached": [int(r) for r in reached.tolist()],
-        "accept_length": by_steps[k],
-        "tokens_per_verify": round(by_steps[k] + 1, 4),
-        "accept_length_by_steps": by_steps,
-        "unconditional_match": [round(m, 4) for m in match.float().mean((0, 1)).tolist()],
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,9 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     target = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=dtype, attn_implementation="sdpa")
     target = target.to(device).eval()
-    head = Eagle3Draft.load(args.draft, device).eval()
-    if head.vocab != target.config.vocab_size:
-        raise SystemExit(f"the draft's vocab_size {head.vocab} is not the target's {target.config.vocab_size}")
+    try:
+        head = Eagle3Head.load(args.draft, device, target=target).eval()
+    except ValueError as e:  # HeadError: a checkpoint this head cannot represent, or one that does not fit the target
+        raise SystemExit(f"--draft {args.draft}: {e}") from None
     tok = AutoTokenizer.from_pretrained(str(args.target))
     prompts = held_out_prompts(tok, args.data, args.prompts, args.prompt_len).to(device)
     t1 = time.monotonic()

@@ -12,6 +12,9 @@ Output (``--out``): ``config.json`` (``LlamaForCausalLMEagle3``, one layer, ``dr
 ``eagle_config.eagle_aux_hidden_state_layer_ids``), ``model.safetensors`` (``fc``, ``midlayer.*``, ``norm``,
 ``lm_head``, ``embed_tokens``, and ``d2t``/``t2d`` when the draft vocabulary is reduced), ``train_report.json``.
 
+The head and its training loop are the product's (``specdecode_runtime.adapt``: ``eagle3_head``, ``train``); this is
+the benchmark's command over the packed corpus, a new head started from the target's embedding, norm and head.
+
 Usage:  python3 bench/gpu/trained/train_eagle3.py --target DIR --data CORPUS_DIR --out DIR [--minutes 2]
         ... --smoke       (CPU, seconds)
 """
@@ -20,67 +23,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eagle3_draft import Eagle3Draft, aux_features, default_aux_layer_ids  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parents[2] / "runtime"))  # the product package where it is not installed
 from packed_data import load_split, windows  # noqa: E402
+
+from specdecode_runtime.adapt.eagle3_head import Eagle3Head, default_aux_layer_ids  # noqa: E402
+from specdecode_runtime.adapt.train import frequent_tokens, init_from_target, load_target, train_head  # noqa: E402
 
 FULL = dict(seq=512, batch=16, lr=6e-4, warmup=30, ttt=4)
 SMOKE = dict(seq=64, batch=4, lr=3e-3, warmup=3, ttt=3)
-STEP_WEIGHT = 0.8
-
-
-def load_target(path: Path, device, dtype):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")
-    return model.to(device).eval().requires_grad_(False)
-
-
-def frequent_tokens(ids: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
-    """The ``n`` most frequent token ids of the training stream (the reduced draft vocabulary)."""
-    counts = torch.bincount(ids.long(), minlength=vocab)
-    return counts.topk(n).indices.sort().values
-
-
-@torch.no_grad()
-def target_pass(target, x: torch.Tensor, aux_ids: list[int], t2d, amp):
-    """(features [B,T,3H], teacher log-probabilities over the draft vocabulary [B,T,Vd]) at every position."""
-    with amp():
-        out = target(input_ids=x, output_hidden_states=True)
-    feats = aux_features(out.hidden_states, aux_ids).float()
-    logits = out.logits.float()
-    if t2d is not None:
-        logits = logits[..., t2d]
-    return feats, logits.log_softmax(-1)
-
-
-def ttt_loss(head: Eagle3Draft, feats, x, teacher_logp, steps: int, amp):
-    """Summed weighted loss over ``steps`` unrolled draft steps, and each step's top-1 agreement with the target.
-    Step j at position t reads token x[t+1+j] and is scored against the target's distribution at t+1+j."""
-    b, t = x.shape
-    tokens = x[:, 1:]  # the token after each feature position
-    feats = feats[:, :-1]
-    with amp():
-        step_logits = head.unroll(feats, tokens, steps, teacher_tokens=tokens)
-    total = 0.0
-    agree = []
-    for j, logits in enumerate(step_logits):
-        valid = t - 2 - j  # positions whose label (teacher at t+1+j) exists
-        if valid <= 0:
-            break
-        lp = logits[:, :valid].float().log_softmax(-1)
-        teach = teacher_logp[:, 1 + j : 1 + j + valid]
-        loss = -(teach.exp() * lp).sum(-1).mean()
-        total = total + (STEP_WEIGHT**j) * loss
-        agree.append((lp.argmax(-1) == teach.argmax(-1)).float().mean().item())
-    return total, agree
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,55 +106,30 @@ def main(argv: list[str] | None = None) -> int:
                 f"got {args.draft_vocab}"
             )
         draft_ids = frequent_tokens(train_ids, cfg.vocab_size, args.draft_vocab)
-    head = Eagle3Draft.for_target(cfg, draft_ids, aux_ids)
-    with torch.no_grad():
-        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight.float())
-        w = target.get_output_embeddings().weight.float()
-        head.lm_head.weight.copy_(w if draft_ids is None else w[draft_ids])  # draft_ids: sorted, as d2t maps
-        head.norm.weight.copy_(target.model.norm.weight.float())
-        for name, prm in head.midlayer.named_parameters():
-            if prm.dim() == 2:
-                prm.normal_(0.0, 0.02 / (math.sqrt(2) if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0))
-        head.fc.weight.normal_(0.0, 0.02)
+    head = Eagle3Head.for_target(cfg, draft_ids, aux_ids)
+    init_from_target(head, target)
     head = head.to(device)
-    t2d = head.t2d
-    trainable = [q for q in head.parameters() if q.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=p["lr"], betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda")
     gen = torch.Generator().manual_seed(args.seed + 1)
-    budget = minutes * 60.0
     t_load = time.monotonic()
+    trainable = sum(q.numel() for q in head.parameters() if q.requires_grad)
     print(
-        f"head: {sum(q.numel() for q in trainable) / 1e6:.1f}M trainable parameters, aux layers {aux_ids}, "
+        f"head: {trainable / 1e6:.1f}M trainable parameters, aux layers {aux_ids}, "
         f"draft vocab {head.draft_vocab}; target loaded in {t_load - t_start:.1f}s",
         flush=True,
     )
-    log: list[dict] = []
-    step = 0
-    t0 = time.monotonic()
-    agree: list[float] = []
-    while time.monotonic() - t0 < budget:
-        frac = (time.monotonic() - t0) / budget
-        lr = p["lr"] * min(1.0, (step + 1) / p["warmup"]) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-        for g in opt.param_groups:
-            g["lr"] = lr
-        x = windows(train_ids, p["batch"], p["seq"], gen).to(device)
-        feats, teacher = target_pass(target, x, aux_ids, t2d, amp)
-        loss, agree = ttt_loss(head, feats, x, teacher, p["ttt"], amp)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        if step % 25 == 0 or step == 1:
-            entry = {
-                "step": step,
-                "loss": round(loss.item(), 4),
-                "top1_per_step": [round(a, 4) for a in agree],
-                "elapsed_s": round(time.monotonic() - t0, 1),
-            }
-            log.append(entry)
-            print(json.dumps(entry), flush=True)
-    train_s = time.monotonic() - t0
+    result = train_head(
+        head,
+        target,
+        lambda: (windows(train_ids, p["batch"], p["seq"], gen), None),
+        seconds=minutes * 60.0,
+        lr=p["lr"],
+        warmup=p["warmup"],
+        ttt=p["ttt"],
+        amp=amp,
+        on_log=lambda entry: print(json.dumps(entry), flush=True),
+    )
+    step, log, agree = result.steps, result.log, result.top1_per_step
+    train_s = result.train_s
     head.save(args.out, cfg)
     report = {
         "aux_layer_ids": aux_ids,
