@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.k8s.envtest import CertificateAuthority
+
 
 @dataclass
 class Leaf:
@@ -33,38 +35,12 @@ def _key_pem(key) -> bytes:
 
 
 class Issuer:
-    """A CA issuer: one self-signed CA certificate that signs every leaf."""
+    """A CA issuer: one self-signed CA certificate (the test cluster's own CA class,
+    tests/k8s/envtest.CertificateAuthority) that signs every leaf for a Service's DNS names."""
 
     def __init__(self, name: str = "specdecode-test-ca"):
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(subject)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-        self.cert_pem = self.cert.public_bytes(serialization.Encoding.PEM)
+        ca = CertificateAuthority(name)
+        self.key, self.cert, self.cert_pem = ca.key, ca.cert, ca.cert_pem
 
     def issue(self, *dns_names: str) -> Leaf:
         key = ec.generate_private_key(ec.SECP256R1())
