@@ -22,14 +22,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "operator", ROOT / "runtime", ROOT / "tests" / "sglang_e2e"):
+for p in (ROOT, ROOT / "operator", ROOT / "runtime", ROOT / "tests" / "sglang_e2e", ROOT / "bench" / "gpu"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
 import draft_canary as dc  # noqa: E402
+from summary_cli import write_section  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 SECTION = "## CPU"
+TITLE = "Draft swap: the operator's canary against real pods"
 
 
 def _commit() -> str:
@@ -122,23 +124,7 @@ def markdown(cpu: dict, meta: dict) -> str:
 
 
 def write(cpu: dict, meta: dict) -> None:
-    path = RESULTS / "draft_swap.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["cpu"], data["cpu_meta"] = cpu, meta
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    md = RESULTS / "draft_swap.md"
-    section = markdown(cpu, meta)
-    if md.exists():
-        text = md.read_text()
-        if SECTION in text:
-            head, _, rest = text.partition(SECTION)
-            nxt = rest.find("\n## ")
-            text = head + section + (rest[nxt + 1 :] if nxt >= 0 else "")
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-    else:
-        text = "# Draft swap: the operator's canary against real pods\n\n" + section
-    md.write_text(text)
+    write_section(RESULTS, "draft_swap", {"cpu": cpu, "cpu_meta": meta}, SECTION, markdown(cpu, meta), TITLE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,9 +12,13 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary_cli import write_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SECTION = "## GPU"
+TITLE = "Draft swap: the operator's canary against real pods"
 
 
 def summary(raw: dict) -> dict:
@@ -65,20 +69,7 @@ rank learning of the swap to its outcome, during which the pod keeps serving; th
 
 
 def write(gpu: dict, meta: dict) -> None:
-    path = RESULTS / "draft_swap.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["gpu"], data["gpu_meta"] = gpu, meta
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    md = RESULTS / "draft_swap.md"
-    section = markdown(gpu, meta)
-    text = md.read_text() if md.exists() else "# Draft swap: the operator's canary against real pods\n\n"
-    if SECTION + "\n" in text:
-        head, _, rest = text.partition(SECTION + "\n")
-        nxt = rest.find("\n## ")
-        text = head + section + (rest[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    md.write_text(text)
+    write_section(RESULTS, "draft_swap", {"gpu": gpu, "gpu_meta": meta}, SECTION, markdown(gpu, meta), TITLE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,3 +36,22 @@ def main(
     (out / f"{name}.md").write_text(markdown(s))
     print(json.dumps({k: s[k] for k in show}, indent=1))
     return 0
+
+
+def write_section(results: Path, name: str, keys: dict, heading: str, section: str, title: str) -> None:
+    """Merge ``keys`` into ``results/NAME.json`` (the other keys kept) and put ``section`` in ``results/NAME.md`` in
+    place of the one under ``heading`` (appended when there is none): one results file filled by several commands,
+    each regenerating only its own part (bench/results/draft_swap.*: the CPU canary and the GPU swap)."""
+    path = results / f"{name}.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.update(keys)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    md = results / f"{name}.md"
+    text = md.read_text() if md.exists() else f"# {title}\n\n"
+    if heading + "\n" in text:
+        head, _, rest = text.partition(heading + "\n")
+        nxt = rest.find("\n## ")
+        text = head + (section.rstrip("\n") + "\n\n" + rest[nxt + 1 :] if nxt >= 0 else section)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    md.write_text(text)
