@@ -13,6 +13,9 @@ Reads the raw reports of one run (``bench/results/gpu_h200/nocliff/``): the self
   static tier, median of alternating rounds with a 95 % bootstrap interval. Goal >= 0.97.
 * ``speedup_over_nospec_b1``: the best of the Live pod's static tiers and its tuned table over no speculation at
   batch 1, same request set. Goal >= 1.5.
+* ``prefill_eager_vs_graphs``: the same short load (static tiers and the server without speculation, same request
+  set) with eager prefill (``prefill_eager.json``) and with SGLang's prefill CUDA graphs (``prefill_graphs.json``):
+  tok/s per point and the prefill's parts per prefill batch, before and after.
 * ``greedy_identical_across_switches``: the float32 smoke run (3 -> 0 -> 7 -> 0 -> 3 with requests in flight)
   produced the tokens of the run without speculation, and its self-test passed.
 
@@ -136,6 +139,44 @@ def prefill_parts(live: dict | None) -> dict:
     return out
 
 
+PREFILL_COLUMNS = (
+    "host_launch_ms_per_prefill",
+    "device_target_ms_per_prefill",
+    "device_draft_ms_per_prefill",
+    "prefill_ms_per_cycle",
+    "ttft_ms",
+)
+
+
+def prefill_eager_vs_graphs(raw: Path) -> dict:
+    """Per batch and point: tok/s and the prefill's parts, eager (before) and with prefill graphs (after)."""
+    runs = {mode: raw / f"prefill_{mode}.json" for mode in ("eager", "graphs")}
+    if not all(p.is_file() for p in runs.values()):
+        return {}
+    reports = {mode: json.loads(p.read_text()) for mode, p in runs.items()}
+    out: dict = {}
+    for b in reports["eager"].get("batches", {}):
+        rows = {mode: r.get("batches", {}).get(b) for mode, r in reports.items()}
+        if not all(rows.values()):
+            continue
+        parts = {mode: prefill_parts({"batches": {b: row}}).get(f"b{b}", {}) for mode, row in rows.items()}
+        points: dict = {}
+        for mode, row in rows.items():
+            tps = {f"k{k}": v for k, v in (row.get("static") or {}).items()}
+            if row.get("nospec") is not None:
+                tps["nospec"] = row["nospec"]
+            for point, v in tps.items():
+                rec = points.setdefault(point, {}).setdefault(mode, {"tokens_per_s": v})
+                rec.update(
+                    {c: parts[mode].get(point, {}).get(c) for c in PREFILL_COLUMNS if c in parts[mode].get(point, {})}
+                )
+        for modes in points.values():
+            if all(m in modes for m in ("eager", "graphs")) and modes["eager"]["tokens_per_s"]:
+                modes["graphs_over_eager"] = round(modes["graphs"]["tokens_per_s"] / modes["eager"]["tokens_per_s"], 4)
+        out[f"b{b}"] = points
+    return out
+
+
 def greedy(smoke: dict | None) -> dict:
     if not smoke:
         return {"ran": False}
@@ -191,6 +232,7 @@ def summarize(raw: Path) -> dict:
         "live": lf,
         "plain_graphs": (live or {}).get("plain_graphs"),
         "prefill_parts": prefill_parts(live),
+        "prefill_eager_vs_graphs": prefill_eager_vs_graphs(raw),
         "goals": GOALS,
         "notes": meta.get("notes", []),
     }
@@ -272,6 +314,28 @@ def markdown(s: dict) -> str:
         for b, points in s["prefill_parts"].items():
             for point, rec in points.items():
                 lines.append(f"| {b} | {point} | " + " | ".join(str(rec.get(c, "")) for c in cols) + " |")
+    if s.get("prefill_eager_vs_graphs"):
+        lines += [
+            "",
+            "## Prefill: eager against SGLang's prefill CUDA graphs (same lease, same request set)",
+            "",
+            "| batch | point | mode | tok/s | " + " | ".join(PREFILL_COLUMNS) + " |",
+            "|---|---|---|---|" + "---|" * len(PREFILL_COLUMNS),
+        ]
+        for b, points in s["prefill_eager_vs_graphs"].items():
+            for point, modes in points.items():
+                for mode in ("eager", "graphs"):
+                    rec = modes.get(mode) or {}
+                    lines.append(
+                        f"| {b} | {point} | {mode} | {rec.get('tokens_per_s', '')} | "
+                        + " | ".join(str(rec.get(c, "")) for c in PREFILL_COLUMNS)
+                        + " |"
+                    )
+                if "graphs_over_eager" in modes:
+                    lines.append(
+                        f"| {b} | {point} | graphs / eager | {modes['graphs_over_eager']} |"
+                        + " |" * len(PREFILL_COLUMNS)
+                    )
     if s.get("plain_graphs"):
         lines += ["", f"Tier 0's plain decode graphs (the pod's `/metrics`): {json.dumps(s['plain_graphs'])}"]
     if s.get("notes"):

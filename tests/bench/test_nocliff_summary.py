@@ -139,3 +139,32 @@ def test_the_committed_h100_summary_is_what_its_raw_reports_say():
     assert json.loads(json.dumps(s)) == json.loads((ROOT / "bench/results/gpu_h100_nocliff.json").read_text())
     assert (ROOT / "bench/results/gpu_h100_nocliff.md").read_text() == _module().markdown(s)
     assert s["tier0_over_plain_cycle"]["trained"]["b1"] > 2.0  # the regression as measured, not a goal met
+
+
+def test_prefill_before_and_after_graphs_side_by_side(tmp_path):
+    """The prefill phase's two reports (eager, then SGLang's prefill graphs, same request set) become one table per
+    batch and point: tok/s, the prefill's parts per prefill batch, and graphs over eager."""
+    s_mod = _module()
+
+    def report(k3_tps: float, nospec: float, launch_s: float) -> dict:
+        counters = {
+            "specdecode_prefill_batches_total{}": 10.0,
+            "specdecode_prefill_phase_seconds_total{clock=host,phase=launch}": launch_s,
+            "specdecode_prefill_phase_seconds_total{clock=device,phase=target}": launch_s / 2,
+            "specdecode_verify_cycles_total{bucket=32-63}": 100.0,
+            "specdecode_requests_verified_total{bucket=32-63}": 3200.0,
+            "specdecode_prefill_seconds_total{bucket=32-63}": launch_s,
+        }
+        return {"batches": {"32": {"static": {"3": k3_tps}, "nospec": nospec, "pod_counters": {"3": counters}}}}
+
+    (tmp_path / "prefill_eager.json").write_text(json.dumps(report(9000.0, 8000.0, 0.25)))
+    (tmp_path / "prefill_graphs.json").write_text(json.dumps(report(11000.0, 8400.0, 0.05)))
+    s = s_mod.summarize(tmp_path)
+    k3 = s["prefill_eager_vs_graphs"]["b32"]["k3"]
+    assert k3["eager"]["host_launch_ms_per_prefill"] == 25.0 and k3["graphs"]["host_launch_ms_per_prefill"] == 5.0
+    assert k3["eager"]["prefill_ms_per_cycle"] == 2.5 and k3["graphs"]["device_target_ms_per_prefill"] == 2.5
+    assert k3["graphs_over_eager"] == pytest.approx(11000 / 9000, abs=1e-4)
+    assert s["prefill_eager_vs_graphs"]["b32"]["nospec"]["graphs_over_eager"] == pytest.approx(1.05)
+    assert "## Prefill: eager against SGLang's prefill CUDA graphs" in s_mod.markdown(s)
+    (tmp_path / "prefill_graphs.json").unlink()  # one side missing: no comparison, not a half table
+    assert s_mod.summarize(tmp_path)["prefill_eager_vs_graphs"] == {}

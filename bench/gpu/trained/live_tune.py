@@ -52,7 +52,6 @@ SGLANG_ARGS = [
     "32",
     "--max-total-tokens",
     "131072",
-    "--disable-prefill-cuda-graph",
     "--cuda-graph-max-bs-decode",
     "32",
     "--cuda-graph-bs-decode",
@@ -75,6 +74,15 @@ def graph_args(max_batch: int) -> list[str]:
         "--cuda-graph-bs-decode",
         *map(str, sizes),
     ]
+
+
+def prefill_graph_args(tokens: int) -> list[str]:
+    """SGLang's prefill CUDA graphs (its breakable backend on CUDA) for extends of up to ``tokens`` tokens, or none.
+
+    Small and frequent extends are what speculation adds at load (requests finish at different cycles, so they are
+    replaced a few at a time, mostly from the prefix cache); run eagerly, each pays the target's whole launch cost.
+    """
+    return ["--cuda-graph-max-bs-prefill", str(tokens)] if tokens > 0 else ["--disable-prefill-cuda-graph"]
 
 
 def free_port() -> int:
@@ -197,7 +205,11 @@ def start_server(a, work: Path, server: str | None = None) -> tuple[subprocess.P
     mem = ["--mem-fraction-static", str(a.mem_fraction)] if a.mem_fraction else []
     mem += graph_args(a.max_batch) if a.max_batch != 32 else []
     common = (
-        ["--host", "127.0.0.1", "--port", str(port)] + SGLANG_ARGS + (["--dtype", a.dtype] if a.dtype else []) + mem
+        ["--host", "127.0.0.1", "--port", str(port)]
+        + SGLANG_ARGS
+        + prefill_graph_args(a.prefill_graph_tokens)
+        + (["--dtype", a.dtype] if a.dtype else [])
+        + mem
     )
     if server == "nospec":
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.target] + common
@@ -563,6 +575,12 @@ def main() -> int:
     )
     p.add_argument("--mem-fraction", type=float, default=0.0, help="--mem-fraction-static of each server (0: SGLang's)")
     p.add_argument("--max-batch", type=int, default=32, help="running requests and decode graphs up to this batch")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        default=0,
+        help="both servers capture SGLang's prefill CUDA graphs for extends up to this many tokens (0: eager prefill)",
+    )
     p.add_argument(
         "--tier0-pairs",
         type=int,
