@@ -1,4 +1,4 @@
-"""specdecode runtime: launches a patched SGLang 0.5.23 whose EAGLE draft runs on its own process group.
+"""specdecode runtime: launches the pinned SGLang, patched so that its EAGLE draft runs on its own process group.
 
 Importing this package must never import torch or sglang: the operator image and the CI machine use the
 pure-Python parts (the contract in :mod:`specdecode_runtime.contract`, the simulator) without them.

@@ -50,8 +50,10 @@ from .contract.metric_names import (
     PREFILL_TOKENS,
     REQUESTS_VERIFIED,
     STEP_SWITCHES,
+    SWITCH_KINDS,
     TOKENS_GENERATED,
     VERIFY_CYCLES,
+    Metric,
     bucket_label,
     bucket_labels,
     position_counts,
@@ -70,6 +72,9 @@ class _BulkSummary(Summary):
         self._raise_if_not_observable()
         self._count.inc(count)
         self._sum.inc(total)
+
+
+_TYPES = {"counter": Counter, "gauge": Gauge, "summary": _BulkSummary}
 
 
 class SpecMetrics:
@@ -94,47 +99,42 @@ class SpecMetrics:
         self.max_positions = max_positions
         self._const = dict(const_labels or {})
         self._registry = registry
-        self.verify_cycles = self._declare(Counter, VERIFY_CYCLES)
-        self.position_attempts = self._declare(Counter, POSITION_ATTEMPTS)
-        self.position_accepted = self._declare(Counter, POSITION_ACCEPTED)
-        self.cycle_seconds = self._declare(_BulkSummary, CYCLE_SECONDS)
-        self.draft_steps = self._declare(Counter, DRAFT_STEPS)
-        self.requests_verified = self._declare(Counter, REQUESTS_VERIFIED)
-        self.num_steps = self._declare(Gauge, NUM_STEPS, multiprocess_mode="mostrecent")
-        self.candidate_steps = self._declare(Gauge, CANDIDATE_STEPS, multiprocess_mode="mostrecent")
-        self.draft_tp = self._declare(Gauge, DRAFT_TP, multiprocess_mode="mostrecent")
-        self.tokens_generated = self._declare(Counter, TOKENS_GENERATED)
-        self.prefill_seconds = self._declare(Counter, PREFILL_SECONDS)
-        self.nccl_latency = self._declare(Gauge, NCCL_LATENCY, multiprocess_mode="mostrecent")
-        self.cost_seconds = self._declare(Gauge, COST_SECONDS, multiprocess_mode="mostrecent")
-        self.step_switches = self._declare(Counter, STEP_SWITCHES)
-        self.catch_up_tokens = self._declare(Counter, CATCH_UP_TOKENS)
-        self.catch_up_seconds = self._declare(Counter, CATCH_UP_SECONDS)
-        self.plain_graphs = self._declare(Gauge, PLAIN_GRAPHS, multiprocess_mode="mostrecent")
-        self.draft_info = self._declare(Gauge, DRAFT_INFO, multiprocess_mode="mostrecent")
-        self.draft_swaps = self._declare(Counter, DRAFT_SWAPS)
-        self.draft_swap_seconds = self._declare(_BulkSummary, DRAFT_SWAP_SECONDS)
+        enabled = {"capture": capture}
+        # Every row of the contract's table, declared from the row: a metric is its row and the call that counts it.
+        self.series: dict[str, Any] = {
+            name: self._declare(row)
+            for name, row in METRICS.items()
+            if row.feature is None or enabled.get(row.feature, False)
+        }
         self._draft: tuple[str, str] | None = None
-        self.prefill_phase_seconds = self._declare(Counter, PREFILL_PHASE_SECONDS)
-        self.prefill_batches = self._declare(Counter, PREFILL_BATCHES)
-        self.prefill_requests = self._declare(Counter, PREFILL_REQUESTS)
-        self.prefill_tokens = self._declare(Counter, PREFILL_TOKENS)
-        self.capture_records = self._declare(Counter, CAPTURE_RECORDS) if capture else None
-        self.capture_bytes = self._declare(Gauge, CAPTURE_BYTES, multiprocess_mode="mostrecent") if capture else None
         self._last_steps: int | None = None
         self._children: dict[tuple, object] = {}
         self.registry = registry
 
-    def _declare(self, kind: Any, name: str, **kwargs: Any) -> Any:
-        """One metric of the contract's table: its type, help and labels from the row, the constant labels after."""
-        row = METRICS[name]
-        expected = {Counter: "counter", Gauge: "gauge", _BulkSummary: "summary"}[kind]
-        if row.kind != expected:
-            raise TypeError(f"{name} is a {row.kind} in the metric table, declared as a {expected}")
-        return kind(name, row.help, (*row.labels, *self._const), registry=self._registry, **kwargs)
+    def _declare(self, row: Metric) -> Any:
+        """One metric of the contract's table: its type, help and labels from the row, the constant labels after
+        (a gauge reads the most recent value across processes)."""
+        kwargs: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if row.kind == "gauge" else {}
+        kind = _TYPES[row.kind]
+        return kind(row.name, row.help, (*row.labels, *self._const), registry=self._registry, **kwargs)
+
+    def add(self, name: str, value: float, *labels: str) -> None:
+        """One sample of a row of the table, by name and the row's label values in its order: a counter grows by
+        ``value``, a gauge is set to it, a summary observes it. Nothing where the row's feature is off."""
+        metric = self.series.get(name)
+        if metric is None:
+            return
+        child = self._child(metric, *labels)
+        kind = METRICS[name].kind
+        if kind == "counter":
+            child.inc(value)
+        elif kind == "gauge":
+            child.set(value)
+        else:
+            child.observe(value)
 
     # -- child cache: .labels() takes a lock and builds a tuple each call; the hot path avoids that ----------------
-    def _child(self, metric, *values: str):
+    def _child(self, metric: Any, *values: str) -> Any:
         key = (id(metric),) + values
         child = self._children.get(key)
         if child is None:
@@ -178,7 +178,7 @@ class SpecMetrics:
         )
         prefill = float(phase_seconds.get(PREFILL_PHASE, 0.0))
         if prefill > 0.0:
-            self._child(self.prefill_seconds, self.bucket(batch_size)).inc(prefill)
+            self._child(self.series[PREFILL_SECONDS], self.bucket(batch_size)).inc(prefill)
 
     def add_cycles(
         self,
@@ -195,35 +195,38 @@ class SpecMetrics:
         the cycles; each phase counts ``cycles`` observations."""
         if cycles <= 0:
             return
-        self._child(self.verify_cycles, bucket).inc(cycles)
+        self._child(self.series[VERIFY_CYCLES], bucket).inc(cycles)
         if requests:
-            self._child(self.requests_verified, bucket).inc(requests)
+            self._child(self.series[REQUESTS_VERIFIED], bucket).inc(requests)
         if draft_steps:
-            self._child(self.draft_steps, bucket).inc(draft_steps)
+            self._child(self.series[DRAFT_STEPS], bucket).inc(draft_steps)
         for j, (a, c) in enumerate(zip(attempts, accepted), start=1):
             if a:
-                self._child(self.position_attempts, bucket, str(j)).inc(a)
+                self._child(self.series[POSITION_ATTEMPTS], bucket, str(j)).inc(a)
             if c:
-                self._child(self.position_accepted, bucket, str(j)).inc(c)
+                self._child(self.series[POSITION_ACCEPTED], bucket, str(j)).inc(c)
         for phase in PHASES:
-            self._child(self.cycle_seconds, bucket, phase).observe_bulk(cycles, float(phase_seconds.get(phase, 0.0)))
+            self._child(self.series[CYCLE_SECONDS], bucket, phase).observe_bulk(
+                cycles, float(phase_seconds.get(phase, 0.0))
+            )
         if tokens:
-            self._child(self.tokens_generated).inc(tokens)
+            self._child(self.series[TOKENS_GENERATED]).inc(tokens)
 
     def _count_switch(self, steps: int) -> None:
         """A tier change between consecutive served cycles (off, on or change)."""
         last, self._last_steps = self._last_steps, steps
         if last is None or last == steps:
             return
-        kind = "off" if steps == 0 else "on" if last == 0 else "change"
-        self._child(self.step_switches, kind).inc()
+        off, on, change = SWITCH_KINDS
+        kind = off if steps == 0 else on if last == 0 else change
+        self._child(self.series[STEP_SWITCHES], kind).inc()
 
     def add_switches(self, off: int, on: int, change: int, last_steps: int) -> None:
         """Many cycles' tier changes at once (the simulator's aggregated path); ``last_steps``: the tier of the last
         of those cycles, from which the next recorded cycle's change is counted."""
-        for kind, n in (("off", off), ("on", on), ("change", change)):
+        for kind, n in zip(SWITCH_KINDS, (off, on, change)):
             if n:
-                self._child(self.step_switches, kind).inc(n)
+                self._child(self.series[STEP_SWITCHES], kind).inc(n)
         self._last_steps = int(last_steps)
 
     @property
@@ -232,64 +235,63 @@ class SpecMetrics:
 
     def record_catch_up(self, tokens: int, seconds: float) -> None:
         """One catch-up extend after target-only cycles."""
-        self._child(self.catch_up_tokens).inc(int(tokens))
-        self._child(self.catch_up_seconds).inc(float(seconds))
+        self._child(self.series[CATCH_UP_TOKENS]).inc(int(tokens))
+        self._child(self.series[CATCH_UP_SECONDS]).inc(float(seconds))
 
     def record_prefill_phase(self, phase: str, clock: str, seconds: float) -> None:
         """One part of a prefill batch (:mod:`.sglang_patch.prefill_probe`)."""
-        self._child(self.prefill_phase_seconds, phase, clock).inc(float(seconds))
+        self._child(self.series[PREFILL_PHASE_SECONDS], phase, clock).inc(float(seconds))
 
     def record_prefill_batch(self, requests: int, tokens: int) -> None:
-        self._child(self.prefill_batches).inc()
-        self._child(self.prefill_requests).inc(int(requests))
-        self._child(self.prefill_tokens).inc(int(tokens))
+        self._child(self.series[PREFILL_BATCHES]).inc()
+        self._child(self.series[PREFILL_REQUESTS]).inc(int(requests))
+        self._child(self.series[PREFILL_TOKENS]).inc(int(tokens))
 
     def set_draft(self, source: str, digest: str) -> None:
         """The draft served now: its info series 1, the one served before 0 (under ``PROMETHEUS_MULTIPROC_DIR`` a
         series cannot be removed from the shared files, so an earlier draft's stays, at 0)."""
         new = (str(source), str(digest))
         if self._draft is not None and self._draft != new:
-            self._child(self.draft_info, *self._draft).set(0)
+            self._child(self.series[DRAFT_INFO], *self._draft).set(0)
         self._draft = new
-        self._child(self.draft_info, *new).set(1)
+        self._child(self.series[DRAFT_INFO], *new).set(1)
 
     def record_draft_swap(self, result: str, seconds: float) -> None:
         """One draft swap's outcome (``ok`` or ``refused``) and how long it took."""
-        self._child(self.draft_swaps, result).inc()
-        self._child(self.draft_swap_seconds, result).observe(float(seconds))
+        self._child(self.series[DRAFT_SWAPS], result).inc()
+        self._child(self.series[DRAFT_SWAP_SECONDS], result).observe(float(seconds))
 
     def record_capture(self, result: str, count: int = 1) -> None:
         """Finished requests the traffic capture wrote, dropped or sampled out (the capture's writer thread and the
         scheduler thread both call it; prometheus-client's values take a lock)."""
-        if self.capture_records is not None and count:
-            self._child(self.capture_records, result).inc(int(count))
+        if count:
+            self.add(CAPTURE_RECORDS, int(count), result)
 
     def set_capture_bytes(self, nbytes: int) -> None:
-        if self.capture_bytes is not None:
-            self._child(self.capture_bytes).set(int(nbytes))
+        self.add(CAPTURE_BYTES, int(nbytes))
 
     def set_plain_graphs(self, seconds: float, nbytes: int) -> None:
-        self._child(self.plain_graphs, "seconds").set(float(seconds))
-        self._child(self.plain_graphs, "bytes").set(int(nbytes))
+        self._child(self.series[PLAIN_GRAPHS], "seconds").set(float(seconds))
+        self._child(self.series[PLAIN_GRAPHS], "bytes").set(int(nbytes))
 
     def set_steps(self, steps_for_batch) -> None:
         """Publish the active step count of every bucket; ``steps_for_batch(batch) -> int`` is evaluated at each
         bucket's lower bound (a step table's lookup)."""
         for lo in self.buckets:
-            self._child(self.num_steps, self.bucket(lo)).set(int(steps_for_batch(lo)))
+            self._child(self.series[NUM_STEPS], self.bucket(lo)).set(int(steps_for_batch(lo)))
 
     def set_candidates(self, candidates: Iterable[int]) -> None:
         for steps in sorted(set(int(c) for c in candidates)):
-            self._child(self.candidate_steps, str(steps)).set(1)
+            self._child(self.series[CANDIDATE_STEPS], str(steps)).set(1)
 
     def set_draft_tp(self, tp: int) -> None:
-        self._child(self.draft_tp).set(int(tp))
+        self._child(self.series[DRAFT_TP]).set(int(tp))
 
     def set_nccl_latency(self, op: str, nbytes: int, seconds: float) -> None:
-        self._child(self.nccl_latency, op, str(int(nbytes))).set(float(seconds))
+        self._child(self.series[NCCL_LATENCY], op, str(int(nbytes))).set(float(seconds))
 
     def set_cost(self, stage: str, steps: int, bucket: str, batch: int, seconds: float) -> None:
-        self._child(self.cost_seconds, stage, str(int(steps)), bucket, str(int(batch))).set(float(seconds))
+        self._child(self.series[COST_SECONDS], stage, str(int(steps)), bucket, str(int(batch))).set(float(seconds))
 
     def bucket_names(self) -> list[str]:
         return bucket_labels(self.buckets)

@@ -1,4 +1,4 @@
-"""Compares every CPU stand-in with SGLang 0.5.23's own implementation on seeded random inputs and prints one JSON
+"""Compares every CPU stand-in with the pinned SGLang's own implementation on seeded random inputs and prints one JSON
 object: {check name: {"cases": n, "mismatches": [...]}}.
 
 Run in its own process with ``TRITON_INTERPRET=1`` (set before anything imports triton): SGLang's Triton kernels

@@ -1,4 +1,4 @@
-"""The capture's finished-request hook against the real SGLang 0.5.23 classes: installed only with a ``capture``
+"""The capture's finished-request hook against the pinned SGLang's real classes: installed only with a ``capture``
 section, it hands each request whose final output was just sent to the callback once (never a /health probe, never
 an unfinished one), and removing the patches restores SGLang's method."""
 

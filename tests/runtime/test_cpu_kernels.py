@@ -1,4 +1,4 @@
-"""Every CPU stand-in agrees with SGLang 0.5.23's own kernel (run by Triton's CPU interpreter) or SGLang's own
+"""Every CPU stand-in agrees with the pinned SGLang's own kernel (run by Triton's CPU interpreter) or SGLang's own
 torch reference, on seeded random inputs (``cpu_kernel_oracle.py``, one process for all checks)."""
 
 import json

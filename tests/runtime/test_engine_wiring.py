@@ -1,6 +1,6 @@
 """Engine-side wiring: the Live launcher (adaptive config), metrics per verify, step control across ranks.
 
-Tests that need sglang use the real 0.5.23 wheel (CPU, torchvision stubbed); the multi-rank test runs the real
+Tests that need sglang use the real wheel of the pin (CPU, torchvision stubbed); the multi-rank test runs the real
 wrapper functions in 3 gloo processes against a fake worker exposing the attributes SGLang's code uses."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from runtime_testlib import RUNTIME, RUNTIME_YAML, sglang_or_skip
 
+from specdecode_runtime.contract.metric_names import NCCL_LATENCY
 from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 LIVE_YAML = RUNTIME_YAML.replace("candidateSteps: [1, 3, 5]}", "candidateSteps: [1, 3, 5], autotune: {mode: Live}}")
@@ -530,7 +531,7 @@ def _rank_body(rank: int, port: int, token: str, queue) -> None:
                     _req(url, "PUT", "tok", {"table": [{"minBatch": 1, "steps": 5}, {"minBatch": 8, "steps": 1}]})[0]
                 )
                 codes.append(_req(url, "PUT", None, {"table": [{"minBatch": 1, "steps": 1}]})[0])
-        nccl = sorted(eng.metrics.nccl_latency._metrics) if eng.metrics is not None else None
+        nccl = sorted(eng.metrics.series[NCCL_LATENCY]._metrics) if eng.metrics is not None else None
         queue.put((rank, switches, codes, eng.server is not None, len(eng.preflight_results), nccl, preloaded))
         eng.stop()
     finally:

@@ -1,4 +1,4 @@
-"""Contract tests against the real sglang 0.5.23 wheel on CPU (torchvision stubbed).
+"""Contract tests against the real sglang wheel of the pin on CPU (torchvision stubbed).
 
 Skipped only when sglang is missing and SPECDECODE_REQUIRE_SGLANG is unset (CI sets it, so they run there).
 """

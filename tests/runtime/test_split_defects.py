@@ -1,4 +1,4 @@
-"""Split-draft defects found by reading the patch against SGLang 0.5.23, each pinned by a test that runs SGLang's
+"""Split-draft defects found by reading the patch against the pinned SGLang, each pinned by a test that runs SGLang's
 own code where it can run on a CPU (its tree-building helpers) or real collectives (gloo processes)."""
 
 from __future__ import annotations

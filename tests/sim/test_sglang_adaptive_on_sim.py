@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's shipped adaptive step controller (CPU code path) driven by the simulated runtime through the
+"""The pinned SGLang's shipped adaptive step controller (CPU code path) driven by the simulated runtime through the
 per-cycle observer: the comparison baseline the tuner benchmark needs, and a check that the simulator's contract
 (accepted drafts per request, bonus excluded, as ``num_correct_drafts_per_req``) is what SGLang consumes."""
 

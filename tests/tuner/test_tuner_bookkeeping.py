@@ -95,7 +95,7 @@ class Pod:
             self.name,
             t,
             buckets=copy.deepcopy(self.counters),
-            tokens_total=self.tokens,
+            values={"tokens_total": self.tokens},
             candidates=list(self.candidates),
             costs=dict(self.costs),
         )

@@ -14,39 +14,28 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from specdecode_runtime.contract import metric_names as contract
 from specdecode_runtime.contract.goodput import CycleCost, expected_tokens
 
-from .snapshot import BucketCounters, PodSnapshot
+from .snapshot import BucketCounters, Counts, GaugeField, PodSnapshot
 
 Z95 = 1.959964
 
 
-@dataclass
-class BucketDelta:
-    """Counts of one bucket over one scrape interval, summed over pods."""
+class BucketDelta(Counts):
+    """Counts of one bucket over one scrape interval, summed over pods: every counter of the table's bucket axes by
+    its field (``Counts``), gauges as read at the interval's end."""
 
-    steps: int | None = None  # step count that ran during the interval (the gauge at its end)
-    cycles: float = 0.0
-    requests: float = 0.0
-    draft_steps: float = 0.0
-    attempts: dict[int, float] = field(default_factory=dict)
-    accepted: dict[int, float] = field(default_factory=dict)
-    phase_s: dict[str, float] = field(default_factory=dict)
+    steps = GaugeField("num_steps")  # step count that ran during the interval (the gauge at its end)
 
     def add(self, other: BucketDelta) -> None:
-        self.cycles += other.cycles
-        self.requests += other.requests
-        self.draft_steps += other.draft_steps
-        maps: tuple[tuple[dict[Any, float], dict[Any, float]], ...] = (
-            (other.attempts, self.attempts),
-            (other.accepted, self.accepted),
-            (other.phase_s, self.phase_s),
-        )
-        for src, dst in maps:
+        for name, v in other.values.items():
+            self.values[name] = self.values.get(name, 0.0) + v
+        for name, src in other.keyed.items():
+            dst = self.keyed.setdefault(name, {})
             for key, v in src.items():
                 dst[key] = dst.get(key, 0.0) + v
-        if other.steps is not None:
-            self.steps = other.steps
+        self.gauges.update(other.gauges)
 
     @property
     def tokens(self) -> float:
@@ -55,29 +44,37 @@ class BucketDelta:
 
     @property
     def busy_s(self) -> float:
-        return sum(self.phase_s.values())
+        return sum(self.phase_sum.values())
 
 
 def bucket_delta(prev: BucketCounters | None, cur: BucketCounters) -> BucketDelta | None:
-    """Difference of two scrapes of one bucket; None when any counter went backwards (a restarted process)."""
+    """Difference of two scrapes of one bucket, field by field of the table's bucket axes; None when any counter
+    went backwards (a restarted process)."""
     prev = prev or BucketCounters()
-    d = BucketDelta(steps=cur.num_steps)
-    pairs = [(cur.cycles, prev.cycles), (cur.requests, prev.requests), (cur.draft_steps, prev.draft_steps)]
-    d.cycles, d.requests, d.draft_steps = (c - p for c, p in pairs)
-    if any(c < p for c, p in pairs):
-        return None
-    triples: tuple[tuple[dict[Any, float], dict[Any, float], dict[Any, float]], ...] = (
-        (cur.attempts, prev.attempts, d.attempts),
-        (cur.accepted, prev.accepted, d.accepted),
-        (cur.phase_sum, prev.phase_sum, d.phase_s),
-    )
-    for src_cur, src_prev, dst in triples:
-        for key in set(src_cur) | set(src_prev):
-            diff = src_cur.get(key, 0.0) - src_prev.get(key, 0.0)
-            if diff < 0:
-                return None
-            if diff:
-                dst[key] = diff
+    d = BucketDelta()
+    for row in contract.tuner_rows():
+        if row.axis not in contract.BUCKET_AXES:
+            continue
+        for name in row.fields():
+            if row.kind == "gauge":
+                if name in cur.gauges:
+                    d.gauges[name] = cur.gauges[name]
+            elif row.axis == "bucket":
+                diff = cur.values.get(name, 0.0) - prev.values.get(name, 0.0)
+                if diff < 0:
+                    return None
+                d.values[name] = diff
+            else:
+                src_cur, src_prev = cur.keyed.get(name, {}), prev.keyed.get(name, {})
+                dst: dict[Any, float] = {}
+                for key in set(src_cur) | set(src_prev):
+                    diff = src_cur.get(key, 0.0) - src_prev.get(key, 0.0)
+                    if diff < 0:
+                        return None
+                    if diff:
+                        dst[key] = diff
+                if dst:
+                    d.keyed[name] = dst
     return d
 
 
@@ -122,6 +119,7 @@ class ObserveReport:
     invalid: dict[str, list[str]] = field(default_factory=dict)
     changed_buckets: list[str] = field(default_factory=list)
     tokens_per_s: float | None = None
+    pod_counts: dict[str, float] = field(default_factory=dict)  # the pod-wide counters' change, summed over pods
     bucket_cycles: dict[str, float] = field(default_factory=dict)  # cycles per bucket in this interval
 
     @property
@@ -165,7 +163,7 @@ class Estimator:
     def observe(self, snapshots: list[PodSnapshot]) -> ObserveReport:
         report = ObserveReport()
         interval: dict[str, BucketDelta] = {}
-        tokens, spans = 0.0, []
+        spans = []
         for snap in snapshots:
             if not snap.ok:
                 report.down[snap.pod] = snap.error or "down"
@@ -185,12 +183,13 @@ class Estimator:
                     break
                 deltas[label] = d
             else:
-                if snap.tokens_total is not None:
-                    before = prev.tokens_total or 0.0  # a counter series appears on its first increment
-                    if snap.tokens_total < before:
-                        report.resets.append(snap.pod)
-                        continue
-                    tokens += snap.tokens_total - before
+                # a counter series appears on its first increment: absent before counts as 0
+                pod_counts = {name: v - prev.values.get(name, 0.0) for name, v in snap.values.items()}
+                if any(v < 0 for v in pod_counts.values()):
+                    report.resets.append(snap.pod)
+                    continue
+                for name, v in pod_counts.items():
+                    report.pod_counts[name] = report.pod_counts.get(name, 0.0) + v
                 spans.append(snap.time - prev.time)
                 report.pods_used.append(snap.pod)
                 for label, d in deltas.items():
@@ -199,6 +198,7 @@ class Estimator:
             report.resets.append(snap.pod)
         if spans:
             report.interval_s = sum(spans) / len(spans)
+            tokens = report.pod_counts.get("tokens_total", 0.0)
             report.tokens_per_s = tokens / report.interval_s if report.interval_s > 0 else None
         now = max((s.time for s in snapshots if s.ok), default=None)
         for label, d in interval.items():
@@ -303,9 +303,9 @@ class Estimator:
         w = self.window(label)
         if w.cycles <= 0:
             return {}
-        out = {p: 1000.0 * s / w.cycles for p, s in w.phase_s.items()}
+        out = {p: 1000.0 * s / w.cycles for p, s in w.phase_sum.items()}
         if w.draft_steps > 0:
-            out["draft_step"] = 1000.0 * w.phase_s.get("draft", 0.0) / w.draft_steps
+            out["draft_step"] = 1000.0 * w.phase_sum.get("draft", 0.0) / w.draft_steps
         return out
 
     def measured_cycle_s(self, label: str) -> float | None:
@@ -328,18 +328,18 @@ class Estimator:
         if w.cycles <= 0:
             return profile, "profile" if profile else "none"
         if profile is None:
-            if sum(w.phase_s.values()) <= 0:
+            if sum(w.phase_sum.values()) <= 0:
                 return None, "none"  # pods that count cycles but time none of them: no cost to decide on
             spec_cycles = sum(d.cycles for d in window if (d.steps or 0) > 0)
             return (
                 CycleCost(
-                    verify_base=1000.0 * w.phase_s.get("verify", 0.0) / w.cycles,
+                    verify_base=1000.0 * w.phase_sum.get("verify", 0.0) / w.cycles,
                     verify_per_token=0.0,
-                    draft_base=1000.0 * w.phase_s.get("draft", 0.0) / w.draft_steps if w.draft_steps else 0.0,
+                    draft_base=1000.0 * w.phase_sum.get("draft", 0.0) / w.draft_steps if w.draft_steps else 0.0,
                     draft_per_seq=0.0,
-                    extend_base=1000.0 * w.phase_s.get("draft_extend", 0.0) / spec_cycles if spec_cycles else 0.0,
+                    extend_base=1000.0 * w.phase_sum.get("draft_extend", 0.0) / spec_cycles if spec_cycles else 0.0,
                     extend_per_token=0.0,
-                    overhead=1000.0 * w.phase_s.get("other", 0.0) / w.cycles,
+                    overhead=1000.0 * w.phase_sum.get("other", 0.0) / w.cycles,
                 ),
                 "measured",
             )
@@ -357,7 +357,7 @@ class Estimator:
         weight = w.cycles / (w.cycles + self.prior_weight_cycles)
         scale = {}
         for phase, p in pred.items():
-            m = 1000.0 * w.phase_s.get(phase, 0.0)
+            m = 1000.0 * w.phase_sum.get(phase, 0.0)
             scale[phase] = 1.0 + weight * (m / p - 1.0) if p > 1e-12 else 1.0
         return (
             CycleCost(

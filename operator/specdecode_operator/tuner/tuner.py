@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Mapping
 from specdecode_runtime.contract import cost_profile
 from specdecode_runtime.contract.capabilities import tuner_steps
 from specdecode_runtime.contract.goodput import CostModel, CycleCost, expected_tokens, goodput
-from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
+from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, SWITCH_KINDS, bucket_label
 from specdecode_runtime.contract.step_table import StepTable
 
 from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
@@ -268,7 +268,7 @@ class Tuner:
         self.served_by_pods(snapshots)
         scraped = [s for s in snapshots if s.ok and s.switches]
         if scraped:
-            self.switches = {k: int(sum(s.switches.get(k, 0.0) for s in scraped)) for k in ("off", "on", "change")}
+            self.switches = {k: int(sum(s.switches.get(k, 0.0) for s in scraped)) for k in SWITCH_KINDS}
         report = self.estimator.observe(snapshots)
         self._learn_costs(snapshots, report)
         self._costs.clear()

@@ -22,10 +22,10 @@ from typing import Callable
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdecode_runtime.contract import metric_names as contract
 from specdecode_runtime.contract.metric_names import NCCL_LATENCY
 from specdecode_runtime.contract.step_table import STEPS_PATH
 
-from ..tuner import snapshot
 from ..tuner.snapshot import PodSnapshot, down, parse_metrics
 from .pods import Target
 
@@ -33,21 +33,6 @@ HTTP_LIMIT = 256
 HTTP_LIMIT_PER_HOST = 4
 MAX_SCRAPE_BYTES = 4 * 1024 * 1024  # a runtime pod's /metrics is ~10-50 kB; anything near this is not ours
 MAX_PUSH_ANSWER_BYTES = 2048
-# The counters the estimator needs, as instant vectors per pod (Prometheus keeps the raw counter values, so the
-# estimator's own deltas and reset handling apply unchanged); the cost probe is constant per pod, a few dozen series.
-PROM_METRICS = (
-    snapshot.CYCLES,
-    snapshot.ATTEMPTS,
-    snapshot.ACCEPTED,
-    snapshot.PHASE_SUM,
-    snapshot.PHASE_COUNT,
-    snapshot.DRAFT_STEPS,
-    snapshot.REQUESTS,
-    snapshot.TOKENS,
-    snapshot.NUM_STEPS,
-    snapshot.COST,
-)
-PROM_KEPT_LABELS = ("bucket", "position", "phase", "simulated", "stage", "steps", "batch")
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -133,6 +118,23 @@ class PrometheusError(Exception):
     pass
 
 
+def _prometheus_rows() -> list[contract.Metric]:
+    """The rows of the metric table the estimator takes per interval, and the cost probe (constant per pod, a few
+    dozen series): as instant vectors per pod, Prometheus keeps the raw counter values, so the estimator's own deltas
+    and reset handling apply unchanged. The step switches and the captured candidates are read from /metrics only."""
+    return [row for row in contract.tuner_rows() if row.axis in (*contract.INTERVAL_AXES, "probe")]
+
+
+def prometheus_series() -> list[str]:
+    """The sample names the Prometheus path queries, one instant query each."""
+    return [name for row in _prometheus_rows() for name in row.sample_names()]
+
+
+def prometheus_labels() -> frozenset[str]:
+    """The labels kept from Prometheus's answer: what the rows' axes read, and ``simulated``."""
+    return frozenset({"simulated", *(label for row in _prometheus_rows() for label in row.labels)})
+
+
 def _label_value(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -174,7 +176,8 @@ async def query_prometheus(
     both paths. A failed query marks every pod down for this interval."""
     sel = _selector(namespace, pods, pod_label)
     texts: dict[str, list[str]] = {p: [] for p in pods}
-    for metric in PROM_METRICS:
+    kept = prometheus_labels()
+    for metric in prometheus_series():
         try:
             result = await _instant_query(session, prometheus_url, f"{metric}{{{sel}}}", time, timeout_s)
         except PrometheusError as e:
@@ -184,7 +187,7 @@ async def query_prometheus(
             pod = labels.get(pod_label)
             if pod not in texts:
                 continue
-            keep = {k: v for k, v in labels.items() if k in PROM_KEPT_LABELS}
+            keep = {k: v for k, v in labels.items() if k in kept}
             lab = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(keep.items()))
             texts[pod].append(f"{metric}{{{lab}}} {series['value'][1]}")
     return [

@@ -12,19 +12,18 @@ in the arguments) are the launcher's own; everything that follows from ``runtime
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Sequence, get_args
+from typing import Sequence
 
+# The algorithm names live in the leaf module .algorithms; re-exported here for the CRD model.
+from .algorithms import ALGORITHMS as ALGORITHMS
+from .algorithms import DEFAULT_ALGORITHM as DEFAULT_ALGORITHM
+from .algorithms import Algorithm as Algorithm
+from .config import RuntimeConfig
 from .derived import draft_is_split, draft_tp_problems, live
 from .server_args import flag_value, sglang_cli_args
 
-if TYPE_CHECKING:  # annotations only: config.py imports the algorithm names from here
-    from .config import RuntimeConfig
-
-Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"]
-ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
-DEFAULT_ALGORITHM: Algorithm = "EAGLE3"
 SPLIT_DRAFT_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # the draft worker the split patch wraps
-ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")  # SGLang 0.5.23's adaptive step tiers (Live mode)
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")  # the pinned SGLang's adaptive step tiers (Live mode)
 
 # Flags the split draft cannot serve, with the reason.
 SPLIT_REFUSED = {
@@ -232,7 +231,7 @@ def autotune_steps(mode: str, min_steps: int, max_steps: int, steps: int) -> tup
 
     Off keeps ``steps`` as the only candidate; Live and Rollout clamp it into ``min..max`` and spread the
     candidates over that range (Live captures them all; Rollout uses them as the values a restart may choose).
-    Live also captures the target-only tier, steps 0: SGLang 0.5.23 decodes it through its trivial one-token verify
+    Live also captures the target-only tier, steps 0: the pinned SGLang decodes it through its trivial one-token verify
     (no draft forward, no proposal broadcast; the draft still extends its KV so a later tier drafts from a warm
     state), which is how the tuner switches speculation off for batch sizes where drafting loses. Rollout never
     restarts pods into steps 0: a restart re-renders ``--speculative-num-steps``, which SGLang needs >= 1."""

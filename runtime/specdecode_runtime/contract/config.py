@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .capabilities import DEFAULT_ALGORITHM, Algorithm
+from .algorithms import DEFAULT_ALGORITHM, Algorithm
 from .input_files import InputError, load_documents, parse_yaml_documents, validate_model
 from .metric_names import DEFAULT_BUCKETS
 

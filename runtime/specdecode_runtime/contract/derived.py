@@ -8,12 +8,10 @@ runtime cannot drift apart. The step tiers a pod serves and what it refuses are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+from .config import RuntimeConfig
 from .nccl import profile_env
-
-if TYPE_CHECKING:  # annotations only: config.py imports the algorithm names from capabilities, which uses this module
-    from .config import RuntimeConfig
 
 
 def draft_tokens_per_cycle(steps: int, eagle_top_k: int, configured: int | None = None) -> int | None:

@@ -48,8 +48,8 @@ class CycleCost:
     verify and draft-extend process batch*(steps+1) tokens and a draft step processes one token per sequence.
     steps = 0 is the target-only cycle: ``verify.base + verify.perToken * batch + overhead``, plus ``warm_extend_*``:
     what the cycle spends keeping the draft's KV current so a later tier drafts from a warm state. 0 for the
-    runtime, whose tier 0 is plain decoding (the draft catches up in the next speculative cycle instead); stock
-    SGLang 0.5.23's tier 0 runs the draft extend over the new token of every sequence (measured on one H200 it was a
+    runtime, whose tier 0 is plain decoding (the draft catches up in the next speculative cycle instead); the stock
+    pinned SGLang's tier 0 runs the draft extend over the new token of every sequence (measured on one H200 it was a
     quarter of a batch-1 steps-0 cycle), which these terms can model.
 
     ``host_base + host_per_step * steps`` is the scheduler's host work that a speculative cycle adds and that no

@@ -1,4 +1,5 @@
-"""Translate a :class:`~specdecode_runtime.contract.config.RuntimeConfig` into SGLang 0.5.23 command-line arguments.
+"""Translate a :class:`~specdecode_runtime.contract.config.RuntimeConfig` into the pinned SGLang's command-line
+arguments.
 
 Pure and deterministic: no sglang or torch import, the same config always gives the same list. Two users:
 
@@ -20,12 +21,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
+from .config import RuntimeConfig
 from .derived import num_draft_tokens
-
-if TYPE_CHECKING:  # annotations only (config.py -> capabilities -> this module)
-    from .config import RuntimeConfig
 
 NODE_RANK_ENV = "SPECDECODE_NODE_RANK"
 DIST_INIT_ADDR_ENV = "SPECDECODE_DIST_INIT_ADDR"
@@ -74,7 +73,7 @@ _ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def sglang_cli_args(cfg: RuntimeConfig, extra: Sequence[str] | Iterable[str] = ()) -> list[str]:
-    """SGLang 0.5.23 CLI arguments for ``cfg``, followed by ``cfg.extra_args`` and then ``extra``.
+    """The pinned SGLang's CLI arguments for ``cfg``, followed by ``cfg.extra_args`` and then ``extra``.
 
     The order is fixed (managed flags first, user arguments last) so the output is stable for golden tests and
     rendered manifests; with argparse the last occurrence of a flag wins.

@@ -1,4 +1,4 @@
-"""Real SGLang 0.5.23 on a CPU: torch stand-ins for the Triton / custom kernels that EAGLE and EAGLE-3 decode
+"""The real, pinned SGLang on a CPU: torch stand-ins for the Triton / custom kernels that EAGLE and EAGLE-3 decode
 reach, installed in every SGLang process that runs a model.
 
 SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE=1``) needs the CPU build of ``sgl-kernel``, which is not on PyPI;

@@ -1,6 +1,6 @@
 """Torch-native attention for speculative decoding on a CPU.
 
-SGLang 0.5.23's ``TorchNativeAttnBackend`` serves prefill and decode, but a speculative cycle also runs
+The pinned SGLang's ``TorchNativeAttnBackend`` serves prefill and decode, but a speculative cycle also runs
 
 * the target **verify** forward (``TARGET_VERIFY``): each request's draft tokens attend to its prefix and, inside
   the draft tree, only to their ancestors (``spec_info.custom_mask``; a chain is causal);

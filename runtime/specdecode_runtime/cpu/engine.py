@@ -1,4 +1,4 @@
-"""Run real SGLang 0.5.23 on a CPU: ``sglang.Engine`` with the CPU stand-ins in every scheduler process.
+"""Run the real, pinned SGLang on a CPU: ``sglang.Engine`` with the CPU stand-ins in every scheduler process.
 
 The settings are the ones SGLang needs on a plain CPU torch: ``device="cpu"``, the ``torch_native`` attention
 backend (extended by :mod:`.attention` for the speculative cycle), no CUDA graphs, the pytorch sampler, no

@@ -1,4 +1,4 @@
-"""Torch implementations of the SGLang 0.5.23 Triton / custom kernels that EAGLE and EAGLE-3 reach on a CPU.
+"""Torch implementations of the pinned SGLang's Triton / custom kernels that EAGLE and EAGLE-3 reach on a CPU.
 
 Each function has the signature of the SGLang wrapper it replaces (named in its docstring) and writes its
 outputs in place exactly as the kernel does, program by program: the loops run over the kernel's grid (requests,

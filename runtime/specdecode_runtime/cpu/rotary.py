@@ -1,6 +1,6 @@
 """``vllm._custom_ops.rotary_embedding`` in torch.
 
-SGLang 0.5.23's ``RotaryEmbedding.__init__`` imports vllm's kernel on every platform that is not CUDA / HIP /
+The pinned SGLang's ``RotaryEmbedding.__init__`` imports vllm's kernel on every platform that is not CUDA / HIP /
 SGLang's CPU engine, even though a plain CPU torch then dispatches to ``forward_native``. The stub package
 ``import_stubs/vllm`` re-exports it as ``vllm._custom_ops`` where vllm itself cannot be imported
 (:mod:`.import_paths`), so the import succeeds, and the function is a correct in-place rotary for any caller that

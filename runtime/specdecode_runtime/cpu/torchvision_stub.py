@@ -1,4 +1,4 @@
-"""A torchvision stand-in so SGLang 0.5.23's modules import on a CPU-only machine.
+"""A torchvision stand-in so the pinned SGLang's modules import on a CPU-only machine.
 
 SGLang on a CPU is a product mode, not only a test aid: ``device: cpu`` in runtime.yaml, ``specdecode-runtime
 selftest`` and ``check-sglang`` on a machine without GPUs all import SGLang's worker stack there. The stand-in

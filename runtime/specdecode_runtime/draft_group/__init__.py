@@ -1,7 +1,7 @@
 """The engine-independent half of the split draft: a draft process group S inside the target's TP group.
 
 Everything here speaks plain ``torch.distributed`` and knows nothing about SGLang, so it runs under gloo on a CPU
-(tests) and under NCCL in a pod. ``sglang_patch`` binds it into SGLang 0.5.23. torch is imported lazily, inside
+(tests) and under NCCL in a pod. ``sglang_patch`` binds it into the pinned SGLang. torch is imported lazily, inside
 the functions that need it, so the launcher can validate a placement (:func:`choose_draft_ranks`) without torch.
 
 The pieces, one module each (every public name is re-exported here):

@@ -103,7 +103,7 @@ class ProposalLayout:
         return tokens, rows[:, c : c + self.parent_cols], rows[:, c + self.parent_cols :]
 
     def chain_parents(self, bs: int, device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """The constant chain topology (topk=1) every rank rebuilds, as SGLang 0.5.23's
+        """The constant chain topology (topk=1) every rank rebuilds, as the pinned SGLang's
         ``EagleDraftWorkerBase._rebuild_topk1_chain_buffers`` does: parents ``[-1, 0, .., steps-2]`` (width
         ``steps``, or 0 for a single step) and score indices ``[0 .. steps-1]``."""
         import torch

@@ -92,9 +92,9 @@ def _sglang_flags() -> tuple[dict[str, Any], list[str]]:
 
 def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
     """``KEY[=VALUE]`` items (KEY with or without its leading ``--``) as SGLang argv. Each KEY must be one of
-    SGLang's own options spelled out in full: SGLang's parser accepts unambiguous abbreviations, and 0.5.23 split
-    ``--cuda-graph-max-bs`` into ``-decode`` / ``-prefill``, so an abbreviation silently means something else in
-    the next release. Flags the runtime or the self-test set from typed options are refused."""
+    SGLang's own options spelled out in full: SGLang's parser accepts unambiguous abbreviations, and the pinned
+    version split ``--cuda-graph-max-bs`` into ``-decode`` / ``-prefill``, so an abbreviation silently means
+    something else in the next release. Flags the runtime or the self-test set from typed options are refused."""
 
     items = list(items or [])
     if len(items) > MAX_SGLANG_ARGS:
@@ -129,7 +129,7 @@ def parse_sglang_args(items: list[str] | None) -> tuple[str, ...]:
 
 
 def head_split_problem(heads: int, kv_heads: int, tp: int, device: str = "cuda") -> str | None:
-    """Whether SGLang 0.5.23 can load a Llama with these heads at TP ``tp`` on ``device``.
+    """Whether the pinned SGLang can load a Llama with these heads at TP ``tp`` on ``device``.
 
     CUDA: SGLang's own rule (``LlamaAttention``, ``QKVParallelLinear``): attention heads split evenly; KV heads split
     evenly when there are at least ``tp`` of them, else each is replicated on ``tp / kv_heads`` ranks, so

@@ -1,4 +1,4 @@
-"""Binds :mod:`specdecode_runtime.draft_group` into SGLang 0.5.23: the EAGLE draft runs on a subset S of the
+"""Binds :mod:`specdecode_runtime.draft_group` into the pinned SGLang: the EAGLE draft runs on a subset S of the
 target's TP ranks and broadcasts its proposals.
 
 SGLang's own code runs unchanged on every rank; only the draft worker differs. The patches, by responsibility:

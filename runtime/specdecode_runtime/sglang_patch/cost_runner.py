@@ -1,4 +1,4 @@
-"""The start-up cost probe's stage runner for SGLang 0.5.23's ``EAGLEWorkerV2``.
+"""The start-up cost probe's stage runner for the pinned SGLang's ``EAGLEWorkerV2``.
 
 :mod:`specdecode_runtime.cost_probe` times a ``run_step(stage, steps, batch)`` callable; this module supplies one
 that launches the forward pass SGLang itself runs for that stage, on dummy inputs, once the tiers are captured and

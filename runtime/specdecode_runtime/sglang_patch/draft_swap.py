@@ -1,6 +1,6 @@
 """The draft of one TP rank as the in-place swap writes it (:class:`~specdecode_runtime.draft_swap.DraftTarget`).
 
-**What the draft owns (SGLang 0.5.23).** ``EagleDraftWorker.init_lm_head`` replaces parts of the draft model by the
+**What the draft owns (the pinned SGLang).** ``EagleDraftWorker.init_lm_head`` replaces parts of the draft model by the
 target's after the draft checkpoint was loaded, so those parts are the target's and a swap must never write them:
 
 * EAGLE-3 (``LlamaForCausalLMEagle3``): ``set_embed`` makes the draft's ``embed_tokens`` the target's embedding

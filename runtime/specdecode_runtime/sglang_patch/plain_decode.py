@@ -1,10 +1,10 @@
 """Tier 0 as plain decoding: while the step table says 0 for the running batch, a decode cycle is the target's own
 decode forward and sampling, with no draft forward, no draft extend and no verify tree.
 
-Why: SGLang 0.5.23 serves ``speculative_num_steps == 0`` through the speculative path (a one-node verify tree through
-the target-verify graph, then a draft extend that keeps the draft's KV warm). On one H200 with a 304M target that
-cycle cost 3.8-4.0 ms against 2.1-2.4 ms for a plain server's decode, so a pod told to stop speculating still served
-0.35-0.82x a server without speculation, and where speculation loses the tuner had nowhere to go.
+Why: the pinned SGLang serves ``speculative_num_steps == 0`` through the speculative path (a one-node verify tree
+through the target-verify graph, then a draft extend that keeps the draft's KV warm). On one H200 with a 304M target
+that cycle cost 3.8-4.0 ms against 2.1-2.4 ms for a plain server's decode, so a pod told to stop speculating still
+served 0.35-0.82x a server without speculation, and where speculation loses the tuner had nowhere to go.
 
 The draft is skipped, not forgotten: every target-only cycle keeps what a draft extend would have consumed (the
 target's hidden state at the decoded position and the token it produced, per request) in a bounded window
