@@ -96,6 +96,10 @@ class ObjectState:
     # names before the watch delivers it) and the DraftRollout condition it reports (None: none).
     draft_status: dict | None = None
     draft_condition: dict | None = None
+    # The draft trained from the capture (tuning/adaptation.py): status.draft.adaptation as last written, and the
+    # DraftAdaptation condition while the latest candidate was refused or its attempt failed (None: none).
+    adaptation_status: dict | None = None
+    adaptation_condition: dict | None = None
 
     def remember_own_write(self, written: dict | None) -> None:
         """Remember the resourceVersion a status write of ours produced: its watch event brings nothing new, so the

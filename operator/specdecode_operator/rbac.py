@@ -90,7 +90,8 @@ RULES: list[Rule] = [
     Rule("monitoring.coreos.com", "servicemonitors", DROPPABLE, "optional Prometheus scraping"),
     Rule("", "events", ("create",), "Events on the CRs"),
     Rule("discovery.k8s.io", "endpointslices", ("list",), "tuner: endpoints of runtime pods"),
-    Rule("", "pods", ("list",), "a rollout's unschedulable pods (RolloutBlocked)"),
+    Rule("", "pods", ("list",), "a rollout's unschedulable pods (RolloutBlocked); a training Job's verdict"),
+    Rule("batch", "jobs", ("get",) + APPLY, "draft adaptation: the training Job (never deleted: its TTL)"),
     Rule("", "secrets", ("get",) + APPLY, "the per-deployment control token", "control-token"),
 ]
 

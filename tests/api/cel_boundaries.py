@@ -33,6 +33,7 @@ POD_NODES = "spec.podTemplate.nodeSelector"
 TOLERATIONS = "spec.podTemplate.tolerations"
 MONITOR_LABELS = "spec.monitoring.labels"
 ADAPTATION = "spec.draft.adaptation"
+TRAINING = {"enabled": True, "capture": {"claimName": "traffic"}, "training": {"gpus": 1}}
 OWN = "one of the operator's own labels"
 
 
@@ -359,6 +360,26 @@ BOUNDARIES: list[tuple[str, dict, list[tuple[str, str]]]] = [
         [(f"{ADAPTATION}.enabled", "needs runtime.launcher specdecode")],
     ),
     ("adaptation off with launcher sglang", sglang((ADAPTATION, {"capture": {"claimName": "traffic"}})), OK),
+    # draft.adaptation.training: only with the capture on; models the Job can mount (no hub fetch)
+    ("training with the capture on", edits((ADAPTATION, TRAINING)), OK),
+    (
+        "training with the capture off",
+        edits((ADAPTATION, {**TRAINING, "enabled": False})),
+        [(f"{ADAPTATION}.training", "training needs draft.adaptation.enabled")],
+    ),
+    ("capture on without training", edits((ADAPTATION, {"enabled": True, "capture": {"claimName": "traffic"}})), OK),
+    ("training with pvc:// models", edits((ADAPTATION, TRAINING), (DRAFT_MODEL, "pvc://drafts/eagle3")), OK),
+    (
+        "training with an hf:// draft",
+        edits((ADAPTATION, TRAINING), (DRAFT_MODEL, "hf://org/eagle3")),
+        [("spec.draft.adaptation.training", "as a path or pvc://CLAIM/PATH")],
+    ),
+    (
+        "training with an hf:// target",
+        edits((ADAPTATION, TRAINING), (TARGET_MODEL, "hf://org/target")),
+        [("spec.draft.adaptation.training", "as a path or pvc://CLAIM/PATH")],
+    ),
+    ("an hf:// draft without training", edits((ADAPTATION, {"enabled": False}), (DRAFT_MODEL, "hf://org/e")), OK),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Real SGLang 0.5.23 on the CPU: tiny models made on the fly, engines run in a host process of their own
+"""The real, pinned SGLang on the CPU: tiny models made on the fly, engines run in a host process of their own
 (``specdecode_runtime.cpu.host``: SGLang's shutdown kills every child of the process that started the engine, so
 that must never be pytest). Everything here is session-scoped: the models are written once, and each host
 process serves a whole list of engine runs, so SGLang is imported once per list."""

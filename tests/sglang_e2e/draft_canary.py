@@ -3,8 +3,8 @@ and bench/draft_canary_cpu.py records.
 
 The pieces, each the real one where it can run on a CPU:
 
-* **the pod**: ``specdecode-runtime launch`` of real SGLang 0.5.23 on the CPU (tiny target, its agreeing EAGLE draft,
-  3 steps, Live so that steps 0 can be put for the reference), with its control port and bearer token;
+* **the pod**: ``specdecode-runtime launch`` of the real, pinned SGLang on the CPU (tiny target, its agreeing EAGLE
+  draft, 3 steps, Live so that steps 0 can be put for the reference), with its control port and bearer token;
 * **the operator**: ``DraftRollouts`` / ``Canary`` / ``CanaryGate`` stepped the way tuning/loop.py steps them, once
   per tuner interval after the pod was scraped (``read_counters``, the loop's own scrape), with the real ``PodsApi``
   HTTP client; the interval is ``intervalSeconds`` x ``tune_interval_scale``, the operator's own test clock;

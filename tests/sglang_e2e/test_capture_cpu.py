@@ -1,4 +1,4 @@
-"""The traffic capture on the real SGLang 0.5.23 CPU engine (``specdecode-runtime launch``, TP 1, the agreeing EAGLE
+"""The traffic capture on the pinned SGLang's real CPU engine (``specdecode-runtime launch``, TP 1, the agreeing EAGLE
 head): with ``capture`` in runtime.yaml, N greedy requests give N records on the capture directory whose output ids
 are the ids the server answered with and whose prompt ids are the requests', and /metrics counts them written."""
 

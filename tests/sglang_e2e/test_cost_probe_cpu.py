@@ -1,4 +1,4 @@
-"""The start-up cost probe inside real SGLang 0.5.23 on a CPU: one engine through the runtime's launch path
+"""The start-up cost probe inside the real, pinned SGLang on a CPU: one engine through the runtime's launch path
 (``specdecode-runtime selftest --layouts sharded --tp 1``, Live with tiers 1 and 3), probed by
 ``sglang_patch.cost_runner`` after the tiers are built and before the first request, then the exported
 ``specdecode_cost_seconds`` scraped and parsed the way the operator does (:mod:`cost_profile`), fitted by the

@@ -1,4 +1,4 @@
-"""The operator's draft canary against one real runtime pod: real SGLang 0.5.23 on the CPU under
+"""The operator's draft canary against one real runtime pod: the real, pinned SGLang on the CPU under
 ``specdecode-runtime launch`` (tiny target, agreeing EAGLE draft, 3 steps), the operator's ``DraftRollouts`` with its
 real ``PodsApi`` stepped once per tuner interval after the loop's own scrape, and a real kube-apiserver holding the
 SpecDecodeDeployment, its control-token Secret and ``status.draft`` (the operator's ServiceAccount under the

@@ -1,4 +1,4 @@
-"""Loading a new draft in place on the real SGLang 0.5.23 CPU engine: TP 2 with the agreeing EAGLE-3 draft (its own
+"""Loading a new draft in place on the pinned SGLang's real CPU engine: TP 2 with the agreeing EAGLE-3 draft (its own
 head, the target's embedding), once sharded over both ranks and once split onto rank 1 alone (its own process
 group; rank 0, which answers the API, holds no draft), beside a run without speculation.
 

@@ -1,4 +1,4 @@
-"""The served calibration inside real SGLang 0.5.23 on a CPU: ``specdecode-runtime launch`` of a Live pod with
+"""The served calibration inside the real, pinned SGLang on a CPU: ``specdecode-runtime launch`` of a Live pod with
 ``costProbe.served``, whose warm-up serves every captured tier at batch 1 and 2 through the pod's own server before
 ``/health`` answers 200.
 

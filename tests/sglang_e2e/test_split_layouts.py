@@ -1,4 +1,4 @@
-"""The split draft inside real SGLang 0.5.23 on a CPU: scheduler processes over gloo, the runtime's launch path
+"""The split draft inside the real, pinned SGLang on a CPU: scheduler processes over gloo, the runtime's launch path
 (runtime.yaml -> launcher plan -> SGLang's parser -> patched scheduler entry point), greedy tokens compared with the
 tiny target's own greedy continuation (transformers, float32), and what every rank recorded checked by the same
 code as ``specdecode-runtime selftest`` (:mod:`specdecode_runtime.selftest.report`), including the split draft's

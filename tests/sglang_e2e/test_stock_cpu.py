@@ -1,4 +1,4 @@
-"""Stock (unpatched) SGLang 0.5.23 end to end on the CPU: greedy tokens are identical without speculation at TP 1
+"""The stock (unpatched) pinned SGLang end to end on the CPU: greedy tokens are identical without speculation at TP 1
 and TP 2 (gloo), and with EAGLE / EAGLE-3 chains and trees they equal the tokens without speculation, while the
 agreeing drafts get drafts accepted."""
 

@@ -1,4 +1,4 @@
-"""Tier 0 is plain decoding, on the real SGLang 0.5.23 CPU engine (TP 1, the agreeing EAGLE draft, Live tiers 0, 3,
+"""Tier 0 is plain decoding, on the pinned SGLang's real CPU engine (TP 1, the agreeing EAGLE draft, Live tiers 0, 3,
 5): while the step table says 0 the target decodes alone, with no draft forward and no draft extend (counted per
 call, with the tier the draft worker ran then), the greedy tokens stay exactly those of the same engine without
 speculation across live switches 3 -> 0 -> 5 -> 0 -> 5 with requests in flight, and on the way back to speculation the

@@ -174,9 +174,72 @@ class AdaptationCapture(_Model):
     )
 
 
+class AdaptationTraining(_Model):
+    """A draft trained from the capture by the operator: every intervalSeconds a batch/v1 Job (owned by this
+    deployment, restricted pod security) runs `specdecode-runtime adapt train` from the serving draft, then `adapt
+    score` against it on the capture's held-out records; only a candidate better by minRatio is loaded in place on
+    one replica (the canary of spec.draft.rollout) and promoted on measured acceptance. The adapted draft is
+    recorded in status.draft (spec is never written); a worse or broken one is recorded and dropped."""
+
+    intervalSeconds: int = Field(
+        default=86400,
+        ge=600,
+        le=31536000,
+        description="Seconds between attempts, from the capture's start or the end of the last attempt, 600 to "
+        "31536000 (a year); default 86400 (a day).",
+    )
+    maxSeconds: int = Field(
+        default=3600,
+        ge=300,
+        le=86400,
+        description="Wall-time bound of one attempt (the Job's activeDeadlineSeconds), 300 to 86400; default 3600. "
+        "Training gets two thirds of it, the offline gate the rest; past it the attempt fails and the serving "
+        "draft keeps serving.",
+    )
+    maxSteps: int | None = Field(
+        default=None, ge=1, le=1000000000, description="Training steps of one attempt at most (unset: the time bound)."
+    )
+    maxMemoryGiB: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="adapt train --max-memory-gb: with GPUs the process's GPU memory cap, on a CPU a refusal before "
+        "loading when the target and the training state exceed it.",
+    )
+    gpus: int = Field(
+        default=1,
+        ge=0,
+        le=8,
+        description="GPUs of the training pod (placement.gpuResourceName), 0 to 8; 0 trains on the CPU (small models "
+        "only). Default 1.",
+    )
+    resources: dict[str, Any] = Field(
+        default_factory=dict,
+        json_schema_extra=RESOURCES,
+        description="core/v1 ResourceRequirements of the training container for cpu/memory; the GPU count is gpus.",
+    )
+    nodeSelector: dict[str, str] | None = Field(
+        default=None, description="Node selector of the training pod (unset: placement.nodeSelector)."
+    )
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=32,
+        json_schema_extra={"items": PRESERVE},
+        description="core/v1 Tolerations of the training pod (unset: placement.tolerations).",
+    )
+    minRatio: float = Field(
+        default=1.02,
+        ge=1.0,
+        le=2.0,
+        description="The offline gate (adapt score --min-ratio): the candidate's tokens per verify over the serving "
+        "draft's on the held-out records must reach this, 1.0 to 2.0; default 1.02.",
+    )
+
+
 class Adaptation(_Model):
-    """A draft that learns from the traffic it serves. This release captures the traffic: opt-in, bounded in bytes,
-    time and share of requests. Needs runtime.launcher specdecode."""
+    """A draft that learns from the traffic it serves: opt-in capture, bounded in bytes, time and share of requests,
+    and with training set, a draft trained on it, gated offline and canaried in place. Needs runtime.launcher
+    specdecode."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cel(*rules.ADAPTATION_RULES))
 
@@ -187,6 +250,12 @@ class Adaptation(_Model):
     )
     capture: AdaptationCapture = Field(
         default_factory=AdaptationCapture, description="Where captured requests go and how much is kept."
+    )
+    training: AdaptationTraining | None = Field(
+        default=None,
+        description="Train a new draft from the capture on the cluster, gate it offline and canary it (needs enabled; "
+        "the target and draft as a path or pvc://). Unset: capture only. The training Job reads the captured user "
+        "data.",
     )
 
 
@@ -220,8 +289,8 @@ class Draft(_Model):
     )
     adaptation: Adaptation | None = Field(
         default=None,
-        description="Capture of served traffic, the first step of a draft that learns from it (off unless "
-        "enabled). The capture holds user data (prompts and outputs as token ids).",
+        description="Capture of served traffic and a draft trained from it (off unless enabled). The capture holds "
+        "user data (prompts and outputs as token ids).",
     )
 
 
@@ -727,6 +796,71 @@ class DraftHistoryEntry(_Model):
     message: str = Field(default="", description="Why, in words (measured acceptance, the pod's refusal).")
 
 
+AdaptationPhase = Literal["Capturing", "Training", "Canary", "Promoted", "Refused", "Failed"]
+
+
+class AdaptationResult(_Model):
+    """The offline gate's verdict on one candidate (adapt score on the capture's held-out records)."""
+
+    better: bool | None = Field(default=None, description="The candidate passed the gate (ratio >= minRatio).")
+    ratio: float | None = Field(
+        default=None, description="The candidate's tokens per verify over the serving draft's on the held-out records."
+    )
+    servingAcceptLength: float | None = Field(
+        default=None, description="The serving draft's accepted drafts per verify."
+    )
+    candidateAcceptLength: float | None = Field(default=None, description="The candidate's accepted drafts per verify.")
+    servingAcceptance: list[float] | None = Field(
+        default=None,
+        max_length=16,
+        description="The serving draft's acceptance per draft position (accepted given the previous accepted).",
+    )
+    candidateAcceptance: list[float] | None = Field(
+        default=None, max_length=16, description="The candidate's acceptance per draft position."
+    )
+    heldoutRecords: int | None = Field(default=None, description="Held-out captured records the gate read.")
+    digest: str | None = Field(
+        default=None, max_length=128, description="sha256 over the candidate's tensors, as the pods will report it."
+    )
+
+
+class AdaptedDraft(_Model):
+    """A draft trained from the capture: where the pods read it and the draft it was trained for."""
+
+    source: str = Field(default="", description="The checkpoint's path in the pods (on the capture claim).")
+    base: str = Field(
+        default="",
+        description="spec.draft.model when it was trained; a new spec.draft.model drops the adapted draft.",
+    )
+    attempt: int | None = Field(default=None, description="The attempt that trained it.")
+
+
+class AdaptationStatus(_Model):
+    """The capture -> train -> gate -> canary -> promote loop (spec.draft.adaptation.training)."""
+
+    phase: AdaptationPhase | None = Field(
+        default=None,
+        description="Capturing (waiting for the next attempt), Training (the Job runs: training, then the offline "
+        "gate), Canary (the gated candidate is canaried, status.draft.phase), Promoted (it serves), Refused (the "
+        "gate or the canary found it not better) or Failed (the Job failed or ran past maxSeconds).",
+    )
+    message: str = Field(default="", description="The phase's cause, in words.")
+    attempt: int | None = Field(default=None, description="The latest attempt's number (1, 2, ...).")
+    job: str | None = Field(default=None, description="The latest attempt's Job.")
+    since: str | None = Field(
+        default=None,
+        description="When the wait for the next attempt began (RFC 3339): the capture's start or the "
+        "latest attempt's end.",
+    )
+    lastResult: AdaptationResult | None = Field(default=None, description="The latest offline gate's verdict.")
+    candidate: AdaptedDraft | None = Field(
+        default=None, description="The gated candidate handed to the in-place canary (status.draft.candidate)."
+    )
+    promoted: AdaptedDraft | None = Field(
+        default=None, description="The adapted draft promoted last: new and restarted pods load it."
+    )
+
+
 class DraftStatus(_Model):
     """Which draft the pods serve and the in-place rollout of a new one (spec.draft.rollout)."""
 
@@ -745,6 +879,9 @@ class DraftStatus(_Model):
     message: str = Field(default="", description="The phase's cause, in words.")
     history: list[DraftHistoryEntry] = Field(
         default_factory=list, max_length=5, description="The latest phase changes, oldest first (at most 5)."
+    )
+    adaptation: AdaptationStatus | None = Field(
+        default=None, description="The draft trained from captured traffic (spec.draft.adaptation.training)."
     )
 
 

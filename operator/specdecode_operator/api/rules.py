@@ -111,6 +111,13 @@ ADAPTATION_SPEC_RULES = (
         "draft.adaptation.enabled needs runtime.launcher specdecode: a stock SGLang image captures no traffic",
         ".draft.adaptation.enabled",
     ),
+    Rule(
+        "!has(self.draft.adaptation) || !has(self.draft.adaptation.training) || "
+        f"(!self.target.model.startsWith('{ms.HF_SCHEME}') && !self.draft.model.startsWith('{ms.HF_SCHEME}'))",
+        "draft.adaptation.training needs the target and the draft as a path or pvc://CLAIM/PATH: the training Job "
+        "mounts them as the pods do and has no hub fetch",
+        ".draft.adaptation.training",
+    ),
 )
 
 ADAPTATION_RULES = (
@@ -119,6 +126,11 @@ ADAPTATION_RULES = (
         "draft.adaptation.capture.claimName is required when draft.adaptation.enabled is true: the "
         "PersistentVolumeClaim the runtime pods write captured requests to",
         ".capture.claimName",
+    ),
+    Rule(
+        "!has(self.training) || self.enabled",
+        "draft.adaptation.training needs draft.adaptation.enabled: it trains on the captured requests",
+        ".training",
     ),
 )
 

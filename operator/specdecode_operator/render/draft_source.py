@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdecode_runtime.contract import model_source as ms
+from specdecode_runtime.contract.config import CAPTURE_MOUNT_DIR
 
 
 def mounted_claims(spec: Any, draft_model: str) -> list[str]:
@@ -33,6 +34,10 @@ def in_place_problem(spec: Any, serving: str, wanted: str) -> str | None:
         return str(e)
     if isinstance(new, ms.HubSource):
         return f"{wanted} must be fetched from the hub by the pods' init container first"
+    capturing = spec.draft.adaptation is not None and spec.draft.adaptation.enabled
+    for model in (serving, wanted):
+        if on_capture_claim(model) and not capturing:
+            return f"{model} is on the capture claim, which the pods mount only while draft.adaptation is enabled"
     if isinstance(old, ms.HubSource):
         return f"the pods serve {serving} from the hub cache, which only a restart replaces"
     if isinstance(new, ms.PvcSource) and new.claim not in mounted_claims(spec, serving):
@@ -40,6 +45,32 @@ def in_place_problem(spec: Any, serving: str, wanted: str) -> str | None:
     if isinstance(old, ms.PvcSource) and old.claim not in ms.pvc_claims(spec.target.model, wanted):
         return f"the pods would drop claim {old.claim}, which only a restart does"
     return None
+
+
+def adapted_model(sdd: Any, status: dict | None) -> str | None:
+    """The draft trained from the capture that the deployment is to serve (status.draft.adaptation, written by
+    tuning/adaptation.py): the gated candidate while it is canaried, else the one promoted last. Only while
+    spec.draft.adaptation.training is on and spec.draft.model is still the draft it was trained for: a new
+    spec.draft.model (or training turned off) supersedes every adapted draft."""
+    adaptation = sdd.spec.draft.adaptation
+    if adaptation is None or not adaptation.enabled or adaptation.training is None:
+        return None
+    recorded = (((status or {}).get("draft") or {}).get("adaptation")) or {}
+    for key in ("candidate", "promoted"):
+        draft = recorded.get(key) or {}
+        if draft.get("source") and draft.get("base") == sdd.spec.draft.model:
+            return str(draft["source"])
+    return None
+
+
+def wanted_model(sdd: Any, status: dict | None) -> str:
+    """The draft the deployment is to serve: an adapted one (``adapted_model``), else spec.draft.model."""
+    return adapted_model(sdd, status) or sdd.spec.draft.model
+
+
+def on_capture_claim(model: str) -> bool:
+    """Whether ``model`` is an adapted draft on the capture claim (only pods that capture mount it)."""
+    return model.startswith(CAPTURE_MOUNT_DIR.rstrip("/") + "/")
 
 
 def pod_path(model: str) -> str:
@@ -51,11 +82,12 @@ def pod_path(model: str) -> str:
 
 
 def served_model(sdd: Any, status: dict | None) -> str:
-    """The draft the pods' runtime config names: ``status.draft.serving.source`` while a change of
-    ``spec.draft.model`` is being (or was) rolled out in place, ``spec.draft.model`` otherwise: nothing recorded
-    yet, no replica to protect (``spec.replicas`` 0), or a change the pods cannot load in place."""
+    """The draft the pods' runtime config names: ``status.draft.serving.source`` while a change of the wanted draft
+    (``wanted_model``: spec.draft.model or an adapted draft) is being (or was) rolled out in place, the wanted draft
+    otherwise: nothing recorded yet, no replica to protect (``spec.replicas`` 0), or a change the pods cannot load
+    in place. A promoted adapted draft is wanted, so new and restarted pods load it."""
     spec = sdd.spec
-    wanted = spec.draft.model
+    wanted = wanted_model(sdd, status)
     serving = (((status or {}).get("draft") or {}).get("serving") or {}).get("source")
     if not serving or serving == wanted or spec.replicas == 0:
         return wanted

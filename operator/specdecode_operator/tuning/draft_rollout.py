@@ -1,4 +1,6 @@
 """A change of ``spec.draft.model`` alone, rolled out in place: canary on one replica, then promote or roll back.
+The same for a draft trained from the capture and passed by the offline gate (tuning/adaptation.py): it is wanted
+through status.draft.adaptation (``draft_source.wanted_model``), never through spec.
 
 Why in place: a draft checkpoint is small and the runtime can load one into running pods
 (``POST /specdecode/v1/draft``, validated before it replaces anything); restarting every GPU pod for it would cost
@@ -203,7 +205,7 @@ class DraftRollouts:
         phase_changed = current.get("phase") != phase or current.get("message") != out["message"]
         if phase_changed:
             out["history"] = [*(current.get("history") or []), entry][-HISTORY_LIMIT:]
-        if out == current:
+        if out == {k: v for k, v in current.items() if k != "adaptation"}:  # adaptation: tuning/adaptation.py's
             return
         rendered_before = (current.get("serving") or {}).get("source")
         self.state.draft_status = out
@@ -223,7 +225,7 @@ class DraftRollouts:
     async def step(self, sdd, body: dict, targets: list[Target], snaps: list[PodSnapshot]) -> None:
         current = dict(newest_status(body, self.state)["draft"] or {})
         spec = sdd.spec
-        wanted = spec.draft.model
+        wanted = draft_source.wanted_model(sdd, {"draft": current})  # spec.draft.model or an adapted draft
         controls = {t.pod: t.control_url for t in targets if t.control_url}
         by_pod = {s.pod: s for s in snaps}
         serving = (current.get("serving") or {}).get("source")

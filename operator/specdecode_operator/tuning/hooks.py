@@ -80,12 +80,19 @@ def conditions(state: ObjectState, body=None, tuned: bool = False) -> list[dict]
 
 def newest_draft_status(body: dict, state: ObjectState) -> dict:
     """``{"draft": ...}``: the draft rollout's last status.draft write until the watch delivers it, else the body's
-    (tuning/draft_rollout.py writes it; the reconciler renders the serving draft from it)."""
-    if state.draft_status is not None:
-        return {"draft": state.draft_status}
-    return {"draft": (body.get("status") or {}).get("draft")}
+    (tuning/draft_rollout.py writes it; the reconciler renders the serving draft from it), with
+    ``adaptation`` likewise from the adaptation loop's last write (tuning/adaptation.py, its own field manager)."""
+    in_body = (body.get("status") or {}).get("draft")
+    draft = state.draft_status if state.draft_status is not None else in_body
+    adaptation = state.adaptation_status
+    if adaptation is None:
+        adaptation = (in_body or {}).get("adaptation")
+    if adaptation is not None:
+        draft = {**{k: v for k, v in (draft or {}).items() if k != "adaptation"}, "adaptation": adaptation}
+    return {"draft": draft}
 
 
 def draft_conditions(state: ObjectState) -> list[dict]:
-    """The DraftRollout condition for the reconciler's status write (only while a candidate was refused)."""
-    return [dict(state.draft_condition)] if state.draft_condition else []
+    """The DraftRollout condition (only while a candidate was refused) and the DraftAdaptation condition (while the
+    latest adapted candidate was refused or its training failed) for the reconciler's status write."""
+    return [dict(c) for c in (state.draft_condition, state.adaptation_condition) if c]

@@ -17,7 +17,8 @@ Per interval (this module orders the steps; each lives where its reason is docum
 4. act by mode - Live: PUT the step table to every pod whose published table differs (``actuate``);
    Rollout: put the new step count into the object's state (``tuned_steps``) and reconcile, which re-renders the
    ConfigMap and pod template (a rolling update); Off (and any mode while ``specdecode.io/reconcile: paused``): report only;
-4b. a change of spec.draft.model alone: one step of its in-place canary (``draft_rollout``);
+4b. a change of spec.draft.model alone: one step of its in-place canary (``draft_rollout``); then one step of the
+    draft trained from the capture (``adaptation``: its training Job, the offline gate, the canary above);
 5. report (``report``): status.speculative/history, MetricsAvailable through the reconciler, Events,
    metrics.
 
@@ -37,7 +38,7 @@ from ..kube_client import ApiError
 from ..object_state import ObjectState, validated
 from ..render import names
 from ..tuner.tuner import Mode, Tuner, TunerConfig
-from . import draft_rollout, hooks, pods, profile
+from . import adaptation, draft_rollout, hooks, pods, profile
 from .actuate import TablePusher
 from .pod_client import read_counters
 from .profile import PROFILE_ANNOTATION, Profile
@@ -85,6 +86,9 @@ class TuningLoop:
             clear=self.report.clear,
         )
 
+        self.adaptations = adaptation.Adaptations(
+            state, context.client, self._write_adaptation, self.report.event, reconcile, self.config.default_image
+        )
         self.drafts = draft_rollout.DraftRollouts(
             state,
             draft_rollout.PodsApi(context.http, self._control_token, self.config.scrape_timeout),
@@ -100,6 +104,10 @@ class TuningLoop:
     async def _write_draft(self, draft: dict) -> None:
         md = self.body["metadata"]
         await draft_rollout.write(self.client, md["name"], md["namespace"], draft)
+
+    async def _write_adaptation(self, status: dict) -> None:
+        md = self.body["metadata"]
+        await adaptation.write(self.client, md["name"], md["namespace"], status)
 
     def see(self, body) -> None:
         """The newest body of the object (the scheduler hands it over before each interval)."""
@@ -152,6 +160,10 @@ class TuningLoop:
                 await self.drafts.step(sdd, self.body, targets, snaps)
             except ApiError as e:
                 log.warning("tuner %s: status.draft not written: %s", report.ref(), e)
+            try:  # a draft trained from the capture: its Job, the offline gate, then the canary above
+                await self.adaptations.step(sdd, self.body)
+            except ApiError as e:
+                log.warning("tuner %s: draft adaptation not stepped: %s", report.ref(), e)
         if st.mode == "Live" and acting:
             await self.pusher.push(
                 ns, name, tuner, d, targets or [], snaps, uid=(self.body.get("metadata") or {}).get("uid")

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from .. import draft_checkpoint
+from ..contract import adaptation
 from ..contract.cli_common import (
     EXIT_OK,
     UsageError,
@@ -28,7 +29,7 @@ from ..contract.cli_common import (
 from . import data
 
 PROG = "specdecode-runtime adapt"
-EXIT_NOT_BETTER = 3
+EXIT_NOT_BETTER = adaptation.EXIT_NOT_BETTER
 DEVICES = ("cpu", "cuda")
 
 
@@ -96,6 +97,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     s.add_argument("--device", choices=DEVICES, default="cpu")
     s.add_argument("--out", type=Path, default=None, help="also write the verdict JSON to this file")
+    s.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        help="also write the verdict's summary (at most 4096 bytes of JSON) to this file: a training Job's "
+        f"termination message ({adaptation.TERMINATION_LOG}), which the operator reads",
+    )
     _add_capture_args(s)
     s.set_defaults(func=lambda ns: run_command(run_score, ns))
     return p
@@ -275,5 +283,7 @@ def run_score(ns: argparse.Namespace) -> int:
     if ns.out is not None:
         ns.out.parent.mkdir(parents=True, exist_ok=True)
         ns.out.write_text(text + "\n")
+    if ns.summary is not None:
+        ns.summary.write_text(adaptation.encode(adaptation.summary(result)))
     print(text, flush=True)
     return EXIT_OK if result["better"] else EXIT_NOT_BETTER
