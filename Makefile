@@ -43,17 +43,20 @@ lint: deps-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-TEST_ENV := SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1
+# PYTHONDONTWRITEBYTECODE emptied: the suite's hundreds of Python subprocesses (and pytest's rewritten test modules)
+# load the checkout's modules from __pycache__ instead of compiling them again in every process.
+TEST_ENV := PYTHONDONTWRITEBYTECODE= SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1
 
 # Every tier in one pytest session; the summary ends with the seconds each tier took.
 test: deps-test lint tools envtest registry promtool
 	$(TEST_ENV) $(BIN)/python -m pytest -q
 
 # One tier each (tests/conftest.py gives every test one of the markers unit, cluster, chaos, engine); no lint.
-#   test-unit     pure tests: no API server, no SGLang engine, no Go-built binary
+#   test-unit     pure tests: no API server, no SGLang engine or worker code, no multi-process gloo, no Go-built binary
 #   test-cluster  real kube-apiserver, the API emulator, helm/kubectl against a server, the OCI registry, promtool
 #   test-chaos    tests/chaos: faults injected into the API emulator and the real API server
-#   test-engine   real SGLang engines on the CPU (tests/sglang_e2e; the draft canary also uses a real API server)
+#   test-engine   real SGLang on the CPU: engines (tests/sglang_e2e; the draft canary also uses a real API server),
+#                 SGLang's worker code and kernels, multi-process gloo groups
 # PYTEST_ARGS passes more options, e.g. make test-unit PYTEST_ARGS="-x tests/tuner".
 PYTEST_ARGS ?=
 test-unit: deps-test

@@ -1,29 +1,43 @@
 """Test tiers: every collected test gets exactly one of the markers ``unit``, ``cluster``, ``chaos`` or ``engine``,
-from its folder, or from FILE_TIER where a folder mixes kinds, or from the test file's own ``pytestmark``.
+from its folder, or from FILE_TIER where a folder mixes kinds, or from the test's own marker (a file's
+``pytestmark`` or ``@pytest.mark.engine`` on one test of a mixed file).
 
 - ``unit``: pure Python in this process or in plain subprocesses; no API server (neither kube-apiserver nor the
-  kmock emulator), no SGLang engine, no Go-built binary.
+  kmock emulator), no SGLang engine and no SGLang worker code (what ``sglang_or_skip()`` imports; it refuses to run
+  in a unit test; SGLang's pure-Python adaptive controller, the tuner bench's baseline, is allowed), no
+  torch.distributed group of several processes, no Go-built binary.
 - ``cluster``: a real kube-apiserver + etcd, the kmock API emulator, helm / kubectl against a server, the OCI
   registry or promtool (the Go-built binaries of ``make tools envtest registry promtool``).
 - ``chaos``: tests/chaos (faults injected into the emulator and the real API server).
-- ``engine``: real SGLang engines on the CPU (tests/sglang_e2e).
+- ``engine``: real SGLang on the CPU: its engines (tests/sglang_e2e), its code run in this process or in a
+  subprocess (patch points, kernels, argument parser, model classes), and multi-process gloo groups (the
+  draft group, step control, hang reports) with or without SGLang in them.
 
 ``make test-unit`` / ``test-cluster`` / ``test-chaos`` / ``test-engine`` run one tier (``pytest -m TIER``);
 ``make test`` runs all of them in one session and ends with the time each tier took (TierDurations below).
 tests/test_tiers.py checks that each test has one tier and that no unit test uses a cluster, chaos or engine
-fixture.
+fixture; it reads the tiers this session gave (COLLECTED) when the session collected the whole suite.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+# The real API server of the whole session (cluster, chaos and engine tests share it): defined here once, since a
+# session fixture imported into two conftests is two fixtures, each starting a server of its own.
+from tests.k8s.fixtures import apiserver_bed, envtest_environment  # noqa: F401
+
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "cluster", "chaos", "engine")
 TIER_OF = pytest.StashKey[dict]()  # nodeid -> tier, for the durations table
+# Every collected test as tests/test_tiers.py reads it: {nodeid, tiers, fixtures}, before `-m` / `-k` deselect.
+COLLECTED = pytest.StashKey[list]()
+# The running test's tier, in the environment of this process and of what it spawns (runtime_testlib reads it).
+TIER_ENV = "SPECDECODE_TEST_TIER"
 
 # A test's tier by the first folder under tests/; tests/*.py and any folder not named here are unit.
 FOLDER_TIER = {
@@ -45,6 +59,13 @@ FILE_TIER = {
     "demo/test_demo_kubeconfig.py": "cluster",  # `specdecode demo --kubeconfig` on a real kube-apiserver
     "demo/test_demo_run.py": "cluster",  # `specdecode demo`: the operator on the kmock emulator
     "k8s/test_kube_client.py": "unit",  # the API client against a loopback aiohttp stand-in
+    # SGLang's code or multi-process gloo groups in every test (or in a fixture all of a file's tests share)
+    "bench/test_trained_smoke.py": "engine",  # the trained head loaded by SGLang's own Eagle3 class
+    "runtime/test_capture_hook.py": "engine",  # the capture patch on SGLang's output streamer
+    "runtime/test_sglang_contract.py": "engine",  # every patch point and flag against the installed SGLang
+    "runtime/test_split_behaviour.py": "engine",  # SGLang's scheduler order and tree widths
+    "runtime/test_split_defects.py": "engine",  # SGLang's tree helpers; draft ranks over gloo processes
+    "sim/test_gloo_control_preflight.py": "engine",  # step control and preflight on 4 gloo processes
 }
 
 
@@ -74,6 +95,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, tier))
                 marked = [tier]
         tiers[item.nodeid] = marked[0] if len(marked) == 1 else "+".join(marked) if marked else "none"
+    config.stash[COLLECTED] = [
+        dict(nodeid=item.nodeid, tiers=explicit_tiers(item), fixtures=sorted(set(getattr(item, "fixturenames", ()))))
+        for item in items
+    ]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """The test's tier in TIER_ENV while it runs (its fixtures' set-up and tear-down included)."""
+    marked = explicit_tiers(item)
+    before = os.environ.get(TIER_ENV)
+    os.environ[TIER_ENV] = marked[0] if len(marked) == 1 else "none"
+    try:
+        return (yield)
+    finally:
+        if before is None:
+            os.environ.pop(TIER_ENV, None)
+        else:
+            os.environ[TIER_ENV] = before
 
 
 class TierDurations:

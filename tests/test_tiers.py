@@ -1,4 +1,5 @@
-"""The test tiers (tests/conftest.py): the whole suite collected in a subprocess, as `make test` collects it, and every
+"""The test tiers (tests/conftest.py): the whole suite as `make test` collects it (this session's own collection when
+it collected the whole suite, as `make test` and `make test-TIER` do; else a collection in a subprocess), and every
 test found with exactly one tier marker; no unit test uses a fixture of the API-server beds (tests/k8s/fixtures.py),
 the chaos bed (tests/chaos/conftest.py) or the SGLang engines (tests/sglang_e2e/conftest.py), and no unit test file
 imports what starts a real API server, the API emulator with the operator, or a Go-built tool."""
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FILE_TIER, FOLDER_TIER, TIERS
+from tests.conftest import COLLECTED, FILE_TIER, FOLDER_TIER, TIER_ENV, TIERS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -59,9 +60,24 @@ def pytest_collection_finish(session):
 """
 
 
+def whole_suite(config: pytest.Config) -> bool:
+    """Whether this session collected every test file (its arguments name tests/ or the checkout, nothing narrower,
+    and no option skips files at collection)."""
+    if config.getoption("lf", False) or config.getoption("continue_on_collection_errors", False):
+        return False
+    if config.getoption("ignore", None) or config.getoption("ignore_glob", None):
+        return False
+    paths = {Path(str(config.rootpath), a.split("::")[0]).resolve() for a in config.args}
+    return bool(paths) and paths <= {TESTS, ROOT}
+
+
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory) -> list[dict]:
+def collected(request, tmp_path_factory) -> list[dict]:
     """Every test of the suite: {nodeid, tiers, fixtures}."""
+    if whole_suite(request.config) and COLLECTED in request.config.stash:
+        rows = request.config.stash[COLLECTED]
+        assert len(rows) > 1000, f"only {len(rows)} tests collected"
+        return rows
     d = tmp_path_factory.mktemp("tiers")
     (d / "tier_dump.py").write_text(DUMP_PLUGIN.format(tiers=TIERS))
     out = d / "collected.json"
@@ -167,3 +183,20 @@ def test_the_tier_tables_name_existing_tests_and_tiers():
 def test_every_tier_has_tests(collected):
     counts = {t: sum(r["tiers"] == [t] for r in collected) for t in TIERS}
     assert all(counts.values()), counts
+
+
+def test_sglang_refuses_to_run_in_a_unit_test(monkeypatch):
+    """SGLang's worker stack is engine-tier: under a unit test's tier, sglang_or_skip fails instead of importing."""
+    sys.path.insert(0, str(TESTS / "runtime"))
+    try:
+        from runtime_testlib import sglang_or_skip
+    finally:
+        sys.path.remove(str(TESTS / "runtime"))
+    assert os.environ[TIER_ENV] == "unit"  # this test's own tier, set while it runs
+    with pytest.raises(pytest.fail.Exception, match="engine tier"):
+        sglang_or_skip()
+    monkeypatch.setenv(TIER_ENV, "engine")
+    monkeypatch.setattr("specdecode_runtime.sglang_patch.installed_sglang_version", lambda: None)
+    monkeypatch.delenv("SPECDECODE_REQUIRE_SGLANG", raising=False)
+    with pytest.raises(pytest.skip.Exception):  # past the tier guard: no SGLang here, so a skip
+        sglang_or_skip()

@@ -26,24 +26,21 @@ from cel_corpus import corpus  # noqa: E402
 from test_property import documents  # noqa: E402
 
 from specdecode_operator.api.validate import InvalidSpec, parse  # noqa: E402
-from tests.k8s.realapi import ApiServer, Refusal, started_environment  # noqa: E402
+from tests.k8s.realapi import ApiServer, Refusal  # noqa: E402
 
 NAMESPACE = "parity"
 CRD_FILE = TESTS.parent / "crds" / "specdecode.io_specdecodedeployments.yaml"
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory) -> ApiServer:
-    """An API server of this module's own (stopped when the module is done)."""
-    env = started_environment(tmp_path_factory.mktemp("envtest-parity"))
-    try:
-        api = ApiServer(env.kubeconfig)
-        api.apply_crd(yaml.safe_load(CRD_FILE.read_text()))
-        api.ensure_namespace(NAMESPACE)
-        yield api
-        api.close()
-    finally:
-        env.stop()
+def api(apiserver_bed) -> ApiServer:
+    """The session's API server (tests/conftest.py), its CRD applied again from the committed file (the bed applied
+    the same file; nothing in the suite changes it), every document in a namespace of this module's own."""
+    api = ApiServer(apiserver_bed.env.kubeconfig)
+    api.apply_crd(yaml.safe_load(CRD_FILE.read_text()))
+    api.ensure_namespace(NAMESPACE)
+    yield api
+    api.close()
 
 
 def local_fields(doc: dict) -> set[str]:

@@ -51,6 +51,7 @@ def test_derive_fits_tp1_and_collective_cost():
     assert d["broadcast_us_median"] == pytest.approx(12.0)
 
 
+@pytest.mark.engine  # 2 gloo processes
 @pytest.mark.slow
 def test_cpu_run_writes_every_part(tmp_path):
     cmd = [

@@ -1,7 +1,6 @@
 import pytest
 
 from tests.chaos.chaoslib import Bed
-from tests.k8s.fixtures import apiserver_bed, envtest_environment  # noqa: F401  (the real API server, once per session)
 
 
 @pytest.fixture

@@ -188,6 +188,7 @@ def test_operator_run_refuses_bad_and_busy_ports(tmp_path):
         )
 
 
+@pytest.mark.engine  # a real launch imports SGLang's server
 @pytest.mark.slow
 def test_missing_runtime_dependency_in_a_real_launch(tmp_path):
     """A real `launch` (no --dry-run) where a module SGLang imports is missing: a message, not a traceback."""

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.k8s.apiserver import ApiServerBed, OperatorProcess
-from tests.k8s.realapi import ApiServer, started_environment
+from tests.k8s.apiserver import OperatorProcess
+from tests.k8s.realapi import ApiServer
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -22,17 +21,9 @@ ROOT = TESTS.parent
 NAMESPACE = "demo-real"
 
 
-@pytest.fixture(scope="module")
-def apiserver_bed(tmp_path_factory):
-    """A real API server prepared like a user's cluster (CRDs by kubectl, the chart's RBAC), for this module."""
-    env = started_environment(tmp_path_factory.mktemp("envtest-demo"))
-    try:
-        yield ApiServerBed(env).prepare()
-    finally:
-        env.stop()
-
-
 def test_demo_against_a_real_api_server(apiserver_bed, tmp_path):
+    """On the session's API server (tests/conftest.py), prepared like a user's cluster (CRDs by kubectl, the chart's
+    RBAC); the demo's objects live in a namespace of this test's own."""
     api = ApiServer(apiserver_bed.env.kubeconfig)
     api.ensure_namespace(NAMESPACE)
     apiserver_bed.grant(NAMESPACE)  # the chart's RBAC for an operator watching this namespace

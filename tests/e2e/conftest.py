@@ -2,11 +2,11 @@
 emulator and on a real kube-apiserver."""
 
 from tests.k8s.fixtures import (  # noqa: F401  (fixtures are found by name in a conftest's namespace)
-    apiserver_bed,
     apiserver_factory,
     cluster,
     cluster_factory,
     emulated,
     emulator_factory,
-    envtest_environment,
 )
+
+# envtest_environment and apiserver_bed, the session's real API server, come from tests/conftest.py.

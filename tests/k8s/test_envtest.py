@@ -1,5 +1,6 @@
 """The local API server fixture itself: who each kubeconfig authenticates as, what RBAC lets it do, and that
-stopping leaves no process and no data behind (also through ``python -m tests.k8s.envtest up|down``)."""
+stopping leaves no process and no data behind (also through ``python -m tests.k8s.envtest up|down``). The first
+tests read the session's server (tests/conftest.py); the stop tests start servers of their own."""
 
 from __future__ import annotations
 
@@ -12,20 +13,7 @@ import pytest
 
 from tests.k8s.apiserver import kubectl
 from tests.k8s.cluster import wait_for
-from tests.k8s.envtest import ROOT, Environment, EnvtestUnavailable
-
-
-@pytest.fixture(scope="module")
-def envtest_environment(tmp_path_factory):
-    """A server for this module only, stopped when it ends (the e2e suite's session server is separate)."""
-    try:
-        env = Environment(workdir=tmp_path_factory.mktemp("envtest-fixture"), build=False).start()
-    except EnvtestUnavailable as e:
-        if os.environ.get("SPECDECODE_REQUIRE_ENVTEST") == "1":
-            pytest.fail(f"the real API server is required (SPECDECODE_REQUIRE_ENVTEST=1): {e}")
-        pytest.skip(f"no kube-apiserver/etcd binaries: {e}")
-    yield env
-    env.stop()
+from tests.k8s.envtest import ROOT, Environment
 
 
 def whoami(kubeconfig) -> dict:
@@ -53,6 +41,7 @@ def test_each_kubeconfig_authenticates_as_its_identity(envtest_environment):
 
 def test_rbac_is_enforced_for_everyone_but_the_admin(envtest_environment):
     env = envtest_environment
+    mark = env.audit_offset()
     alice = env.kubeconfig_for("alice", ["devs"])
     assert kubectl(env.kubeconfig, "auth", "can-i", "list", "secrets", "-A").strip() == "yes"
     with pytest.raises(RuntimeError, match="forbidden"):
@@ -69,12 +58,12 @@ def test_rbac_is_enforced_for_everyone_but_the_admin(envtest_environment):
         what="alice may list configmaps",
     )
     kubectl(alice, "get", "configmaps", "-n", "default", "-o", "name")
-    refused = [e for e in env.audit_events(user="alice") if e["responseStatus"]["code"] == 403]
+    refused = [e for e in env.audit_events(mark, user="alice") if e["responseStatus"]["code"] == 403]
     assert refused and refused[0]["objectRef"]["resource"] == "secrets"
 
 
 def test_stop_leaves_no_process_and_no_data(envtest_environment):
-    bins = envtest_environment  # the session's server is already built and started: reuse its binaries
+    bins = envtest_environment  # the session's server: already built and started
     with Environment() as env:
         assert env.startup_seconds < 60
         pids, workdir = env.pids, env.workdir

@@ -14,7 +14,14 @@ if str(RUNTIME) not in sys.path:
 
 def sglang_or_skip():
     """Import sglang's worker stack (torchvision stubbed on CPU), or skip; with SPECDECODE_REQUIRE_SGLANG set a
-    missing sglang is a failure, never a skip (CI sets it)."""
+    missing sglang is a failure, never a skip (CI sets it). A unit-tier test may not use SGLang (tests/conftest.py):
+    there it fails, naming the engine tier."""
+    if os.environ.get("SPECDECODE_TEST_TIER") == "unit":
+        pytest.fail(
+            "SGLang in a unit-tier test: give the test the engine tier (@pytest.mark.engine, or its file a row in "
+            "tests/conftest.py's FILE_TIER)",
+            pytrace=False,
+        )
     from specdecode_runtime import SGLANG_VERSION
     from specdecode_runtime.cpu.torchvision_stub import install
     from specdecode_runtime.sglang_patch import installed_sglang_version

@@ -36,6 +36,7 @@ def oracle():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.engine  # SGLang's kernels under Triton's CPU interpreter
 @pytest.mark.slow
 @pytest.mark.parametrize("check", CHECKS)
 def test_stand_in_matches_sglang(oracle, check):
@@ -50,6 +51,7 @@ def test_install_refuses_other_devices():
     assert cpu.install("cuda") is False
 
 
+@pytest.mark.engine  # SGLang's worker stack
 def test_draft_step_rows_layout():
     sglang_or_skip()
     import torch

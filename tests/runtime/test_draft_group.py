@@ -146,6 +146,7 @@ def _reference(topk: int):
     return t.tolist(), None if p is None else p.tolist(), None if s is None else s.tolist()
 
 
+@pytest.mark.engine  # 4 gloo processes (module fixture)
 @pytest.mark.slow
 @pytest.mark.parametrize("name,s_ranks,topk", SCENARIOS)
 def test_proposals_identical_on_every_rank_and_equal_reference(gloo_results, name, s_ranks, topk):
@@ -157,6 +158,7 @@ def test_proposals_identical_on_every_rank_and_equal_reference(gloo_results, nam
         assert rec["scores"] == ref_s, f"{name}: rank {rank} top_scores_index differs"
 
 
+@pytest.mark.engine  # 4 gloo processes (module fixture)
 @pytest.mark.slow
 def test_collectives_per_cycle_full_vs_split(gloo_results):
     per_step_full = 2 * CFG.layers + 1  # two all-reduces per layer + the vocab all-gather, every step
@@ -177,6 +179,7 @@ def test_collectives_per_cycle_full_vs_split(gloo_results):
             assert res["s2_chain"]["draft_group_collectives"] == 0
 
 
+@pytest.mark.engine  # 4 gloo processes (module fixture)
 @pytest.mark.slow
 def test_vocab_gather_and_guard(gloo_results):
     for rank, res in enumerate(gloo_results):

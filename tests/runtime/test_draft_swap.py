@@ -385,6 +385,7 @@ def gloo(tmp_path_factory):
     return {r: json.loads((root / f"rank{r}.json").read_text()) for r in (0, 1)}, str(root)
 
 
+@pytest.mark.engine  # 2 gloo processes
 @pytest.mark.slow
 def test_two_ranks_agree_before_anyone_copies(gloo):
     ranks, root = gloo
@@ -566,6 +567,7 @@ def _ckpt(seed: int) -> dict[str, torch.Tensor]:
     }
 
 
+@pytest.mark.engine  # SGLang's weight loader
 def test_the_binding_writes_only_what_the_draft_owns_in_place(runtime_sglang):
     from specdecode_runtime.sglang_patch.draft_swap import HOT_TOKEN_ID, SGLangDraftTarget
 
@@ -593,6 +595,7 @@ def test_the_binding_writes_only_what_the_draft_owns_in_place(runtime_sglang):
     assert t.params_digest() == before and hot.tolist() == list(range(6)) and set(backup) >= {HOT_TOKEN_ID}
 
 
+@pytest.mark.engine  # SGLang's weight loader
 def test_the_binding_catches_a_reallocating_loader_and_what_it_cannot_reload(runtime_sglang):
     from specdecode_runtime.sglang_patch.draft_swap import SGLangDraftTarget
 

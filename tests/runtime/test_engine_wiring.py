@@ -268,6 +268,7 @@ def sglang():
     sglang_or_skip()
 
 
+@pytest.mark.engine  # SGLang's worker stack
 def test_new_wrapped_symbols_exist_with_expected_signatures(sglang):
     from specdecode_runtime.sglang_patch import PATCH_POINTS, check_patch_points
 
@@ -295,6 +296,7 @@ def test_new_wrapped_symbols_exist_with_expected_signatures(sglang):
     assert not hasattr(GenerationBatchResult, "__slots__")  # the cycle stamp rides on it
 
 
+@pytest.mark.engine  # SGLang's worker stack
 def test_sglang_accepts_the_adaptive_config(sglang, runtime_yaml, tmp_path):
     """SGLang's own loader, policy and CLI parser accept what the launcher writes; every tier is captured for every
     graph batch size, and SGLang's EMA never decides."""
@@ -331,6 +333,7 @@ def _with_metrics_dir(plan, tmp_path):  # the test's own metrics dir, never /tmp
     return plan
 
 
+@pytest.mark.engine  # SGLang's worker stack
 def test_verify_callback_records_positions_and_launch_tier(sglang, monkeypatch):
     """The real wrappers around fake originals shaped like SGLang's: forward -> verify -> result; later SGLang's
     result processor calls on_verify_complete_cpu. Counts [0, 2, 3] at 3 steps -> attempts [3, 2, 2],
@@ -399,6 +402,7 @@ def test_verify_callback_records_positions_and_launch_tier(sglang, monkeypatch):
     assert sp.process_state.verify_cb is None and sp.process_state.step_cb is None  # removal clears the hooks
 
 
+@pytest.mark.engine  # SGLang's worker stack
 def test_patches_apply_and_remove_with_new_wrappers(sglang):
     import sglang.srt.speculative.eagle_worker_v2 as ew2
     from sglang.srt.managers.scheduler import Scheduler
@@ -426,6 +430,7 @@ def test_patches_apply_and_remove_with_new_wrappers(sglang):
     assert [vars(c)[n] for c, n in names] == before
 
 
+@pytest.mark.engine  # SGLang's worker stack
 def test_sglang_metrics_endpoint_serves_our_series(sglang, tmp_path):
     """Our scheduler-side series, written by another process into PROMETHEUS_MULTIPROC_DIR, appear on the
     /metrics app SGLang builds (its own add_prometheus_middleware)."""
@@ -539,6 +544,7 @@ def _rank_body(rank: int, port: int, token: str, queue) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.engine  # SGLang's wrappers on 3 gloo processes
 def test_step_control_switches_on_the_same_iteration_on_every_rank(sglang, tmp_path, monkeypatch):
     token = tmp_path / "token"
     token.write_text("tok")

@@ -107,6 +107,7 @@ def _stage_runner():
     return SGLangStageRunner.__new__(SGLangStageRunner)  # selection needs no engine
 
 
+@pytest.mark.engine  # SGLang's ShapeKey
 def test_replay_picks_the_smallest_captured_size_holding_the_batch():
     from specdecode_runtime.sglang_patch.cost_runner import StageUnavailable, _graph_sizes
 
@@ -120,6 +121,7 @@ def test_replay_picks_the_smallest_captured_size_holding_the_batch():
         runner._replay(r, "verify", 33)
 
 
+@pytest.mark.engine  # SGLang's ShapeKey
 def test_ragged_verify_graphs_are_keyed_by_tokens():
     r = _Runner([4, 16, 64], ragged=True)
     _stage_runner()._replay(r, "verify", 3, tokens_per_req=4)  # 12 tokens -> the 16-token graph
@@ -140,6 +142,7 @@ def test_ragged_verify_graphs_are_keyed_by_tokens():
         ("=x", "expected KEY[=VALUE]"),
     ],
 )
+@pytest.mark.engine  # SGLang's argument parser
 def test_sglang_arg_refusals_name_the_flag(item, needle, capsys):
     from specdecode_runtime.selftest import main
 
@@ -148,6 +151,7 @@ def test_sglang_arg_refusals_name_the_flag(item, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.engine  # SGLang's argument parser
 def test_sglang_args_reach_every_engine_in_sglang_spelling():
     import argparse
 

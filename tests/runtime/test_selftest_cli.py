@@ -92,6 +92,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.engine  # 2 gloo processes
 def test_hang_report_names_rank_and_collective(tmp_path):
     port = str(_free_port())
     env = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}

@@ -273,7 +273,7 @@ def _server(engine: FakeEngine | None):
             self._reply(200, engine.generate(body["input_ids"], n))
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
     return srv
 
 

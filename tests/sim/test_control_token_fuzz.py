@@ -85,7 +85,7 @@ class Issuer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         self.serve(discovery(), GOOD_JWKS)
 
     def serve(self, disc, jwks, *, disc_status=200, jwks_status=200, delay=0.0):
