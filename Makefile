@@ -108,7 +108,7 @@ golden: venv
 	UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/render -k golden
 
 bench: venv
-	$(BIN)/python bench/render.py
+	$(BIN)/python bench/operator/render.py
 
 # Mutation testing of the pure cores (mutmut; not part of `make test`): each module mutated and run against the
 # tests that name it. Slow (minutes per package): MUTATION_TARGETS picks packages (status api-rules contract

@@ -9,7 +9,7 @@ with capped exponential backoff and jitter; everything else surfaces as ApiError
 Why aiohttp on the loop and not the kubernetes package's client: the operator is one process held to one core by
 the GIL, and the package's client runs each call in a thread (urllib3, its own request serialization), so every
 request also paid thread hand-offs and GIL contention with the event loop: 0.63 ms of operator CPU per GET and
-1.0 ms per apply against 0.27 and 0.41 ms here (``bench/kube_client_cost.py``), and at most one request in flight
+1.0 ms per apply against 0.27 and 0.41 ms here (``bench/operator/kube_client_cost.py``), and at most one request in flight
 per thread. kopf already talks to the API server through aiohttp on the same loop.
 """
 

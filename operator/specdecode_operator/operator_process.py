@@ -41,7 +41,7 @@ def freeze_gc() -> None:
     tenth of the operator's CPU in a creation wave. Bodies and records are trees that reference counting frees;
     what does form cycles (finished tasks, HTTP responses, kopf's per-event wrappers) waits for a collection, so
     the threshold is a trade: at 50 000 the garbage between collections held ~10 MB more at 1000 objects
-    (``bench/operator_scale.py --census``) than at 10 000, for no measurable CPU difference."""
+    (``bench/operator/operator_scale.py --census``) than at 10 000, for no measurable CPU difference."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

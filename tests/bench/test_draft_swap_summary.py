@@ -1,4 +1,4 @@
-"""bench/results/draft_swap.{json,md}'s GPU half is what bench/gpu/summarize_draft_swap.py makes of the raw report it
+"""bench/results/draft_swap.{json,md}'s GPU half is what bench/gpu/campaigns/summarize_draft_swap.py makes of the raw report it
 names: a hand-edited or stale figure fails here."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+sys.path.insert(0, str(ROOT / "bench" / "gpu" / "campaigns"))
 import summarize_draft_swap as sds  # noqa: E402
 
 RAW = ROOT / "bench" / "results" / "gpu_h100" / "draft_swap"

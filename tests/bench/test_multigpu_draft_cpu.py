@@ -1,4 +1,4 @@
-"""CPU path of bench/multigpu_draft.py: 2 gloo processes, toy shapes, every part once.
+"""CPU path of bench/gpu/micro/multigpu_draft.py: 2 gloo processes, toy shapes, every part once.
 
 Why: the script's real run happens on a lent 2-GPU machine with a few minutes of budget, so everything except the
 NCCL/CUDA-graph specifics must be proven here first: the group creation order, the split ranks joining only the
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "multigpu_draft.py"
-sys.path.insert(0, str(ROOT / "bench"))
+SCRIPT = ROOT / "bench" / "gpu" / "micro" / "multigpu_draft.py"
+sys.path.insert(0, str(SCRIPT.parent))
 
 import multigpu_draft as mgd  # noqa: E402
 

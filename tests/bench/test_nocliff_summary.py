@@ -1,4 +1,4 @@
-"""The no-cliff GPU summary (bench/gpu/summarize_nocliff.py) from raw reports of the shapes its runs write: the
+"""The no-cliff GPU summary (bench/gpu/campaigns/summarize_nocliff.py) from raw reports of the shapes its runs write: the
 self-test's served cycles and live_tune.py's paired rounds, turned into the figures the issue names."""
 
 from __future__ import annotations
@@ -14,13 +14,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    for p in (ROOT / "bench/gpu", ROOT / "bench/gpu/trained"):
+    for p in (ROOT / "bench", ROOT / "bench/gpu/campaigns"):
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
-    spec = importlib.util.spec_from_file_location("summarize_nocliff", ROOT / "bench/gpu/summarize_nocliff.py")
+    spec = importlib.util.spec_from_file_location(
+        "summarize_nocliff", ROOT / "bench/gpu/campaigns/summarize_nocliff.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _meta(raw: Path, **drop: bool) -> None:
+    meta = {"commit": "abc1234", "device": "1x test GPU", "date": "2026-12-06", "commands": ["nocliff.sh OUT smoke"]}
+    (raw / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k not in drop}))
 
 
 def _selftest(runs: list[dict], ok: bool = True) -> str:
@@ -65,6 +72,7 @@ def test_the_figures_come_from_the_raw_reports(tmp_path):
         }
     }
     (tmp_path / "live.json").write_text(json.dumps(live))
+    _meta(tmp_path)
     s = s_mod.summarize(tmp_path)
     assert s["tier0_over_plain_cycle"]["trained"] == {"b1": 1.05, "b8": 0.96}
     assert s["tier0_over_plain_cycle"]["8b"] == {}  # not run: no cycles8b.json
@@ -81,6 +89,7 @@ def test_tokens_that_differ_are_reported_as_such(tmp_path):
     (tmp_path / "smoke.json").write_text(
         _selftest([{"layout": "nospec", "tokens": [[1, 2]]}, {"layout": "sharded", "tokens": [[1, 3]]}], ok=False)
     )
+    _meta(tmp_path)
     s = s_mod.summarize(tmp_path)
     assert s["greedy_identical_across_switches"] is False
     assert s["selftest_cuda"]["selftest_ok"] is False
@@ -119,6 +128,7 @@ def test_prefill_parts_per_prefill_batch_from_the_counter_deltas(tmp_path):
     plain = {"sglang:queue_time_seconds_sum{x=y}": 0.1, "sglang:queue_time_seconds_count{x=y}": 10.0}
     live = {"batches": {"32": {"pod_counters": {"3": spec, "nospec": plain}}}}
     (tmp_path / "live.json").write_text(json.dumps(live))
+    _meta(tmp_path)
     s = s_mod.summarize(tmp_path)
     k3 = s["prefill_parts"]["b32"]["k3"]
     assert k3["prefill_batches"] == 4 and k3["requests_per_prefill"] == 2 and k3["tokens_per_prefill"] == 120
@@ -159,6 +169,7 @@ def test_prefill_before_and_after_graphs_side_by_side(tmp_path):
 
     (tmp_path / "prefill_eager.json").write_text(json.dumps(report(9000.0, 8000.0, 0.25)))
     (tmp_path / "prefill_graphs.json").write_text(json.dumps(report(11000.0, 8400.0, 0.05)))
+    _meta(tmp_path)
     s = s_mod.summarize(tmp_path)
     k3 = s["prefill_eager_vs_graphs"]["b32"]["k3"]
     assert k3["eager"]["host_launch_ms_per_prefill"] == 25.0 and k3["graphs"]["host_launch_ms_per_prefill"] == 5.0
@@ -168,3 +179,14 @@ def test_prefill_before_and_after_graphs_side_by_side(tmp_path):
     assert "## Prefill: eager against SGLang's prefill CUDA graphs" in s_mod.markdown(s)
     (tmp_path / "prefill_graphs.json").unlink()  # one side missing: no comparison, not a half table
     assert s_mod.summarize(tmp_path)["prefill_eager_vs_graphs"] == {}
+
+
+@pytest.mark.parametrize("key", ["commit", "device", "date", "commands"])
+def test_a_run_without_its_provenance_is_refused_naming_the_key(tmp_path, key):
+    renderer = pytest.importorskip("renderer")  # on sys.path once the module is loaded
+    s_mod = _module()
+    _meta(tmp_path, **{key: True})
+    with pytest.raises(renderer.ProvenanceError, match=repr(key)):
+        s_mod.summarize(tmp_path)
+    with pytest.raises(renderer.ProvenanceError, match="commit, device"):
+        renderer.write(tmp_path, "x", {"provenance": {}}, "")

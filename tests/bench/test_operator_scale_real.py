@@ -22,7 +22,7 @@ def test_small_wave_on_a_real_api_server_costs_what_it_should():
     done = subprocess.run(
         [
             sys.executable,
-            "bench/operator_scale.py",
+            "bench/operator/operator_scale.py",
             "--count",
             str(N),
             "--envtest",

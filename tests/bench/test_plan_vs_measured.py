@@ -1,4 +1,4 @@
-"""bench/plan_vs_measured.py: the planner's split-vs-sharded choice checked against a committed GPU measurement.
+"""bench/operator/plan_vs_measured.py: the planner's split-vs-sharded choice checked against a committed GPU measurement.
 
 Why: the planner recommends a draft layout per cluster; the only ground truth is a measured run. The committed
 2 x H200 NVLink run must keep agreeing with the planner's choice at every (batch, k), and the comparison itself must
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "operator"))
 
 import plan_vs_measured as pvm  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The host side of the trained-model GPU run (bench/gpu/trained/host_probe.py, summarize_host.py): the sampler
+"""The host side of the trained-model GPU run (bench/gpu/campaigns/host_probe.py, summarize_host.py): the sampler
 process and its windows, the scheduler's /proc figures, the greedy comparison and the paired interval, against real
 processes and the committed raw reports."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAINED = ROOT / "bench/gpu/trained"
+CAMPAIGNS = ROOT / "bench/gpu/campaigns"
 RAW = ROOT / "bench/results/gpu_h200/trained_host"
 
 
 def _module(name):
-    sys.path.insert(0, str(TRAINED))
-    spec = importlib.util.spec_from_file_location(name, TRAINED / f"{name}.py")
+    sys.path.insert(0, str(CAMPAIGNS))
+    spec = importlib.util.spec_from_file_location(name, CAMPAIGNS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
@@ -118,9 +118,9 @@ def test_greedy_identity_counts_whole_prompts_and_names_each_step_count():
 
 
 def test_median_interval_contains_the_median_and_narrows_with_agreeing_rounds():
-    med, lo, hi = summarize_host.median_ci([1.0] * 9 + [1.5])
+    med, lo, hi = summarize_host.renderer.median_ci([1.0] * 9 + [1.5])
     assert (med, lo, hi) == (1.0, 1.0, 1.0)
-    wide = summarize_host.median_ci([0.8, 0.9, 1.0, 1.1, 1.2, 0.85, 1.15, 0.95, 1.05, 1.0])
+    wide = summarize_host.renderer.median_ci([0.8, 0.9, 1.0, 1.1, 1.2, 0.85, 1.15, 0.95, 1.05, 1.0])
     assert wide[1] <= wide[0] <= wide[2] and wide[2] - wide[1] > 0.05
 
 

@@ -1,4 +1,4 @@
-"""The load harness and summary of the trained-model GPU run (bench/gpu/trained/live_tune.py, summarize_load.py):
+"""The load harness and summary of the trained-model GPU run (bench/gpu/campaigns/live_tune.py, summarize_load.py):
 the arithmetic its figures rest on, against a loopback HTTP server and the committed raw reports."""
 
 import importlib.util
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAINED = ROOT / "bench/gpu/trained"
+CAMPAIGNS = ROOT / "bench/gpu/campaigns"
 RAW = ROOT / "bench/results/gpu_h200/trained_live"
 
 
 def _module(name):
-    spec = importlib.util.spec_from_file_location(name, TRAINED / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, CAMPAIGNS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
@@ -182,7 +182,6 @@ def test_the_trained_scenario_holds_the_replay_runs_probe_costs_and_acceptance()
 
     import yaml
 
-    sys.path.insert(0, str(ROOT / "bench/gpu"))
     summarize_replay = _module("summarize_replay")
     import summarize_tp1
 

@@ -2,7 +2,7 @@
 self-test's SGLang pass-through flags, the dead-child watch and the served-cycle bookkeeping.
 
 What needs a GPU (graph replays timed with CUDA events, the served cycle of a real engine) runs in
-``bench/gpu/h200_tp1.sh``; these tests hold the arithmetic and the selection that run there."""
+``bench/gpu/campaigns/tp1.sh``; these tests hold the arithmetic and the selection that run there."""
 
 from __future__ import annotations
 

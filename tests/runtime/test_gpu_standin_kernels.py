@@ -1,6 +1,6 @@
 """The GPU test bed's torch stand-in for sgl_kernel computes what the real ops compute.
 
-The stand-in is loaded from ``bench/gpu/standin`` under a private module name, so it never shadows a real
+The stand-in is loaded from ``bench/gpu/kit/standin`` under a private module name, so it never shadows a real
 ``sgl_kernel`` and stays out of the runtime's import path. Each op is checked on the CPU against a plain torch
 reference written from the op's documented formula.
 """
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-STANDIN_DIR = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "standin" / "sgl_kernel"
+STANDIN_DIR = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "kit" / "standin" / "sgl_kernel"
 # bf16 keeps 8 mantissa bits: one rounding of a value near 4 is 2**-6; float32 agrees up to summation order.
 TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=1.6e-2)}
 DTYPES = list(TOLERANCE)

@@ -177,7 +177,7 @@ def test_bench_smoke_cpu(tmp_path):
     r = subprocess.run(
         [
             sys.executable,
-            "bench/draft_head_gpu.py",
+            "bench/gpu/micro/draft_head_gpu.py",
             "--tiny",
             "--device",
             "cpu",

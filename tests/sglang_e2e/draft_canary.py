@@ -1,5 +1,5 @@
 """The operator's draft canary against one real runtime pod: what tests/sglang_e2e/test_draft_canary_cpu.py asserts
-and bench/draft_canary_cpu.py records.
+and bench/operator/draft_canary_cpu.py records.
 
 The pieces, each the real one where it can run on a CPU:
 

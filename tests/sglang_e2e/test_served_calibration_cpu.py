@@ -5,7 +5,7 @@
 What it proves: the points reach ``/metrics`` as ``specdecode_cost_seconds{stage="cycle"}`` before the pod reports
 healthy (no client traffic can mix into them), one per tier and batch bucket, each at the tier it names; the step
 table is back as the pod started; the operator's fit of the scraped points carries them into the profile. CPU
-timings prove the plumbing, not GPU speed (``bench/gpu/trained/live_tune.py --served-calibration`` is the GPU run).
+timings prove the plumbing, not GPU speed (``bench/gpu/campaigns/live_tune.py --served-calibration`` is the GPU run).
 """
 
 from __future__ import annotations
