@@ -190,3 +190,14 @@ def test_a_run_without_its_provenance_is_refused_naming_the_key(tmp_path, key):
         s_mod.summarize(tmp_path)
     with pytest.raises(renderer.ProvenanceError, match="commit, device"):
         renderer.write(tmp_path, "x", {"provenance": {}}, "")
+
+
+def test_the_committed_h100_smoke_summary_is_what_its_raw_report_says():
+    """The smoke call on the current tier-0 code: greedy identity across live switches and every self-test check,
+    tier 0's 'no draft forward and no draft extend' among them, on an H100."""
+    raw = ROOT / "bench/results/gpu_h100/nocliff_smoke"
+    s = _module().summarize(raw)
+    assert json.loads(json.dumps(s)) == json.loads((ROOT / "bench/results/gpu_h100_nocliff_smoke.json").read_text())
+    assert (ROOT / "bench/results/gpu_h100_nocliff_smoke.md").read_text() == _module().markdown(s)
+    assert s["greedy_identical_across_switches"] is True and s["selftest_cuda"]["selftest_ok"]
+    assert s["selftest_cuda"]["switches"] == [0, 7, 0, 3] and not s["selftest_cuda"]["failed_checks"]
