@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from draft_canary import INTERVAL_SCALE, NAMESPACE, POD, RUNTIME_EXTRA, STEPS, TOKEN, Cluster, Load, Pod, interval_s
+from draft_canary import INTERVAL_SCALE, POD, RUNTIME_EXTRA, STEPS, TOKEN, Cluster, Load, Pod, interval_s
 
 from specdecode_runtime.contract import adaptation as contract
 from specdecode_runtime.contract.config import CAPTURE_MOUNT_DIR
@@ -61,11 +61,11 @@ def structured_prompts(count: int, seed: int) -> list[list[int]]:
     return [[rng.choice(sub) for _ in range(PROMPT_LEN)] for _ in range(count)]
 
 
-def sdd(name: str, target: str, draft: str) -> dict:
+def sdd(name: str, target: str, draft: str, namespace: str) -> dict:
     return {
         "apiVersion": "specdecode.io/v1alpha1",
         "kind": "SpecDecodeDeployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "replicas": 1,
             "target": {"model": target, "tensorParallelSize": 1},
@@ -104,11 +104,11 @@ def create(cluster: Cluster, name: str, target: str, draft: str) -> None:
     from specdecode_operator.control_token import control_secret
     from specdecode_operator.kube_client import resource_path
 
-    secret = control_secret(name, NAMESPACE, {"data": {"token": base64.b64encode(TOKEN.encode()).decode()}})
-    status, out = cluster.env.request("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", secret)
+    secret = control_secret(name, cluster.namespace, {"data": {"token": base64.b64encode(TOKEN.encode()).decode()}})
+    status, out = cluster.env.request("POST", f"/api/v1/namespaces/{cluster.namespace}/secrets", secret)
     assert status == 201, out
     status, out = cluster.env.request(
-        "POST", resource_path(API_VERSION, PLURAL, NAMESPACE, None), sdd(name, target, draft)
+        "POST", resource_path(API_VERSION, PLURAL, cluster.namespace, None), sdd(name, target, draft, cluster.namespace)
     )
     assert status == 201, out
 
@@ -173,7 +173,7 @@ def play_job(cluster: Cluster, job: dict, claim: Path, work: Path, broken_from: 
         },
         "spec": template["spec"],
     }
-    status, out = cluster.env.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    status, out = cluster.env.request("POST", f"/api/v1/namespaces/{cluster.namespace}/pods", pod)
     assert status == 201, out
     terminated = {"exitCode": gate_exit, "reason": "Completed" if gate_exit == 0 else "Error", "message": text}
     patch = {
@@ -193,7 +193,7 @@ def play_job(cluster: Cluster, job: dict, claim: Path, work: Path, broken_from: 
     }
     status, out = cluster.env.request(
         "PATCH",
-        f"/api/v1/namespaces/{NAMESPACE}/pods/{name}-x1/status",
+        f"/api/v1/namespaces/{cluster.namespace}/pods/{name}-x1/status",
         patch,
         content_type="application/strategic-merge-patch+json",
     )
@@ -253,13 +253,13 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
     attempt: list[Attempt] = []
 
     async def token() -> str | None:
-        return token_of(await client.get("v1", "secrets", NAMESPACE, names.control_secret(loop.name)))
+        return token_of(await client.get("v1", "secrets", cluster.namespace, names.control_secret(loop.name)))
 
     async def write_draft(draft: dict) -> None:
-        await draft_rollout.write(client, loop.name, NAMESPACE, draft)
+        await draft_rollout.write(client, loop.name, cluster.namespace, draft)
 
     async def write_adaptation(status: dict) -> None:
-        await adaptation.write(client, loop.name, NAMESPACE, status)
+        await adaptation.write(client, loop.name, cluster.namespace, status)
 
     async def changed() -> None:
         pass  # the reconciler would re-render: the served draft is in status.draft, checked at the end
@@ -272,7 +272,7 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
         items = (
             await client.request(
                 "GET",
-                resource_path(API_VERSION, PLURAL, NAMESPACE, None),
+                resource_path(API_VERSION, PLURAL, cluster.namespace, None),
                 query=[("fieldSelector", f"metadata.name={loop.name}")],
                 verb="list",
             )
@@ -291,7 +291,7 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
             async def tick() -> dict:
                 """One tuner interval as tuning/loop.py runs it."""
                 body = await newest_body()
-                snaps, _ = await read_counters(session, config, NAMESPACE, [target], time.time(), None)
+                snaps, _ = await read_counters(session, config, cluster.namespace, [target], time.time(), None)
                 await drafts.step(parse(body), body, [target], snaps)
                 await adapts.step(parse(body), body)
                 st = state.draft_status or {}
@@ -316,7 +316,7 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
                 if t["adaptation"].get("phase") != "Training":
                     return
                 job = cluster.bed.env.request(
-                    "GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{t['adaptation']['job']}"
+                    "GET", f"/apis/batch/v1/namespaces/{cluster.namespace}/jobs/{t['adaptation']['job']}"
                 )[1]
                 assert isinstance(job, dict), job
                 served = t["served"]

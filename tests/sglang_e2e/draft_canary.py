@@ -212,25 +212,34 @@ class Load:
 
 # ---------------------------------------------------------------------------------------------------- the API server
 class Cluster:
-    """A real kube-apiserver with the committed CRD and the chart's RBAC for an operator watching ``NAMESPACE``."""
+    """A real kube-apiserver with the committed CRD and the chart's RBAC for an operator watching ``namespace``
+    (created here): a server of its own in ``workdir``, or ``shared``, a prepared ``ApiServerBed`` (the session's,
+    tests/k8s/fixtures.py), left running by ``stop``."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path | None = None, *, shared: Any = None, namespace: str = NAMESPACE):
         from tests.k8s.apiserver import ApiServerBed
         from tests.k8s.envtest import Environment
 
-        self.env = Environment(workdir=workdir, build=False).start()
+        self.namespace = namespace
+        self.owned = shared is None
+        if shared is None:
+            assert workdir is not None, "a server of its own needs a workdir"
+            self.env = Environment(workdir=workdir, build=False).start()
+        else:
+            self.env = shared.env
         try:
-            self.bed = ApiServerBed(self.env).prepare()
-            status, out = self.env.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+            self.bed = ApiServerBed(self.env).prepare() if shared is None else shared
+            status, out = self.env.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
             assert status == 201, out
-            self.bed.grant(NAMESPACE)
+            self.bed.grant(namespace)
         except BaseException:
-            self.env.stop()
+            self.stop()
             raise
         self.mark = self.env.audit_offset()
 
     def stop(self) -> None:
-        self.env.stop()
+        if self.owned:
+            self.env.stop()
 
     def operator_configuration(self):
         """The operator's ServiceAccount token (the chart's RBAC, namespaced mode), as a kubernetes Configuration."""
@@ -247,11 +256,11 @@ class Cluster:
         from specdecode_operator.control_token import control_secret
         from specdecode_operator.kube_client import resource_path
 
-        secret = control_secret(name, NAMESPACE, {"data": {"token": base64.b64encode(TOKEN.encode()).decode()}})
-        status, out = self.env.request("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", secret)
+        secret = control_secret(name, self.namespace, {"data": {"token": base64.b64encode(TOKEN.encode()).decode()}})
+        status, out = self.env.request("POST", f"/api/v1/namespaces/{self.namespace}/secrets", secret)
         assert status == 201, out
         status, out = self.env.request(
-            "POST", resource_path(API_VERSION, PLURAL, NAMESPACE, None), sdd(name, target, draft)
+            "POST", resource_path(API_VERSION, PLURAL, self.namespace, None), sdd(name, target, draft, self.namespace)
         )
         assert status == 201, out
         return out
@@ -263,7 +272,7 @@ class Cluster:
 
         status, out = self.env.request(
             "PATCH",
-            resource_path(API_VERSION, PLURAL, NAMESPACE, name),
+            resource_path(API_VERSION, PLURAL, self.namespace, name),
             {"spec": {"draft": {"model": draft}}},
             content_type="application/merge-patch+json",
         )
@@ -273,11 +282,11 @@ class Cluster:
         return self.bed.forbidden(self.mark)
 
 
-def sdd(name: str, target: str, draft: str) -> dict:
+def sdd(name: str, target: str, draft: str, namespace: str = NAMESPACE) -> dict:
     return {
         "apiVersion": "specdecode.io/v1alpha1",
         "kind": "SpecDecodeDeployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "replicas": 1,
             "target": {"model": target, "tensorParallelSize": 1},
@@ -365,10 +374,10 @@ async def _rollout(cluster: Cluster, pod: Pod, run: Run, max_intervals: int) -> 
     state = ObjectState()
 
     async def token() -> str | None:  # the loop's Secret mode (TablePusher.token_for)
-        return token_of(await client.get("v1", "secrets", NAMESPACE, names.control_secret(run.name)))
+        return token_of(await client.get("v1", "secrets", cluster.namespace, names.control_secret(run.name)))
 
     async def write(draft: dict) -> None:
-        await draft_rollout.write(client, run.name, NAMESPACE, draft)
+        await draft_rollout.write(client, run.name, cluster.namespace, draft)
 
     async def changed() -> None:
         pass  # the reconciler would re-render: the served draft is in status.draft, checked at the end
@@ -381,7 +390,7 @@ async def _rollout(cluster: Cluster, pod: Pod, run: Run, max_intervals: int) -> 
         items = (
             await client.request(
                 "GET",
-                resource_path(API_VERSION, PLURAL, NAMESPACE, None),
+                resource_path(API_VERSION, PLURAL, cluster.namespace, None),
                 query=[("fieldSelector", f"metadata.name={run.name}")],
                 verb="list",
             )
@@ -392,7 +401,7 @@ async def _rollout(cluster: Cluster, pod: Pod, run: Run, max_intervals: int) -> 
         """One tuner interval as tuning/loop.py runs it: the newest body, the pods' counters, the rollout's step."""
         start = time.monotonic()
         body = await newest_body()
-        snaps, _ = await read_counters(session, config, NAMESPACE, [target], time.time(), None)
+        snaps, _ = await read_counters(session, config, cluster.namespace, [target], time.time(), None)
         await drafts.step(parse(body), body, [target], snaps)
         st = state.draft_status or {}
         return {
@@ -511,16 +520,18 @@ class Bed:
 
 
 @contextlib.contextmanager
-def bed(models, work: Path):
+def bed(models, work: Path, shared: Any = None, namespace: str = NAMESPACE):
     """The API server, the pod (launched as tests/sglang_e2e/test_stock_launch.py launches one) and the reference
-    tokens; ``models``: make_tiny_models' result. Raises ``EnvtestUnavailable`` without kube-apiserver binaries."""
+    tokens; ``models``: make_tiny_models' result. The API server is ``shared`` (a prepared ``ApiServerBed``) with the
+    objects in ``namespace``, or one of its own; that raises ``EnvtestUnavailable`` without kube-apiserver
+    binaries."""
     from test_stock_launch import launched, write_runtime
 
     from specdecode_runtime.cpu.tiny_models import noisy_copy
 
     t0 = time.monotonic()
     noisy = noisy_copy(models.eagle_agree, work / "draft-noisy", scale=NOISE_SCALE)
-    cluster = Cluster(work / "envtest")
+    cluster = Cluster(work / "envtest", shared=shared, namespace=namespace)
     try:
         pod_dir = work / "pod"
         pod_dir.mkdir()

@@ -17,12 +17,11 @@ What it proves:
 * the checks can fail: with the operator's gate made to ignore the score (a not-better verdict taken as better),
   the broken candidate goes to the canary and the gate check reports it.
 
-One engine and one API server for the module (a few minutes on 2 cores, most of it training and the load).
+One engine for the module; the session's API server, with the module's objects in a namespace of their own (a few
+minutes on 2 cores, most of it training and the load).
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from adaptation_loop import (
@@ -42,22 +41,18 @@ from draft_canary import Cluster, Pod
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
+NAMESPACE = "adaptation-loop"
+
+
 @pytest.fixture(scope="module")
-def bed(tiny_models, tmp_path_factory):
+def bed(tiny_models, tmp_path_factory, apiserver_bed):
     import time
 
     from test_stock_launch import launched
 
-    from tests.k8s.envtest import EnvtestUnavailable
-
     work = tmp_path_factory.mktemp("adaptation-loop")
     claim = work / "claim"
-    try:
-        cluster = Cluster(work / "envtest")
-    except EnvtestUnavailable as e:
-        if os.environ.get("SPECDECODE_REQUIRE_ENVTEST") == "1":
-            pytest.fail(f"the real API server is required (SPECDECODE_REQUIRE_ENVTEST=1): {e}")
-        pytest.skip(f"no kube-apiserver/etcd binaries: {e}")
+    cluster = Cluster(shared=apiserver_bed, namespace=NAMESPACE)
     try:
         pod_dir = work / "pod"
         pod_dir.mkdir()
