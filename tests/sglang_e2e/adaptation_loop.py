@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from draft_canary import INTERVAL_SCALE, POD, RUNTIME_EXTRA, STEPS, TOKEN, Cluster, Load, Pod, interval_s
+from draft_canary import INTERVAL_SCALE, POD, RUNTIME_EXTRA, STEPS, TOKEN, Cluster, Load, Pod, interval_s, newest_body
 
 from specdecode_runtime.contract import adaptation as contract
 from specdecode_runtime.contract.config import CAPTURE_MOUNT_DIR
@@ -234,11 +234,10 @@ class Loop:
 async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path, plan: list[bool]) -> None:
     import aiohttp
 
-    from specdecode_operator.api.models import API_VERSION, KIND, PLURAL
     from specdecode_operator.api.validate import parse
     from specdecode_operator.config import OperatorConfig
     from specdecode_operator.control_token import token_of
-    from specdecode_operator.kube_client import KubeClient, resource_path
+    from specdecode_operator.kube_client import KubeClient
     from specdecode_operator.object_state import ObjectState
     from specdecode_operator.render import names
     from specdecode_operator.tuning import adaptation, draft_rollout
@@ -268,17 +267,6 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
         if attempt:
             attempt[-1].events.append((kind, reason, message))
 
-    async def newest_body() -> dict:
-        items = (
-            await client.request(
-                "GET",
-                resource_path(API_VERSION, PLURAL, cluster.namespace, None),
-                query=[("fieldSelector", f"metadata.name={loop.name}")],
-                verb="list",
-            )
-        )["items"]
-        return {"apiVersion": API_VERSION, "kind": KIND, **items[0]}
-
     try:
         async with aiohttp.ClientSession() as session:
             drafts = draft_rollout.DraftRollouts(
@@ -290,7 +278,7 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
 
             async def tick() -> dict:
                 """One tuner interval as tuning/loop.py runs it."""
-                body = await newest_body()
+                body = await newest_body(client, cluster.namespace, loop.name)
                 snaps, _ = await read_counters(session, config, cluster.namespace, [target], time.time(), None)
                 await drafts.step(parse(body), body, [target], snaps)
                 await adapts.step(parse(body), body)
@@ -329,7 +317,9 @@ async def _drive(cluster: Cluster, pod: Pod, loop: Loop, claim: Path, work: Path
                     if t["adaptation"].get("phase") in ("Promoted", "Refused", "Failed"):
                         break
                     await asyncio.sleep(max(0.0, interval_s() - (time.monotonic() - t0)))
-        loop.api_status = ((await newest_body()).get("status") or {}).get("draft") or {}
+        loop.api_status = ((await newest_body(client, cluster.namespace, loop.name)).get("status") or {}).get(
+            "draft"
+        ) or {}
     finally:
         await client.close()
 

@@ -354,14 +354,29 @@ class Run:
         }
 
 
+async def newest_body(client, namespace: str, name: str) -> dict:
+    """The object as the operator's watch delivers it (its RBAC grants list and watch, no get)."""
+    from specdecode_operator.api.models import API_VERSION, KIND, PLURAL
+    from specdecode_operator.kube_client import resource_path
+
+    items = (
+        await client.request(
+            "GET",
+            resource_path(API_VERSION, PLURAL, namespace, None),
+            query=[("fieldSelector", f"metadata.name={name}")],
+            verb="list",
+        )
+    )["items"]
+    return {"apiVersion": API_VERSION, "kind": KIND, **items[0]}
+
+
 async def _rollout(cluster: Cluster, pod: Pod, run: Run, max_intervals: int) -> None:
     import aiohttp
 
-    from specdecode_operator.api.models import API_VERSION, KIND, PLURAL
     from specdecode_operator.api.validate import parse
     from specdecode_operator.config import OperatorConfig
     from specdecode_operator.control_token import token_of
-    from specdecode_operator.kube_client import KubeClient, resource_path
+    from specdecode_operator.kube_client import KubeClient
     from specdecode_operator.object_state import ObjectState
     from specdecode_operator.render import names
     from specdecode_operator.tuning import draft_rollout
@@ -385,22 +400,10 @@ async def _rollout(cluster: Cluster, pod: Pod, run: Run, max_intervals: int) -> 
     def event(kind: str, reason: str, message: str) -> None:
         run.events.append((kind, reason, message))
 
-    async def newest_body() -> dict:
-        """The object as the operator's watch delivers it (its RBAC grants list and watch, no get)."""
-        items = (
-            await client.request(
-                "GET",
-                resource_path(API_VERSION, PLURAL, cluster.namespace, None),
-                query=[("fieldSelector", f"metadata.name={run.name}")],
-                verb="list",
-            )
-        )["items"]
-        return {"apiVersion": API_VERSION, "kind": KIND, **items[0]}
-
     async def tick(session: aiohttp.ClientSession, drafts: draft_rollout.DraftRollouts, k: int, t0: float) -> dict:
         """One tuner interval as tuning/loop.py runs it: the newest body, the pods' counters, the rollout's step."""
         start = time.monotonic()
-        body = await newest_body()
+        body = await newest_body(client, cluster.namespace, run.name)
         snaps, _ = await read_counters(session, config, cluster.namespace, [target], time.time(), None)
         await drafts.step(parse(body), body, [target], snaps)
         st = state.draft_status or {}
@@ -427,7 +430,9 @@ async def _rollout(cluster: Cluster, pod: Pod, run: Run, max_intervals: int) -> 
                 run.steps.append(s)
                 if k > 0 and s["phase"] != "Canary":
                     break
-        run.api_status = ((await newest_body()).get("status") or {}).get("draft") or {}
+        run.api_status = ((await newest_body(client, cluster.namespace, run.name)).get("status") or {}).get(
+            "draft"
+        ) or {}
     finally:
         await client.close()
 
