@@ -47,9 +47,12 @@ lint: deps-test
 # load the checkout's modules from __pycache__ instead of compiling them again in every process.
 TEST_ENV := PYTHONDONTWRITEBYTECODE= SPECDECODE_REQUIRE_SGLANG=1 SPECDECODE_REQUIRE_ENVTEST=1 SPECDECODE_REQUIRE_PROMTOOL=1
 
-# Every tier in one pytest session; the summary ends with the seconds each tier took.
+# Every tier in one pytest session on TEST_WORKERS pytest-xdist workers, a file's tests on one worker (module fixtures
+# such as a started engine are set up once); the summary ends with the seconds each tier took and the wall time.
+# Two workers: the suite is mostly single-threaded Python (engine start-up, API round trips), so two fill two cores.
+TEST_WORKERS ?= 2
 test: deps-test lint tools envtest registry promtool
-	$(TEST_ENV) $(BIN)/python -m pytest -q
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # One tier each (tests/conftest.py gives every test one of the markers unit, cluster, chaos, engine); no lint.
 #   test-unit     pure tests: no API server, no SGLang engine or worker code, no multi-process gloo, no Go-built binary

@@ -14,7 +14,9 @@ from its folder, or from FILE_TIER where a folder mixes kinds, or from the test'
   draft group, step control, hang reports) with or without SGLang in them.
 
 ``make test-unit`` / ``test-cluster`` / ``test-chaos`` / ``test-engine`` run one tier (``pytest -m TIER``);
-``make test`` runs all of them in one session and ends with the time each tier took (TierDurations below).
+``make test`` runs all of them in one session on two pytest-xdist workers, one running the engine tier while the
+other runs the rest, a file's tests on one worker (module fixtures such as an engine start once)
+(pytest_xdist_make_scheduler), and ends with the time each tier took (TierDurations below).
 tests/test_tiers.py checks that each test has one tier and that no unit test uses a cluster, chaos or engine
 fixture; it reads the tiers this session gave (COLLECTED) when the session collected the whole suite.
 """
@@ -22,6 +24,7 @@ fixture; it reads the tiers this session gave (COLLECTED) when the session colle
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -69,6 +72,10 @@ FILE_TIER = {
 }
 
 
+# Files start in this tier order (stable within a tier); under xdist the engine unit is handed out first.
+RUN_ORDER = ("engine", "chaos", "cluster", "unit")
+
+
 def tier_of_path(path: Path) -> str | None:
     """The tier the folder rule and FILE_TIER give a test file; None outside tests/."""
     try:
@@ -95,10 +102,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, tier))
                 marked = [tier]
         tiers[item.nodeid] = marked[0] if len(marked) == 1 else "+".join(marked) if marked else "none"
+    heaviest: dict[Path, int] = {}
+    for item in items:
+        rank = min((RUN_ORDER.index(t) for t in explicit_tiers(item) if t in RUN_ORDER), default=len(RUN_ORDER))
+        heaviest[item.path] = min(heaviest.get(item.path, rank), rank)
+    items.sort(key=lambda item: heaviest[item.path])  # whole files move: a module's fixtures stay set up once
     config.stash[COLLECTED] = [
         dict(nodeid=item.nodeid, tiers=explicit_tiers(item), fixtures=sorted(set(getattr(item, "fixturenames", ()))))
         for item in items
     ]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under ``make test`` (two xdist workers): every engine-tier file in one work unit, any other file in a unit of
+    its own. SGLang engines on the CPU keep both cores busy, so two engine tests side by side take as long as one
+    after the other; the cluster and chaos tiers mostly wait on API servers. One worker runs the engine tier while
+    the other runs everything else, and the engine unit goes first (RUN_ORDER, no reordering) so it is not the tail.
+    """
+    from xdist.scheduler import LoadScopeScheduling  # lazy: a pytest-xdist hook, called only under xdist
+
+    class EngineApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "engine tier" if tier_of_path(TESTS.parent / path) == "engine" else path
+
+    config.option.loadscopereorder = False  # keep RUN_ORDER: the engine unit first
+    return EngineApart(config, log)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -116,16 +145,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             os.environ[TIER_ENV] = before
 
 
+def tier_of_report(report: pytest.TestReport) -> str:
+    marked = [t for t in TIERS if t in report.keywords]
+    return "+".join(marked) if marked else "none"
+
+
 class TierDurations:
-    """Sums setup + call + teardown of each test by tier and prints "tier / tests / seconds" at the end."""
+    """Sums setup + call + teardown of each test by tier and prints "tier / tests / seconds" at the end, then the
+    session's wall time."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.seconds: dict[str, float] = defaultdict(float)
         self.nodeids: dict[str, set[str]] = defaultdict(set)
+        self.started = time.monotonic()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        tier = self.config.stash.get(TIER_OF, {}).get(report.nodeid, "none")
+        # Under xdist this runs in the controller, which collects nothing: the tier comes with the report's markers.
+        tier = self.config.stash.get(TIER_OF, {}).get(report.nodeid) or tier_of_report(report)
         self.seconds[tier] += report.duration
         self.nodeids[tier].add(report.nodeid)
 
@@ -139,6 +176,8 @@ class TierDurations:
             terminalreporter.write_line(f"{tier:<10}{len(self.nodeids[tier]):>8}{self.seconds[tier]:>10.1f}")
         total_tests = sum(len(n) for n in self.nodeids.values())
         terminalreporter.write_line(f"{'total':<10}{total_tests:>8}{sum(self.seconds.values()):>10.1f}")
+        # With several workers the tiers overlap: the session's wall time is what a developer waits.
+        terminalreporter.write_line(f"{'wall':<10}{'':>8}{time.monotonic() - self.started:>10.1f}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
