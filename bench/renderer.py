@@ -255,7 +255,7 @@ POINT_COLUMNS = (
 
 
 def points_markdown(s: dict) -> str:
-    lines = [f"# {', '.join(s['campaigns'])} (measured)", "", f"Model: {', '.join(s['shapes'])}.", ""]
+    lines = [f"# {', '.join(s['campaigns'])}", "", f"{s['provenance']['device']}; model {', '.join(s['shapes'])}.", ""]
     for b, rows in s["batches"].items():
         lines += [f"## Batch {b}", ""]
         lines += table(
