@@ -164,3 +164,46 @@ def test_a_live_tune_run_extracts_to_the_points_its_summary_reports(tmp_path):
         assert p.metrics["cycle_ms"] == summary["points"][key]["cycle_ms"], key
     nospec = {p.batch: p.metrics["tok_s"] for p in got if p.mode == "nospec"}
     assert {str(b): v for b, v in nospec.items()} == summary["nospec_tokens_per_s"]
+
+
+def test_the_gpu_backend_measures_each_mode_on_its_server_with_live_tunes_pieces(tmp_path, monkeypatch):
+    """Without a GPU: live_tune's server, table and replay functions stubbed, the backend starts one server per kind
+    once, sets a one-tier table before each static point and replays the fixed set for every point."""
+    lt = campaign.live_tune
+    calls = []
+    monkeypatch.setattr(lt, "prompts_from", lambda path, n, chars: ["p"] * n)
+
+    def start_server(a, work, kind):
+        calls.append(("start", kind, a.tp))
+        return None, kind, {}
+
+    monkeypatch.setattr(lt, "start_server", start_server)
+    monkeypatch.setattr(lt, "wait_ready", lambda url, proc, t: 1.0)
+    monkeypatch.setattr(lt, "put_table", lambda control, body: calls.append(("table", body)) or 200)
+    monkeypatch.setattr(lt, "Observer", lambda url, sampler: lambda m: (m(), {"pod_counters": {}, "wall_s": 1.0}))
+    monkeypatch.setattr(lt, "replay", lambda url, prompts, b, n, mnt: 100.0 * b if url == "live" else 50.0 * b)
+    monkeypatch.setattr(campaign, "gpu_name", lambda tp: f"{tp}x stub GPU")
+    c = campaign.Campaign.model_validate(
+        {
+            "name": "stub",
+            "backend": "gpu",
+            "shape": "llama3-8b",
+            "tp": 2,
+            "steps": [3],
+            "batches": [1, 8],
+            "modes": ["nospec", "static"],
+            "gpu": {"target": "t", "draft": "d", "heldout": str(tmp_path / "h.txt")},
+        }
+    )
+    backend = campaign.GpuBackend(c)
+    monkeypatch.setattr(backend, "close", lambda: None)
+    got = campaign.run(c, tmp_path, "python bench/campaign.py run stub.yaml", backend)
+    assert [(p.mode, p.batch, p.metrics["tok_s"]) for p in got] == [
+        ("nospec", 1, 50.0),
+        ("static", 1, 100.0),
+        ("nospec", 8, 400.0),
+        ("static", 8, 800.0),
+    ]
+    assert [x for x in calls if x[0] == "start"] == [("start", "nospec", 2), ("start", "live", 2)]
+    assert sum(x[0] == "table" for x in calls) == 2 and all(p.device == "2x stub GPU" for p in got)
+    assert points.load(tmp_path / "points.jsonl") == got
