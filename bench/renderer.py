@@ -1,7 +1,15 @@
-"""The one renderer of bench results: raw reports in, ``bench/results/NAME.{json,md}`` out.
+"""The one renderer of bench results: raw reports or measured points in, ``bench/results/NAME.{json,md}`` out.
 
-Each summarizer (``bench/gpu/campaigns/summarize_*.py``) is a pure ``summarize(raw_dir) -> dict`` and
-``markdown(dict) -> str``; this module holds what they share:
+    python bench/renderer.py list                          # the reports and their committed raw folders
+    python bench/renderer.py report NAME [--raw DIR] [--out DIR] [--name NAME]
+    python bench/renderer.py check [NAME ...]              # every committed summary regenerated and compared
+    python bench/renderer.py points FILE.jsonl [--out DIR] [--name NAME]   # a campaign's points as tables
+    python bench/renderer.py extract NAME [--raw DIR] --out FILE.jsonl     # a live_tune.py run's points
+
+A report (``bench/reports/``, registered in ``reports.REPORTS``) is a pure ``summarize(raw_dir) -> dict`` and
+``markdown(dict) -> str``; points (``bench/points.py``, what ``bench/campaign.py`` writes) render to one table per
+batch: every configuration's median over its rounds with a bootstrap interval, over no speculation at that batch.
+This module holds what every summary shares:
 
 - provenance: every summary records the run's ``commit``, ``device``, ``date`` and ``commands`` from the raw
   folder's ``meta.json`` (:func:`provenance`; a meta without one of them is refused, naming the key) and ends its
@@ -17,13 +25,24 @@ A committed summary regenerates byte for byte from its committed raw files (test
 from __future__ import annotations
 
 import argparse
+import filecmp
+import importlib
 import json
 import random
+import shutil
 import statistics
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "runtime", ROOT / "bench"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+import points as pts  # noqa: E402
+import reports  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 PROVENANCE = ("commit", "device", "date", "commands")
 BOOTSTRAP = 2000
@@ -31,6 +50,10 @@ BOOTSTRAP = 2000
 
 class ProvenanceError(ValueError):
     """A run's meta.json lacks what every summary records."""
+
+
+class RawError(ValueError):
+    """A raw report that is missing or unreadable: the message names it."""
 
 
 def provenance(meta_path: Path) -> dict[str, Any]:
@@ -119,3 +142,189 @@ def write_section(results: Path, name: str, keys: dict, heading: str, section: s
     else:
         text = text.rstrip("\n") + "\n\n" + section
     md.write_text(text)
+
+
+# ---------------------------------------------------------------------------------------------------------- reports
+
+
+def report_module(r: reports.Report) -> Any:
+    return importlib.import_module(f"reports.{r.module}")
+
+
+def render(r: reports.Report, raw: Path, out: Path, name: str | None = None) -> dict:
+    """One report from its raw folder into ``out``: the whole results file, or its own section of one."""
+    mod = report_module(r)
+    s = mod.summarize(raw)
+    md = mod.markdown(s)
+    if r.section:
+        heading, title = r.section
+        if "provenance" not in s and not all(s.get("gpu_meta", {}).get(k) for k in PROVENANCE):
+            raise ProvenanceError(f"{r.name}: the section records no provenance")
+        write_section(out, name or r.name, s, heading, md, title)
+    else:
+        write(out, name or r.name, s, md, r.indent)
+    return s
+
+
+def check(names: Sequence[str]) -> list[str]:
+    """Every named committed summary regenerated from its committed raw folder into a scratch folder (the results
+    file copied first where the report fills one section of it): the files that differ from the committed ones."""
+    differ = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in names:
+            r = reports.REPORTS[n]
+            out = Path(tmp) / n
+            out.mkdir()
+            if r.section:
+                for ext in ("json", "md"):
+                    shutil.copy(RESULTS / f"{r.name}.{ext}", out / f"{r.name}.{ext}")
+            render(r, ROOT / r.raw, out)
+            for ext in ("json", "md"):
+                if not filecmp.cmp(out / f"{r.name}.{ext}", RESULTS / f"{r.name}.{ext}", shallow=False):
+                    differ.append(f"bench/results/{r.name}.{ext}")
+    return differ
+
+
+# ----------------------------------------------------------------------------------------------------------- points
+
+
+def points_provenance(points: Sequence[pts.Point]) -> dict[str, Any]:
+    """The provenance section of a summary of points: every commit, device and date they record, and their
+    commands."""
+
+    def uniq(xs: Iterable[str]) -> list[str]:
+        return list(dict.fromkeys(xs))
+
+    return {
+        "commit": ", ".join(uniq(p.commit for p in points)),
+        "device": ", ".join(uniq(p.device for p in points)),
+        "date": ", ".join(uniq(p.date for p in points)),
+        "commands": uniq(p.command for p in points),
+    }
+
+
+def config_label(mode: str, steps: int | None) -> str:
+    return mode if steps is None or mode == "tier0" else f"{mode} k{steps}"
+
+
+def summarize_points(points: Sequence[pts.Point]) -> dict:
+    """Per batch, per configuration (mode and steps): the median of each metric over the rounds, tok/s with its
+    bootstrap interval, and tok/s over no speculation at that batch (the medians' ratio)."""
+    if not points:
+        raise RawError("no points")
+    groups: dict[int, dict[tuple[str, int | None], list[pts.Point]]] = {}
+    for p in points:
+        groups.setdefault(p.batch, {}).setdefault((p.mode, p.steps), []).append(p)
+    order = {m: i for i, m in enumerate(pts.MODES)}
+    by_batch: dict[str, dict] = {}
+    for b in sorted(groups):
+        rows: dict[str, dict] = {}
+        for (mode, steps), ps in sorted(groups[b].items(), key=lambda kv: (order[kv[0][0]], kv[0][1] or 0)):
+            row: dict[str, Any] = {"mode": mode, "steps": steps, "rounds": len(ps)}
+            for m in pts.METRICS:
+                vals = [float(v) for p in ps if (v := p.metrics.get(m)) is not None]
+                if not vals:
+                    continue
+                if m == "tok_s":
+                    med, lo, hi = median_ci(vals)
+                    row["tok_s"] = round(med, 1)
+                    row["tok_s_ci95"] = [round(lo, 1), round(hi, 1)]
+                else:
+                    row[m] = round(statistics.median(vals), 3)
+            rows[config_label(mode, steps)] = row
+        base = rows.get("nospec", {}).get("tok_s")
+        for row in rows.values():
+            if base and row.get("tok_s") is not None:
+                row["over_nospec"] = round(row["tok_s"] / base, 3)
+        by_batch[str(b)] = rows
+    return {
+        "provenance": points_provenance(points),
+        "campaigns": list(dict.fromkeys(p.campaign for p in points)),
+        "shapes": list(dict.fromkeys(f"{p.shape} TP {p.tp}" for p in points)),
+        "batches": by_batch,
+    }
+
+
+POINT_COLUMNS = (
+    ("tok/s (95% CI)", lambda r: f"{r['tok_s']} [{r['tok_s_ci95'][0]}, {r['tok_s_ci95'][1]}]" if "tok_s" in r else "-"),
+    ("over no spec", lambda r: f"{r['over_nospec']}x" if "over_nospec" in r else "-"),
+    ("cycle ms", lambda r: r.get("cycle_ms", "-")),
+    ("accept len", lambda r: r.get("accept_len", "-")),
+    ("rounds", lambda r: r["rounds"]),
+)
+
+
+def points_markdown(s: dict) -> str:
+    lines = [f"# {', '.join(s['campaigns'])}", "", f"{s['provenance']['device']}; model {', '.join(s['shapes'])}.", ""]
+    for b, rows in s["batches"].items():
+        lines += [f"## Batch {b}", ""]
+        lines += table(
+            ("configuration", *(h for h, _ in POINT_COLUMNS)),
+            ((k, *(f(r) for _, f in POINT_COLUMNS)) for k, r in rows.items()),
+        )
+        lines.append("")
+    return "\n".join(lines) + "\n" + provenance_md(s["provenance"])
+
+
+# -------------------------------------------------------------------------------------------------- command line
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="renderer.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="the reports and their raw folders")
+    rep = sub.add_parser("report", help="one report from its raw folder")
+    rep.add_argument("report", choices=sorted(reports.REPORTS))
+    rep.add_argument("--raw", help="folder of the run's raw reports (default: the committed one)")
+    rep.add_argument("--out", default=str(RESULTS), help="folder of the results files")
+    rep.add_argument("--name", help="the results' file name (another device's run)")
+    chk = sub.add_parser("check", help="regenerate committed summaries and compare")
+    chk.add_argument("reports", nargs="*", metavar="NAME", help="default: every committed one")
+    pnt = sub.add_parser("points", help="a file of points as tables")
+    pnt.add_argument("file", type=Path)
+    pnt.add_argument("--out", type=Path, help="folder of NAME.json and NAME.md (default: next to the file)")
+    pnt.add_argument("--name", default="points_summary")
+    ext = sub.add_parser("extract", help="the measured points of a live_tune.py run")
+    ext.add_argument("report", choices=sorted(n for n, r in reports.REPORTS.items() if r.campaign))
+    ext.add_argument("--raw")
+    ext.add_argument("--out", required=True, type=Path)
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "list":
+            for n, r in reports.REPORTS.items():
+                print(f"{n:28} reports/{r.module}.py  raw {r.raw}{'' if r.committed else ' (none committed)'}")
+        elif a.cmd == "report":
+            r = reports.REPORTS[a.report]
+            s = render(r, Path(a.raw) if a.raw else ROOT / r.raw, Path(a.out), a.name)
+            print(json.dumps({k: s[k] for k in r.show}, indent=1))
+        elif a.cmd == "check":
+            committed = [n for n, r in reports.REPORTS.items() if r.committed]
+            unknown = [n for n in a.reports if n not in committed]
+            if unknown:
+                ap.exit(2, f"{ap.prog}: check: {unknown[0]!r} is no committed summary ({', '.join(committed)})\n")
+            differ = check(a.reports or committed)
+            if differ:
+                print("differs from what its raw files render to: " + ", ".join(differ), file=sys.stderr)
+                return 1
+            print("every summary regenerates from its raw files")
+        elif a.cmd == "points":
+            s = summarize_points(pts.load(a.file))
+            write(a.out or a.file.parent, a.name, s, points_markdown(s))
+            print(json.dumps(s["batches"], indent=1))
+        elif a.cmd == "extract":
+            r = reports.REPORTS[a.report]
+            live_runs = importlib.import_module("reports.live_runs")
+            found = live_runs.folder_points(Path(a.raw) if a.raw else ROOT / r.raw, r.campaign, r.shape)
+            pts.write(a.out, found)
+            print(f"{len(found)} points -> {a.out}")
+    except (ProvenanceError, RawError, pts.PointsError) as exc:
+        ap.exit(2, f"{ap.prog}: {exc}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    import renderer  # noqa: E402  # the module the reports import, not a second copy named __main__
+
+    sys.exit(renderer.cli())

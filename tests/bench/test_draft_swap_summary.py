@@ -1,5 +1,5 @@
-"""bench/results/draft_swap.{json,md}'s GPU half is what bench/gpu/campaigns/summarize_draft_swap.py makes of the raw report it
-names: a hand-edited or stale figure fails here."""
+"""bench/results/draft_swap.{json,md}'s GPU half is what the renderer's draft_swap report (bench/reports/draft_swap.py)
+makes of the raw report it names: a hand-edited or stale figure fails here (and in test_lab's regeneration)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "gpu" / "campaigns"))
-import summarize_draft_swap as sds  # noqa: E402
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "runtime")]
+import renderer  # noqa: E402
 
 RAW = ROOT / "bench" / "results" / "gpu_h100" / "draft_swap"
 
 
-def test_the_committed_gpu_half_regenerates_from_its_raw_report(tmp_path, monkeypatch):
+def test_the_committed_gpu_half_regenerates_from_its_raw_report(tmp_path):
     for name in ("draft_swap.json", "draft_swap.md"):
         shutil.copy(ROOT / "bench" / "results" / name, tmp_path / name)
-    monkeypatch.setattr(sds, "RESULTS", tmp_path)
-    assert sds.main(["--raw", str(RAW)]) == 0
+    assert renderer.cli(["report", "draft_swap", "--raw", str(RAW), "--out", str(tmp_path)]) == 0
     for name in ("draft_swap.json", "draft_swap.md"):
         assert (tmp_path / name).read_text() == (ROOT / "bench" / "results" / name).read_text(), name
 
@@ -33,5 +32,8 @@ def test_the_gpu_keys_are_the_ones_promised_and_read_from_the_raw_run():
 
 
 def test_a_missing_raw_report_is_a_clear_error(tmp_path, capsys):
-    assert sds.main(["--raw", str(tmp_path)]) == 2
+    try:
+        renderer.cli(["report", "draft_swap", "--raw", str(tmp_path), "--out", str(tmp_path)])
+    except SystemExit as exc:
+        assert exc.code == 2
     assert "draft_swap_gpu.json" in capsys.readouterr().err

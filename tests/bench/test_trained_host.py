@@ -1,4 +1,4 @@
-"""The host side of the trained-model GPU run (bench/gpu/campaigns/host_probe.py, summarize_host.py): the sampler
+"""The host side of the trained-model GPU run (bench/gpu/campaigns/host_probe.py, bench/reports/host.py): the sampler
 process and its windows, the scheduler's /proc figures, the greedy comparison and the paired interval, against real
 processes and the committed raw reports."""
 
@@ -27,7 +27,8 @@ def _module(name):
 
 
 host_probe = _module("host_probe")
-summarize_host = _module("summarize_host")
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "runtime")]
+from reports import host as host_report  # noqa: E402
 
 
 def test_sampler_process_times_the_fixed_workload_and_windows_select_by_wall_clock(tmp_path):
@@ -111,22 +112,22 @@ def test_pin_binds_the_scheduler_main_thread_alone_to_the_core_and_the_rest_else
 
 def test_greedy_identity_counts_whole_prompts_and_names_each_step_count():
     nospec = [[1, 2, 3], [4, 5, 6]]
-    got = summarize_host.greedy_identity(nospec, {"7": [[1, 2, 3], [4, 5, 7]], "0": [[1, 2, 3], [4, 5, 6]]})
+    got = host_report.greedy_identity(nospec, {"7": [[1, 2, 3], [4, 5, 7]], "0": [[1, 2, 3], [4, 5, 6]]})
     assert list(got) == ["0", "7"]
     assert got["0"] == {"identical": 2, "prompts": 2, "tokens_each": 3}
     assert got["7"]["identical"] == 1  # one token off makes the prompt differ
 
 
 def test_median_interval_contains_the_median_and_narrows_with_agreeing_rounds():
-    med, lo, hi = summarize_host.renderer.median_ci([1.0] * 9 + [1.5])
+    med, lo, hi = host_report.renderer.median_ci([1.0] * 9 + [1.5])
     assert (med, lo, hi) == (1.0, 1.0, 1.0)
-    wide = summarize_host.renderer.median_ci([0.8, 0.9, 1.0, 1.1, 1.2, 0.85, 1.15, 0.95, 1.05, 1.0])
+    wide = host_report.renderer.median_ci([0.8, 0.9, 1.0, 1.1, 1.2, 0.85, 1.15, 0.95, 1.05, 1.0])
     assert wide[1] <= wide[0] <= wide[2] and wide[2] - wide[1] > 0.05
 
 
 @pytest.mark.skipif(not RAW.is_dir(), reason="committed raw run")
 def test_committed_run_regenerates_its_summary(tmp_path):
-    s = summarize_host.summarize(RAW)
+    s = host_report.summarize(RAW)
     committed = json.loads((ROOT / "bench/results/gpu_h200_trained_host.json").read_text())
     assert json.loads(json.dumps(s)) == committed
     # what the README and the result say: identical in float32 at every step count, one cycle count per
@@ -145,13 +146,13 @@ def test_served_cycles_in_the_start_up_costs_price_the_cycles_they_came_from():
     measured static cycles stand in for what a served calibration would have exported."""
     run = json.loads((RAW / "live_b1.json").read_text())
     row = run["batches"]["1"]
-    before = summarize_host.cycle_pricing(run, "1")
+    before = host_report.cycle_pricing(run, "1")
     assert not any("calibrated_over_measured" in p for p in before.values())  # no served points in that run
-    figs = {k: summarize_host.decode_figures(row["pod_counters"][k]) for k in ("0", "3", "7")}
+    figs = {k: host_report.decode_figures(row["pod_counters"][k]) for k in ("0", "3", "7")}
     costs = dict(run["probe_costs"])
     for k, fig in figs.items():
         costs[f"specdecode_cost_seconds{{batch=1,bucket=1,stage=cycle,steps={k}}}"] = fig["cycle_ms"] / 1000.0
-    after = summarize_host.cycle_pricing({**run, "probe_costs": costs}, "1")
+    after = host_report.cycle_pricing({**run, "probe_costs": costs}, "1")
     assert {n: p["probe_over_measured"] for n, p in after.items()} == {
         n: p["probe_over_measured"] for n, p in before.items()
     }
@@ -159,5 +160,5 @@ def test_served_cycles_in_the_start_up_costs_price_the_cycles_they_came_from():
     # the host line over two speculative tiers leaves no mean residual at them
     model = [after[f"static k{k}"]["calibrated_over_measured"] * figs[k]["cycle_ms"] for k in ("3", "7")]
     assert sum(model) == pytest.approx(figs["3"]["cycle_ms"] + figs["7"]["cycle_ms"], rel=2e-3)
-    summary = summarize_host.pricing_summary(after)
+    summary = host_report.pricing_summary(after)
     assert summary["calibrated_points"] == len(after)

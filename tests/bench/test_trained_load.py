@@ -1,4 +1,4 @@
-"""The load harness and summary of the trained-model GPU run (bench/gpu/campaigns/live_tune.py, summarize_load.py):
+"""The load harness and summary of the trained-model GPU run (bench/gpu/campaigns/live_tune.py, bench/reports/load.py):
 the arithmetic its figures rest on, against a loopback HTTP server and the committed raw reports."""
 
 import importlib.util
@@ -25,7 +25,12 @@ def _module(name):
 
 
 live_tune = _module("live_tune")
-summarize_load = _module("summarize_load")
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "runtime")]
+from reports import live_runs  # noqa: E402
+from reports import load as load_report  # noqa: E402
+from reports import paired as paired_report  # noqa: E402
+from reports import replay as replay_report  # noqa: E402
+from reports import tp1 as tp1_report  # noqa: E402
 
 
 @pytest.fixture
@@ -80,12 +85,12 @@ def test_interval_noise_uses_the_longest_unchanged_run_without_its_first_interva
     trace = [{"table": [[1, 3]], "tokens_per_s": 999.0}]  # the start of the load: left out
     trace += [{"table": [[1, 4]], "tokens_per_s": x} for x in (50.0, 100.0, 100.0, 100.0, 100.0)]
     trace += [{"table": [[1, 5]], "tokens_per_s": x} for x in (10.0, 20.0)]
-    got = summarize_load.interval_noise(trace)
+    got = load_report.interval_noise(trace)
     assert got == {"intervals": 4, "mean_tokens_per_s": 100.0, "cv": 0.0}  # the 50 is the interval it landed in
 
 
 def test_the_committed_run_summarizes_to_the_figures_the_readme_quotes():
-    s = summarize_load.summarize(RAW)
+    s = load_report.summarize(RAW)
     live = json.loads((RAW / "live.json").read_text())
     nospec = json.loads((RAW / "nospec.json").read_text())
     b1 = live["batches"]["1"]["static"]
@@ -94,7 +99,7 @@ def test_the_committed_run_summarizes_to_the_figures_the_readme_quotes():
     assert all(s["tokens_identical"].values())
     assert set(s["live_over_best_static"]) == {"b1", "b8", "b32"}
     assert s["planner_over_measured"]["min"] <= s["planner_over_measured"]["max"]
-    md = summarize_load.markdown(s)
+    md = load_report.markdown(s)
     assert f"**Batch 1: {s['best_static']['b1']['speedup_over_nospec']}x no speculation**" in md
     committed = json.loads((ROOT / "bench/results/gpu_h200_trained_load.json").read_text())
     assert committed["speedup_over_nospec"] == s["speedup_over_nospec"]
@@ -140,7 +145,6 @@ REPLAY_RAW = ROOT / "bench/results/gpu_h200/trained_replay"
 
 
 def test_decode_only_figures_from_the_pods_counters():
-    summarize_replay = _module("summarize_replay")
     counters = {
         "specdecode_verify_cycles_total{bucket=1}": 100.0,
         "specdecode_requests_verified_total{bucket=1}": 100.0,
@@ -154,18 +158,17 @@ def test_decode_only_figures_from_the_pods_counters():
         "specdecode_position_attempts_total{bucket=1,position=2}": 80.0,
         "specdecode_position_accepted_total{bucket=1,position=2}": 40.0,
     }
-    fig = summarize_replay.pod_figures(counters)
+    fig = live_runs.pod_figures(counters)
     assert fig["cycle_ms"] == pytest.approx(5.0)  # 0.5 s over 100 cycles
     assert fig["decode_tokens_per_s"] == pytest.approx(600.0)  # 300 tokens in 0.5 s
     assert fig["tokens_per_seq_cycle"] == pytest.approx(3.0)
     assert fig["alphas"] == [0.8, 0.5]
-    assert summarize_replay.pod_figures({}) is None
+    assert live_runs.pod_figures({}) is None
 
 
 @pytest.mark.skipif(not REPLAY_RAW.is_dir(), reason="no committed replay run")
 def test_the_committed_replay_summary_is_what_its_raw_reports_say(tmp_path):
-    summarize_replay = _module("summarize_replay")
-    s = summarize_replay.summarize(REPLAY_RAW)
+    s = replay_report.summarize(REPLAY_RAW)
     committed = json.loads((ROOT / "bench/results/gpu_h200_trained_replay.json").read_text())
     assert json.loads(json.dumps(s)) == committed
     for key, p in s["points"].items():
@@ -182,12 +185,9 @@ def test_the_trained_scenario_holds_the_replay_runs_probe_costs_and_acceptance()
 
     import yaml
 
-    summarize_replay = _module("summarize_replay")
-    import summarize_tp1
-
     live = json.loads((ROOT / "bench/results/gpu_h200/trained_replay/live_b1.json").read_text())
-    profile = summarize_replay.probe_profile(live["probe_costs"])
-    costs = summarize_tp1.scenario_costs({k: dataclasses.asdict(v) for k, v in profile.items()})
+    profile = live_runs.probe_profile(live["probe_costs"])
+    costs = tp1_report.scenario_costs({k: dataclasses.asdict(v) for k, v in profile.items()})
     scenario = yaml.safe_load((ROOT / "bench/scenarios/h200-trained-measured.yaml").read_text())
     assert scenario["cost"] == costs
     summary = json.loads((ROOT / "bench/results/gpu_h200_trained_replay.json").read_text())
@@ -198,20 +198,18 @@ PAIRED_RAW = ROOT / "bench/results/gpu_h200/trained_paired"
 
 
 def test_paired_order_is_the_order_paired_measures_in():
-    """summarize_paired reads the measurements back in the order paired() took them: a swapped order would
+    """reports/paired.py reads the measurements back in the order paired() took them: a swapped order would
     attribute the best static's figures to the tuner's table."""
-    summarize_paired = _module("summarize_paired")
     seen = []
 
     def setter(name):
         return lambda: seen.append(name)
 
     live_tune.paired(lambda: 1.0, setter("a"), setter("b"), pairs=4)
-    assert summarize_paired._order(4) == seen
+    assert live_runs.pair_order(4) == seen
 
 
 def test_decode_figures_leave_prefill_out_of_the_cycle_and_report_it_apart():
-    summarize_paired = _module("summarize_paired")
     counters = {
         "specdecode_verify_cycles_total{bucket=8-31}": 100.0,
         "specdecode_requests_verified_total{bucket=8-31}": 800.0,
@@ -222,7 +220,7 @@ def test_decode_figures_leave_prefill_out_of_the_cycle_and_report_it_apart():
         "specdecode_cycle_seconds_sum{bucket=8-31,phase=other}": 0.1,
         "specdecode_prefill_seconds_total{bucket=8-31}": 0.3,
     }
-    fig = summarize_paired.decode_figures(counters)
+    fig = live_runs.decode_figures(counters)
     assert fig["cycle_ms"] == pytest.approx(4.0)  # the four decode phases only
     assert fig["launch_ms"] == pytest.approx(3.0)
     assert fig["prefill_ms_per_cycle"] == pytest.approx(3.0)
@@ -231,8 +229,7 @@ def test_decode_figures_leave_prefill_out_of_the_cycle_and_report_it_apart():
 
 @pytest.mark.skipif(not PAIRED_RAW.is_dir(), reason="no committed paired run")
 def test_the_committed_paired_summary_is_what_its_raw_reports_say():
-    summarize_paired = _module("summarize_paired")
-    s = summarize_paired.summarize(PAIRED_RAW)
+    s = paired_report.summarize(PAIRED_RAW)
     committed = json.loads((ROOT / "bench/results/gpu_h200_trained_paired.json").read_text())
     assert json.loads(json.dumps(s)) == committed
     for b, e in s["live"].items():

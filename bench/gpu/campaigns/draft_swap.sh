@@ -6,7 +6,7 @@
 #
 #   source bench/gpu/kit/install_kit.sh && bench/gpu/campaigns/draft_swap.sh WORKDIR OUTDIR
 #
-# Writes OUTDIR/draft_swap_gpu.json (+ .log); bench/gpu/campaigns/summarize_draft_swap.py folds it into
+# Writes OUTDIR/draft_swap_gpu.json (+ .log); `python bench/renderer.py report draft_swap` folds it into
 # bench/results/draft_swap.{json,md}.
 set -uo pipefail
 work="${1:?usage: draft_swap.sh WORKDIR OUTDIR}"; out="${2:?usage: draft_swap.sh WORKDIR OUTDIR}"

@@ -204,11 +204,13 @@ def start_server(a, work: Path, server: str | None = None) -> tuple[subprocess.P
     control: dict = {}
     mem = ["--mem-fraction-static", str(a.mem_fraction)] if a.mem_fraction else []
     mem += graph_args(a.max_batch) if a.max_batch != 32 else []
+    tp = getattr(a, "tp", 1)  # the campaign runner's; live_tune.py's own runs are TP 1
     common = (
         ["--host", "127.0.0.1", "--port", str(port)]
         + SGLANG_ARGS
         + prefill_graph_args(a.prefill_graph_tokens)
         + (["--dtype", a.dtype] if a.dtype else [])
+        + (["--tp-size", str(tp)] if tp != 1 else [])
         + mem
     )
     if server == "nospec":
@@ -244,7 +246,7 @@ def start_server(a, work: Path, server: str | None = None) -> tuple[subprocess.P
         doc = {
             "apiVersion": "specdecode.io/runtime/v1",
             "name": "trained-live",
-            "target": {"model": a.target, "tensorParallelSize": 1},
+            "target": {"model": a.target, "tensorParallelSize": tp},
             "draft": {"model": a.draft, "algorithm": "EAGLE3", "tensorParallelSize": 1},
             "speculative": {
                 "numSteps": a.initial_steps,
@@ -255,7 +257,7 @@ def start_server(a, work: Path, server: str | None = None) -> tuple[subprocess.P
             },
             "nccl": {"profile": "None", "preflight": False},
             "server": {"port": port, "controlPort": control["port"], "tokenFile": str(token_file)},
-            "topology": {"nodes": 1, "gpusPerNode": 1},
+            "topology": {"nodes": 1, "gpusPerNode": tp},
         }
         if a.served_calibration:  # the pod times what it serves per tier before it reports healthy (served_probe)
             doc["costProbe"] = {

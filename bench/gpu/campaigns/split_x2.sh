@@ -10,7 +10,7 @@
 #   tree     topk 2 (a tree of 4 draft tokens), draft on rank 1
 #   shape8b  Llama-3-8B shape (dummy weights) + EAGLE-3 head, sharded and split (draft on rank 1), Live tiers 1/3/5:
 #            served cycle per layout at batch 1, 8, 32, graphs per tier, memory per rank
-# Each phase writes OUTDIR/x2_<phase>.json and .log; bench/gpu/campaigns/summarize_x2.py writes
+# Each phase writes OUTDIR/x2_<phase>.json and .log; `python bench/renderer.py report gpu_h200x2_split --raw DIR` writes
 # bench/results/gpu_h200x2_split.{json,md}. With DRY_RUN=1 it prints the commands and checks the flags only.
 set -uo pipefail
 out="${1:?usage: split_x2.sh OUTDIR [tiny1] [tiny0] [tree] [shape8b]}"; shift

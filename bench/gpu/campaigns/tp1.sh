@@ -12,7 +12,7 @@
 #   stock   the same 8B shape at static steps 1, 3, 5: stock SGLang (no runtime patch) vs the runtime's launch path,
 #           same SGLang arguments, served tok/s at batch 1, 8, 32
 # Each phase writes OUTDIR/<phase>.json (the self-test's JSON report) and OUTDIR/<phase>.log (its output's tail).
-# bench/gpu/campaigns/summarize_tp1.py turns them into bench/results/gpu_h200_tp1.{json,md}.
+# `python bench/renderer.py report gpu_h200_tp1` turns them into bench/results/gpu_h200_tp1.{json,md}.
 set -uo pipefail
 out="${1:?usage: tp1.sh OUTDIR [tiny] [live8b] [stock]}"; shift
 phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(tiny live8b stock)

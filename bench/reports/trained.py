@@ -1,6 +1,6 @@
 """The trained-model run on one H200 -> bench/results/gpu_h200_trained.{json,md}
 
-    python bench/gpu/campaigns/summarize_trained.py [--raw bench/results/gpu_h200] [--out bench/results]
+    python bench/renderer.py report gpu_h200_trained [--raw bench/results/gpu_h200] [--out bench/results]
 
 Reads what ``bench/gpu/campaigns/trained_serve.sh`` wrote (trained_train_report.json, trained_head_report.json,
 trained_acceptance.json, trained_serve.json) and writes the issue's keys: ``speedup_over_nospec`` per batch and
@@ -12,20 +12,15 @@ did not measure (``live_over_best_static``, ``patched_over_stock``) as null with
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
+
+from specdecode_runtime.contract.goodput import CycleCost, goodput
+from specdecode_runtime.contract.metric_names import bucket_label
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 META = "trained_meta.json"  # the run's provenance, next to its raw reports
-
-from specdecode_runtime.contract.goodput import CycleCost, goodput  # noqa: E402
-from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
-from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
 
 def summarize(raw: Path) -> dict:
@@ -152,18 +147,3 @@ def markdown(s: dict) -> str:
         "",
     ]
     return "\n".join(lines) + "\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200_trained",
-        "bench/results/gpu_h200",
-        summarize,
-        markdown,
-        ("speedup_over_nospec", "planner_over_measured", "best_speedup_per_batch"),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

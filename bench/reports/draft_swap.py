@@ -1,26 +1,18 @@
-#!/usr/bin/env python3
 """The GPU half of ``bench/results/draft_swap.{json,md}`` from the raw report of ``bench/gpu/campaigns/draft_swap.sh``
 (``draft_swap_gpu.json`` and the run's ``meta.json`` under ``--raw``); the CPU half is ``bench/operator/draft_canary_cpu.py``'s.
 
-Usage: python3 bench/gpu/campaigns/summarize_draft_swap.py [--raw bench/results/gpu_h100/draft_swap]
+Usage: python bench/renderer.py report draft_swap [--raw bench/results/gpu_h100/draft_swap]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
 
-RESULTS = renderer.RESULTS
-SECTION = "## GPU"
-TITLE = "Draft swap: the operator's canary against real pods"
+from reports.live_runs import read_json
+
+SECTION = "## GPU"  # the heading reports.REPORTS["draft_swap"] fills
 
 
 def summary(raw: dict) -> dict:
@@ -44,7 +36,7 @@ def summary(raw: dict) -> dict:
     }
 
 
-def markdown(gpu: dict, meta: dict) -> str:
+def section(gpu: dict, meta: dict) -> str:
     cmds = "; ".join(f"`{c}`" for c in meta["commands"])
     notes = "\n".join(f"- {n}" for n in meta.get("notes", []))
     tps = gpu["tokens_per_s"]
@@ -70,24 +62,12 @@ rank learning of the swap to its outcome, during which the pod keeps serving; th
 """
 
 
-def write(gpu: dict, meta: dict) -> None:
-    renderer.write_section(RESULTS, "draft_swap", {"gpu": gpu, "gpu_meta": meta}, SECTION, markdown(gpu, meta), TITLE)
+def summarize(raw: Path) -> dict:
+    """The GPU keys of the results file and the run's meta (its provenance named, or the missing key)."""
+    report = read_json(raw, "draft_swap_gpu.json")
+    renderer.provenance(raw / "meta.json")  # commit, device, date and commands, or the missing one named
+    return {"gpu": summary(report), "gpu_meta": read_json(raw, "meta.json")}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--raw", type=Path, default=RESULTS / "gpu_h100" / "draft_swap")
-    a = ap.parse_args(argv)
-    try:
-        raw = json.loads((a.raw / "draft_swap_gpu.json").read_text())
-        renderer.provenance(a.raw / "meta.json")  # commit, device, date and commands, or the missing one named
-        meta = json.loads((a.raw / "meta.json").read_text())
-    except (OSError, ValueError) as exc:
-        print(f"summarize_draft_swap: {exc}", file=sys.stderr)
-        return 2
-    write(summary(raw), meta)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def markdown(s: dict) -> str:
+    return section(s["gpu"], s["gpu_meta"])

@@ -1,6 +1,6 @@
 """The split draft on two H200s: the reports of ``bench/gpu/campaigns/split_x2.sh`` -> bench/results/gpu_h200x2_split.*
 
-    python bench/gpu/campaigns/summarize_x2.py --raw DIR [--out bench/results]
+    python bench/renderer.py report gpu_h200x2_split --raw DIR
 
 Keys: ``tokens_identical`` (per run), ``split_over_sharded_accept`` (accepted drafts of split over sharded, per run
 with both), ``served_cycle_ms`` (per layout and point), ``plan_over_measured`` (the planner's cycle for the same
@@ -10,14 +10,9 @@ layout and point over the served one, and ``max_abs_error``), ``mem_gb_per_rank`
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
 
 
 def summarize(raw: Path) -> dict:
@@ -70,18 +65,3 @@ def markdown(s: dict) -> str:
         "",
     ]
     return "\n".join(lines) + "\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200x2_split",
-        "bench/results/gpu_h200x2/split",
-        summarize,
-        markdown,
-        ("tokens_identical", "split_over_sharded_accept", "plan_over_measured"),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The trained model served under a steady load on one H200 -> bench/results/gpu_h200_trained_load.{json,md}
 
-    python bench/gpu/campaigns/summarize_load.py [--raw bench/results/gpu_h200/trained_live] [--out bench/results]
+    python bench/renderer.py report gpu_h200_trained_load [--raw bench/results/gpu_h200/trained_live] [--out bench/results]
 
 Reads what ``bench/gpu/campaigns/trained_live.sh`` wrote (nospec.json, live.json, stock_K.json from ``live_tune.py``,
 plus the training reports) and writes: ``speedup_over_nospec`` per batch and static step count (patched runtime, Live
@@ -13,19 +13,15 @@ online-refined costs and live acceptance, over each measured static point) and `
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
+
+from reports.live_runs import stock_runs
+from specdecode_runtime.contract.goodput import expected_tokens
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 META = "meta.json"  # the run's provenance, next to its raw reports
-
-from specdecode_runtime.contract.goodput import expected_tokens  # noqa: E402
-from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
 
 def _load(raw: Path, name: str) -> dict | None:
@@ -55,10 +51,10 @@ def interval_noise(trace: list[dict]) -> dict | None:
 def summarize(raw: Path) -> dict:
     nospec, live = _load(raw, "nospec.json"), _load(raw, "live.json")
     if nospec is None or live is None:
-        raise SystemExit(
+        raise renderer.RawError(
             f"{raw}: nospec.json and live.json are required (bench/gpu/campaigns/trained_live.sh writes them)"
         )
-    stock = {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted(raw.glob("stock_*.json"))}
+    stock = stock_runs(raw)
     train, head, acc = _load(raw, "train_report.json"), _load(raw, "head_report.json"), _load(raw, "acceptance.json")
     base = {b: r["tokens_per_s"] for b, r in nospec["batches"].items()}
     speedup, live_ratio, planner, best, accept, refused, noise, rollbacks = {}, {}, {}, {}, {}, {}, {}, {}
@@ -266,18 +262,3 @@ def markdown(s: dict) -> str:
         "",
     ]
     return "\n".join(out) + "\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200_trained_load",
-        "bench/results/gpu_h200/trained_live",
-        summarize,
-        markdown,
-        ("best_static", "live_over_best_static", "patched_over_stock"),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """GPU truth on one H200 at TP 1: the self-test reports of ``bench/gpu/campaigns/tp1.sh`` -> bench/results/gpu_h200_tp1.*
 
-    python bench/gpu/campaigns/summarize_tp1.py [--raw bench/results/gpu_h200] [--out bench/results]
+    python bench/renderer.py report gpu_h200_tp1 [--raw bench/results/gpu_h200] [--out bench/results]
 
 Reads the raw reports the test bed wrote on the GPU (tp1_live8b.json, tp1_stock_k*.json, tp1_tiny.json) and writes
 ``gpu_h200_tp1.json`` with the keys ``probe_over_served``, ``patched_over_stock``, ``capture_s_per_tier``,
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
-import shapes  # noqa: E402
+import renderer
+import shapes
+
+from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
+from specdecode_runtime.contract.versions import SGLANG_VERSION
+from specdecode_runtime.cost_probe import probe_batch
 
 META = "tp1_meta.json"  # the run's provenance, next to its raw reports
 
@@ -35,20 +34,7 @@ def _point(row: dict) -> str:
     return f"b{row['batch']}_k{row['steps']}"
 
 
-def _sglang_version() -> str:
-    import sys
-
-    sys.path.insert(0, str(ROOT / "runtime"))
-    from specdecode_runtime.contract.versions import SGLANG_VERSION
-
-    return SGLANG_VERSION
-
-
 def _probe_batches() -> dict[str, int]:
-    sys.path.insert(0, str(ROOT / "runtime"))
-    from specdecode_runtime.contract.metric_names import DEFAULT_BUCKETS, bucket_label
-    from specdecode_runtime.cost_probe import probe_batch
-
     sizes = (1, 4, 8, 16, 32)  # the live8b run's --cuda-graph-bs-decode
     return {bucket_label(lo): probe_batch(DEFAULT_BUCKETS, i, 32, sizes) for i, lo in enumerate(DEFAULT_BUCKETS)}
 
@@ -102,7 +88,7 @@ def summarize(raw: Path) -> dict:
     prov = renderer.provenance(raw / META)
     out: dict = {
         "provenance": prov,
-        "device": f"{prov['device']}, SGLang {_sglang_version()} + the runtime's patches",
+        "device": f"{prov['device']}, SGLang {SGLANG_VERSION} + the runtime's patches",
         "model": f"Llama-3-8B shape ({shapes.describe(shapes.LLAMA3_8B)}), dummy bf16 weights; EAGLE-3 "
         "head (1 layer), triton attention, CUDA graphs for batch 1/4/8/16/32, overlap scheduler on",
         "probe_over_served": {**probe, "max": max(probe.values()), "min": min(probe.values())},
@@ -213,18 +199,3 @@ def markdown(s: dict) -> str:
         "",
     ]
     return "\n".join(lines) + "\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200_tp1",
-        "bench/results/gpu_h200",
-        summarize,
-        markdown,
-        ("probe_over_served", "patched_over_stock", "scenario_costs"),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Greedy identity in float32 and the host's part in the paired comparison -> bench/results/gpu_h200_trained_host.{json,md}
 
-    python bench/gpu/campaigns/summarize_host.py [--raw bench/results/gpu_h200/trained_host] [--out bench/results]
+    python bench/renderer.py report gpu_h200_trained_host [--raw bench/results/gpu_h200/trained_host] [--out bench/results]
 
 Reads what ``live_tune.py`` wrote for a freshly trained target and head on one H200:
 
@@ -21,23 +21,16 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
+
+from reports.live_runs import decode_figures, pair_order, probe_profile, read_json, steps_at, tier0_extends
+from specdecode_runtime.contract.cost_profile import SERVED
+from specdecode_runtime.contract.metric_names import bucket_label
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 META = "meta.json"  # the run's provenance, next to its raw reports
-
-from summarize_paired import _order, decode_figures  # noqa: E402
-from summarize_replay import _steps_at, probe_profile, tier0_extends  # noqa: E402
-
-from specdecode_runtime.contract.cost_profile import SERVED  # noqa: E402
-from specdecode_runtime.contract.metric_names import bucket_label  # noqa: E402
-from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
 
 
 def greedy_identity(nospec: list[list[int]], by_steps: dict[str, list[list[int]]]) -> dict:
@@ -99,12 +92,12 @@ def repeat_summary(rep: dict) -> dict:
 def paired_summary(row: dict) -> dict:
     pr, lv = row["paired"], row["live"]
     sides: dict[str, list[dict]] = {"a": [], "b": []}
-    for side, m in zip(_order(len(pr["rounds"])), pr["measurements"]):
+    for side, m in zip(pair_order(len(pr["rounds"])), pr["measurements"]):
         sides[side].append(_measurement(m))
     ratios = [r["ratio"] for r in pr["rounds"]]
     med, lo, hi = renderer.median_ci(ratios)
     mean_batch = statistics.median(decode_figures(m["pod_counters"]).get("mean_batch", 1.0) for m in pr["measurements"])
-    table_steps = _steps_at(lv["final_table"], mean_batch)
+    table_steps = steps_at(lv["final_table"], mean_batch)
     best = row["best_static"]
     tps = {s: [m["served_tokens_per_s"] for m in v] for s, v in sides.items()}
     return {
@@ -139,8 +132,8 @@ def cycle_pricing(run: dict, b: str) -> dict:
     calibrated = probe_profile(costs, ext) if any(f"stage={SERVED}," in k for k in costs) else {}
     refined = row["live"].get("refined_cost_ms") or {}
     points = [(f"static k{k}", int(k), row["pod_counters"][k]) for k in row["static"]]
-    order = _order(len(row["paired"]["rounds"]))
-    steps = {"a": _steps_at(row["live"]["final_table"], float(b)), "b": row["best_static"]["steps"]}
+    order = pair_order(len(row["paired"]["rounds"]))
+    steps = {"a": steps_at(row["live"]["final_table"], float(b)), "b": row["best_static"]["steps"]}
     points += [
         (f"paired {i} ({'table' if s == 'a' else 'static'})", steps[s], m["pod_counters"])
         for i, (s, m) in enumerate(zip(order, row["paired"]["measurements"]))
@@ -196,13 +189,10 @@ def pricing_summary(points: dict) -> dict:
 
 
 def summarize(raw: Path) -> dict:
-    def load(name: str) -> dict:
-        return json.loads((raw / name).read_text())
-
-    nospec = load("greedy32_nospec.json")["greedy"]
-    live32 = load("greedy32_live.json")
+    nospec = read_json(raw, "greedy32_nospec.json")["greedy"]
+    live32 = read_json(raw, "greedy32_live.json")
     by_steps = {str(json.loads(live32["args"]["initial_steps"])): live32["greedy"], **live32.get("greedy_by_steps", {})}
-    b1, b8 = load("live_b1.json"), load("live_b8.json")
+    b1, b8 = read_json(raw, "live_b1.json"), read_json(raw, "live_b8.json")
     prov = renderer.provenance(raw / META)
     return {
         "provenance": prov,
@@ -299,19 +289,3 @@ def markdown(s: dict) -> str:
         "",
     ]
     return "\n".join(lines) + "\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200_trained_host",
-        "bench/results/gpu_h200/trained_host",
-        summarize,
-        markdown,
-        ("greedy_float32", "live_over_best_static"),
-        indent=1,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The trained model on one H200, the tuner's table paired with the best static -> bench/results/gpu_h200_trained_paired.{json,md}
 
-    python bench/gpu/campaigns/summarize_paired.py [--raw bench/results/gpu_h200/trained_paired] [--out bench/results]
+    python bench/renderer.py report gpu_h200_trained_paired [--raw bench/results/gpu_h200/trained_paired] [--out bench/results]
 
 Reads what ``live_tune.py --replay N`` wrote for one freshly trained target and head (``nospec.json``,
 ``live_*.json`` split by batch, ``stock_K.json``) and reports:
@@ -19,39 +19,24 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
+
+from reports.live_runs import (
+    decode_figures,
+    greedy_vs_nospec,
+    pair_order,
+    probe_profile,
+    replay_runs,
+    steps_at,
+    tier0_extends,
+)
+from specdecode_runtime.contract.goodput import goodput
+from specdecode_runtime.contract.metric_names import bucket_label
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 META = "meta.json"  # the run's provenance, next to its raw reports
-
-from summarize_replay import _steps_at, greedy_vs_nospec, pod_figures, probe_profile, tier0_extends  # noqa: E402
-
-from specdecode_runtime.contract.goodput import goodput  # noqa: E402
-from specdecode_runtime.contract.metric_names import PREFILL_SECONDS, bucket_label, exposed_name  # noqa: E402
-from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
-
-LAUNCH = ("draft", "verify", "draft_extend")
-
-
-def decode_figures(counters: dict[str, float]) -> dict:
-    """``pod_figures`` plus the prefill work inside the cycles and the host launch time, per cycle."""
-    fig = pod_figures(counters) or {}
-    if fig:
-        prefill = sum(v for k, v in counters.items() if k.startswith(exposed_name(PREFILL_SECONDS) + "{"))
-        fig["prefill_ms_per_cycle"] = round(1000.0 * prefill / fig["cycles"], 3)
-        fig["launch_ms"] = round(sum(fig["phase_ms"][p] for p in LAUNCH), 3)
-    return fig
-
-
-def _order(pairs: int) -> list[str]:
-    """The side each of ``paired``'s measurements ran (A B, B A, A B, ...): its ``measurements`` are in this order."""
-    return [side for i in range(pairs) for side in (("a", "b") if i % 2 == 0 else ("b", "a"))]
 
 
 def _spread(values: list[float]) -> float | None:
@@ -59,14 +44,7 @@ def _spread(values: list[float]) -> float | None:
 
 
 def summarize(raw: Path) -> dict:
-    def load(name: str) -> dict:
-        return json.loads((raw / name).read_text())
-
-    nospec = load("nospec.json")
-    lives = [json.loads(p.read_text()) for p in sorted(raw.glob("live_*.json"))]
-    if not lives:
-        raise SystemExit(f"{raw}: no live_*.json (live_tune.py --server live --replay N writes them)")
-    stock = {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted(raw.glob("stock_*.json"))}
+    nospec, lives, stock = replay_runs(raw)
     base = {b: r["tokens_per_s"] for b, r in nospec["batches"].items()}
     points, speedup, planner, live, stock_ratio, host = {}, {}, {}, {}, {}, {}
     for run in lives:
@@ -95,7 +73,7 @@ def summarize(raw: Path) -> dict:
             }
             if pr:
                 sides = {"a": [], "b": []}
-                for side, m in zip(_order(len(pr["rounds"])), pr["measurements"]):
+                for side, m in zip(pair_order(len(pr["rounds"])), pr["measurements"]):
                     fig = decode_figures(m["pod_counters"])
                     sides[side].append(
                         {
@@ -109,7 +87,7 @@ def summarize(raw: Path) -> dict:
                             "host_load1": m.get("host_load1"),
                         }
                     )
-                final_steps = _steps_at(lv["final_table"], statistics.median(x["mean_batch"] for x in sides["a"]))
+                final_steps = steps_at(lv["final_table"], statistics.median(x["mean_batch"] for x in sides["a"]))
                 entry.update(
                     {
                         "rounds": pr["rounds"],
@@ -358,18 +336,3 @@ def markdown(s: dict) -> str:
         f"- offline, held-out (accept length by steps): {s['accept_length']['offline_heldout']}",
     ]
     return "\n".join(out) + "\n\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200_trained_paired",
-        "bench/results/gpu_h200/trained_paired",
-        summarize,
-        markdown,
-        ["nospec_tokens_per_s", "live_over_best_static", "planner_over_measured", "host_speed_same_configuration"],
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

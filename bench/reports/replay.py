@@ -1,6 +1,6 @@
 """The trained model on one H200, every point on one fixed request set -> bench/results/gpu_h200_trained_replay.{json,md}
 
-    python bench/gpu/campaigns/summarize_replay.py [--raw bench/results/gpu_h200/trained_replay] [--out bench/results]
+    python bench/renderer.py report gpu_h200_trained_replay [--raw bench/results/gpu_h200/trained_replay] [--out bench/results]
 
 Reads what ``live_tune.py --replay N`` wrote (``nospec.json``, ``live_*.json`` split by batch, ``stock_K.json``) and
 puts two figures side by side for every point:
@@ -17,97 +17,20 @@ the point's measured mean batch: it prices decode cycles, so it is compared with
 
 from __future__ import annotations
 
-import json
-import sys
-from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
+import renderer
+
+from reports.live_runs import greedy_vs_nospec, pod_figures, probe_profile, replay_runs, steps_at, tier0_extends
+from specdecode_runtime.contract.goodput import goodput
+from specdecode_runtime.contract.metric_names import PHASES, bucket_label
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 META = "meta.json"  # the run's provenance, next to its raw reports
 
-from specdecode_runtime.contract import cost_profile  # noqa: E402
-from specdecode_runtime.contract.goodput import goodput  # noqa: E402
-from specdecode_runtime.contract.metric_names import (  # noqa: E402
-    CYCLE_SECONDS,
-    PHASES,
-    POSITION_ACCEPTED,
-    POSITION_ATTEMPTS,
-    REQUESTS_VERIFIED,
-    TOKENS_GENERATED,
-    VERIFY_CYCLES,
-    bucket_label,
-    exposed_name,
-)
-from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
-
-
-def _split(key: str) -> tuple[str, dict[str, str]]:
-    """``name{a=1,b=2}`` (live_tune.pod_samples' keys) -> (name, labels)."""
-    name, _, rest = key.partition("{")
-    labels = dict(part.split("=", 1) for part in rest.rstrip("}").split(",") if part)
-    return name, labels
-
-
-def pod_figures(counters: dict[str, float]) -> dict | None:
-    """The decode-only side of one point from the pod's counter deltas over it (all buckets together)."""
-    tot: dict[tuple[str, str], float] = defaultdict(float)
-    for key, value in counters.items():
-        name, labels = _split(key)
-        tot[(name, labels.get("phase") or labels.get("position") or "")] += value
-    cycles = tot[(exposed_name(VERIFY_CYCLES), "")]
-    if cycles <= 0:
-        return None
-    phase_ms = {ph: 1000.0 * tot[(CYCLE_SECONDS + "_sum", ph)] / cycles for ph in PHASES}
-    cycle_ms = sum(phase_ms.values())
-    tokens = tot[(exposed_name(TOKENS_GENERATED), "")]
-    seqs = tot[(exposed_name(REQUESTS_VERIFIED), "")]
-    alphas = []
-    for pos in range(1, 9):
-        tries = tot[(exposed_name(POSITION_ATTEMPTS), str(pos))]
-        if tries <= 0:
-            break
-        alphas.append(tot[(exposed_name(POSITION_ACCEPTED), str(pos))] / tries)
-    return {
-        "cycles": int(cycles),
-        "mean_batch": round(seqs / cycles, 2),
-        "tokens_per_seq_cycle": round(tokens / seqs, 3),
-        "cycle_ms": round(cycle_ms, 3),
-        "phase_ms": {k: round(v, 3) for k, v in phase_ms.items()},
-        "decode_tokens_per_s": round(tokens / (cycle_ms * cycles / 1000.0), 1),
-        "alphas": [round(a, 4) for a in alphas],
-    }
-
-
-def tier0_extends(run: dict) -> bool:
-    """Whether the pod of a live_tune.py report served SGLang's own tier 0 (a one-token verify plus the draft
-    extend): every run recorded before tier 0 became plain decoding, whose reports carry no ``tier0`` field."""
-    return run.get("tier0") != "plain"
-
-
-def probe_profile(probe_costs: dict[str, float], extends_at_tier0: bool = True) -> dict:
-    """The pod's start-up probe (``specdecode_cost_seconds`` samples) fitted per bucket, as the tuner fits it
-    (``extends_at_tier0``: :func:`tier0_extends` of the run)."""
-    samples = {}
-    for key, sec in probe_costs.items():
-        _, lab = _split(key)
-        samples[(lab["stage"], int(lab["steps"]), lab["bucket"], int(lab["batch"]))] = sec
-    return cost_profile.fit_profile(cost_profile.points_from_samples(samples), extends_at_tier0)
-
 
 def summarize(raw: Path) -> dict:
-    def load(name: str) -> dict:
-        return json.loads((raw / name).read_text())
-
-    nospec = load("nospec.json")
-    lives = [json.loads(p.read_text()) for p in sorted(raw.glob("live_*.json"))]
-    if not lives:
-        raise SystemExit(f"{raw}: no live_*.json (live_tune.py --server live --replay N writes them)")
-    stock = {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted(raw.glob("stock_*.json"))}
+    nospec, lives, stock = replay_runs(raw)
     base = {b: r["tokens_per_s"] for b, r in nospec["batches"].items()}
     points, live_ratio, stock_ratio, speedup, planner, best = {}, {}, {}, {}, {}, {}
     for live in lives:
@@ -142,7 +65,7 @@ def summarize(raw: Path) -> dict:
                 "cycle_ms": fig.get("cycle_ms"),
                 "over_best_static": round(replay / row["static"][bk], 3) if replay else None,
                 "speedup_over_nospec": round(replay / base[b], 3) if replay else None,
-                "bucket_steps_at_mean_batch": _steps_at(lv["final_table"], fig.get("mean_batch")),
+                "bucket_steps_at_mean_batch": steps_at(lv["final_table"], fig.get("mean_batch")),
             }
             for k, st in stock.items():
                 if str(k) in row["static"] and b in st["batches"]:
@@ -190,40 +113,6 @@ def summarize(raw: Path) -> dict:
         "greedy_vs_nospec": identical,
         "ready_s": {"nospec": nospec.get("ready_s"), **{f"live_{i}": lv.get("ready_s") for i, lv in enumerate(lives)}},
     }
-
-
-def _steps_at(table: list, batch: float | None) -> int | None:
-    """The steps a final table gives the batch the load actually ran at (its mean, rounded)."""
-    if batch is None:
-        return None
-    b = max(1, round(batch))
-    steps = None
-    for lo, k in sorted(table):
-        if b >= lo:
-            steps = int(k)
-    return steps
-
-
-def greedy_vs_nospec(greedy: dict[str, list[list[int]]]) -> dict:
-    """Every server's greedy outputs against ``greedy["nospec"]``: prompts identical and where each first differs."""
-    return {
-        name: {
-            "prompts_identical": sum(a == c for a, c in zip(outs, greedy["nospec"])),
-            "prompts": len(greedy["nospec"]),
-            "first_difference": _first_difference(outs, greedy["nospec"]),
-        }
-        for name, outs in greedy.items()
-        if name != "nospec"
-    }
-
-
-def _first_difference(outs: list[list[int]], ref: list[list[int]]) -> list[dict]:
-    diffs = []
-    for i, (a, c) in enumerate(zip(outs, ref)):
-        if a != c:
-            j = next((t for t in range(min(len(a), len(c))) if a[t] != c[t]), min(len(a), len(c)))
-            diffs.append({"prompt": i, "token": j, "got": a[j : j + 3], "nospec": c[j : j + 3]})
-    return diffs
 
 
 def findings(s: dict) -> list[str]:
@@ -358,18 +247,3 @@ def markdown(s: dict) -> str:
         out += ["", "## Patched runtime over stock SGLang EAGLE-3 (same request set, same steps)", ""]
         out += [f"- {k}: {v}" for k, v in s["patched_over_stock"].items()]
     return "\n".join(out) + "\n\n" + renderer.provenance_md(s["provenance"])
-
-
-def main() -> int:
-    return renderer.main(
-        __doc__,
-        "gpu_h200_trained_replay",
-        "bench/results/gpu_h200/trained_replay",
-        summarize,
-        markdown,
-        ["nospec_tokens_per_s", "best_static", "live", "same_steps_measured_twice"],
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())
