@@ -23,7 +23,8 @@
 # STEPS (5), CLIENTS (8), A_SECONDS (20), CAPTURE_SECONDS (45), PROMPT_CHARS (1500), NEW_TOKENS (64),
 # CANDIDATE_MINUTES (1), MEASURE_PROMPTS (8), MEASURE_CHARS (600), MEASURE_TOKENS (128), ROUNDS (3),
 # IDENTITY_PROMPTS (4), TICK_SECONDS (3), MIN_RATIO (1.02), MEM_FRACTION (0.3), DEADLINE_S (0: none; the run's own
-# bound: measurement rounds stop when less than 30 s is left), TRAIN_ARGS / GATE_ARGS (flags appended to the Job's
+# bound: the loop's waits shrink and measurement rounds stop when time runs short) or END_AT (epoch seconds the
+# whole call must end by; the run's deadline is derived from it), TRAIN_ARGS / GATE_ARGS (flags appended to the Job's
 # train / gate command, one string each), RUN_ARGS (more flags for the run).
 set -uo pipefail
 work="${1:?usage: adaptation.sh WORKDIR OUTDIR [train|run|all ...]}"; out="${2:?usage: adaptation.sh WORKDIR OUTDIR [train|run|all ...]}"
@@ -131,7 +132,10 @@ PYEOF
 }
 
 run() {
-  local t0=$SECONDS
+  local t0=$SECONDS deadline="${DEADLINE_S:-0}"
+  # END_AT (epoch seconds): when the whole device call must be over; the run keeps 20 s for the meta and summary
+  [ -n "${END_AT:-}" ] && deadline=$(( END_AT - $(date +%s) - 20 ))
+  [ "$deadline" -lt 0 ] && deadline=1
   local cmd=("$PY" "$here/adaptation_campaign.py" run --target "$work/target" --head-a "$work/head_a"
              --head-b "$work/head_b" --corpus-a "$work/corpus_a" --corpus-b "$work/corpus_b" --work "$work/run"
              --out "$out" --device "$device" --dtype "${DTYPE:-float32}" --steps "${STEPS:-5}"
@@ -140,7 +144,7 @@ run() {
              --candidate-minutes "${CANDIDATE_MINUTES:-1}" --measure-prompts "${MEASURE_PROMPTS:-8}"
              --measure-chars "${MEASURE_CHARS:-600}" --measure-tokens "${MEASURE_TOKENS:-128}"
              --rounds "${ROUNDS:-3}" --identity-prompts "${IDENTITY_PROMPTS:-4}" --tick-seconds "${TICK_SECONDS:-3}"
-             --min-ratio "${MIN_RATIO:-1.02}" --mem-fraction "${MEM_FRACTION:-0.3}" --deadline-s "${DEADLINE_S:-0}"
+             --min-ratio "${MIN_RATIO:-1.02}" --mem-fraction "${MEM_FRACTION:-0.3}" --deadline-s "$deadline"
              --train-args "${TRAIN_ARGS:-}" --gate-args "${GATE_ARGS:-}")
   # shellcheck disable=SC2086 # RUN_ARGS is a list of flags
   cmd+=(${RUN_ARGS:-})

@@ -777,7 +777,7 @@ def cmd_run(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         operator.skew += INTERVAL_SECONDS  # the interval since the capture's start is over: attempt 1 is due
         raw["t_attempt_1_due"] = round(time.monotonic() - t0, 2)
         stage("attempt 1 due")
-        outcome1 = operator.wait_outcome(1, a.outcome_timeout)
+        outcome1 = operator.wait_outcome(1, _bounded(a.outcome_timeout, left() - 90))  # 90 s kept to measure
         raw["outcome_1"] = outcome1
         raw["t_outcome_1"] = round(time.monotonic() - t0, 2)
         stage(f"attempt 1: {outcome1}")
@@ -786,7 +786,7 @@ def cmd_run(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         if outcome1 is not None:
             operator.skew += INTERVAL_SECONDS  # the next attempt: the deliberately broken candidate
             raw["t_attempt_2_due"] = round(time.monotonic() - t0, 2)
-            raw["outcome_2"] = operator.wait_outcome(2, a.outcome_timeout)
+            raw["outcome_2"] = operator.wait_outcome(2, _bounded(a.outcome_timeout, left() - 60))
             raw["t_outcome_2"] = round(time.monotonic() - t0, 2)
             stage(f"attempt 2 (broken): {raw['outcome_2']}")
         operator.stop_event.set()
@@ -829,6 +829,10 @@ def cmd_run(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             (a.out / f"job_{log.name}").write_text(_tail(log, 100_000))
     print(json.dumps({k: raw.get(k) for k in ("outcome_1", "outcome_2", "t_shift", "t_outcome_1", "promoted")}))
     return 0 if raw.get("outcome_1") == "Promoted" else 1
+
+
+def _bounded(timeout: float, left: float) -> float:
+    return max(10.0, min(timeout, left))
 
 
 def capture_stats(claim: Path) -> dict:
