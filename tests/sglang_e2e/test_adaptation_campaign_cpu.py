@@ -14,7 +14,8 @@ served head on captured B traffic passes the gate, is canaried and promoted with
 the broken candidate is refused at the gate; the promoted head's greedy outputs equal the pod's own at steps 0.
 The figures of a run this small (accept lengths of a tiny random target) prove nothing about the GPU's.
 
-About 3 minutes on 2 cores (the pod's start, the trainings, two gates); run alone with
+2.5 minutes alone on 2 cores, 4.5 with other work on them (the pod's start, three trainings, two gates: more than
+the 90 s an engine test usually takes, so it is marked slow); run alone with
 ``pytest tests/sglang_e2e/test_adaptation_campaign_cpu.py``.
 """
 
