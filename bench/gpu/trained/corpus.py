@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A Python-source text corpus from the machine's own installed packages, split into training and held-out text.
+"""A Python-source text corpus from the machine's own installed packages, split into training and held-out text
+(or, with ``--suffix``, any other text files: C headers under /usr/include, licence texts).
 
 The GPU machine has no network, but its site-packages hold hundreds of megabytes of real Python: enough to give a
 few-hundred-million-parameter code model real structure in minutes. Files are read in sorted path order (the corpus
@@ -8,7 +9,7 @@ held-out split when a hash of its path says so, so no held-out text is ever trai
 
 Writes ``train.txt`` and ``heldout.txt`` (documents joined by ``<|endoftext|>``) and ``corpus.json`` (counts).
 
-Usage:  python3 bench/gpu/trained/corpus.py --out DIR [--max-bytes 200000000] [--root DIR ...]
+Usage:  python3 bench/gpu/trained/corpus.py --out DIR [--max-bytes 200000000] [--root DIR ...] [--suffix .py ...]
 """
 
 from __future__ import annotations
@@ -40,14 +41,15 @@ def default_roots() -> list[str]:
     return list(dict.fromkeys(str(Path(r).resolve()) for r in roots))
 
 
-def python_files(roots: list[str]) -> list[Path]:
-    """Every ``*.py`` file under ``roots``, resolved, deduplicated, in sorted order."""
+def python_files(roots: list[str], suffixes: tuple[str, ...] = (".py",)) -> list[Path]:
+    """Every file under ``roots`` whose name ends with one of ``suffixes`` (``*``: any name; default ``*.py``),
+    resolved, deduplicated, in sorted order."""
     seen: set[Path] = set()
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
             for name in filenames:
-                if name.endswith(".py"):
+                if "*" in suffixes or name.endswith(suffixes):
                     seen.add(Path(dirpath, name).resolve())
     return sorted(seen)
 
@@ -75,10 +77,17 @@ def read_bounded(path: Path, max_file_bytes: int) -> str | None:
     return text
 
 
-def build(out: Path, roots: list[str], max_bytes: int, max_file_bytes: int, heldout_percent: int) -> dict:
+def build(
+    out: Path,
+    roots: list[str],
+    max_bytes: int,
+    max_file_bytes: int,
+    heldout_percent: int,
+    suffixes: tuple[str, ...] = (".py",),
+) -> dict:
     """Write train.txt / heldout.txt / corpus.json under ``out``; returns the counts."""
     t0 = time.monotonic()
-    files = python_files(roots)
+    files = python_files(roots, suffixes)
     root_of: dict[Path, str] = {}
     for root in sorted({str(Path(r).resolve()) for r in roots}, key=len):
         for p in files:
@@ -110,6 +119,7 @@ def build(out: Path, roots: list[str], max_bytes: int, max_file_bytes: int, held
             total += n
     report = {
         "roots": roots,
+        "suffixes": list(suffixes),
         "files_seen": len(files),
         "files_skipped": skipped,
         "train_files": counts["train"][0],
@@ -147,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="directory to collect *.py files from (repeatable; default: site-packages)",
     )
+    ap.add_argument(
+        "--suffix",
+        action="append",
+        default=None,
+        help="file name ending to collect (repeatable; '*' for every file; default .py)",
+    )
     ap.add_argument("--max-bytes", type=_positive("--max-bytes"), default=DEFAULT_MAX_BYTES)
     ap.add_argument("--max-file-bytes", type=_positive("--max-file-bytes"), default=DEFAULT_MAX_FILE_BYTES)
     ap.add_argument(
@@ -157,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in roots:
         if not Path(r).is_dir():
             ap.error(f"--root {r!r} is not a directory")
-    report = build(args.out, roots, args.max_bytes, args.max_file_bytes, args.heldout_percent)
+    suffixes = tuple(args.suffix or [".py"])
+    if any(not x for x in suffixes):
+        ap.error("--suffix must not be empty (use '*' for every file)")
+    report = build(args.out, roots, args.max_bytes, args.max_file_bytes, args.heldout_percent, suffixes)
     if not report["train_files"] or not report["heldout_files"]:
         print(f"corpus: too few files for both splits under {roots}: {report}", file=sys.stderr)
         return 2
