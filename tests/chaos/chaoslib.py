@@ -333,6 +333,12 @@ class Pool:
     def crash_reasons(self) -> list[str]:
         return [f"{r.identity}: exit {r.proc.poll()}, killed {r.killed}" for r in self.all if r.crashed()]
 
+    def crash_report(self) -> str:
+        """What an assertion on ``crashed()`` prints: each crashed replica's exit and the end of its log."""
+        return "\n\n".join(
+            f"{r.identity}: exit {r.proc.poll()}, killed {r.killed}\n{r.tail(60)}" for r in self.all if r.crashed()
+        )
+
     def close(self) -> None:
         for r in self.all:
             r.close()

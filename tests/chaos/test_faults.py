@@ -77,7 +77,7 @@ def test_error_storm_converges_after_it_ends(bed, storm):
             pool.peak_rss_mb(),
             notes={"replica_restarts": pool.restarts},
         ).record()
-        assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0)
+        assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0), pool.crash_report()
     finally:
         pool.close()
 
@@ -107,7 +107,7 @@ def test_api_outage_converges_within_15s_of_its_end(bed):
             pool.peak_rss_mb(),
             notes={"replica_restarts": pool.restarts, "crashes": pool.crash_reasons()},
         ).record()
-        assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0)
+        assert took <= CONVERGE_LIMIT_S and (lost, dup, pool.crashed()) == (0, 0, 0), pool.crash_report()
     finally:
         pool.close()
 
@@ -150,7 +150,7 @@ def test_dropped_or_stalled_watches_recover_within_one_timeout(bed, fault):
             pool.peak_rss_mb(),
             notes={"replica_restarts": pool.restarts, "limit_s": limit},
         ).record()
-        assert took <= limit and (lost, dup, pool.crashed()) == (0, 0, 0)
+        assert took <= limit and (lost, dup, pool.crashed()) == (0, 0, 0), pool.crash_report()
         assert time.monotonic() - started < 90
     finally:
         pool.close()

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sglang_e2e.conftest import sglang_required
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench/gpu/campaigns/adaptation.sh"
 EOT = "<|endoftext|>"
@@ -123,8 +125,6 @@ def run_campaign(work: Path, out: Path, timeout: float = 800) -> subprocess.Comp
 
 
 def test_the_campaign_runs_end_to_end_on_the_cpu(tmp_path):
-    from conftest import sglang_required
-
     sglang_required()
     work, out = tiny_bed(tmp_path / "work"), tmp_path / "out"
     proc = run_campaign(work, out)

@@ -87,15 +87,19 @@ class HostSampler:
         }
 
 
-def scheduler_pids() -> list[int]:
+def scheduler_pids(pgid: int | None = None) -> list[int]:
+    """The SGLang scheduler processes on this machine, or only those of process group ``pgid`` (one server's: another
+    server beside it, or an engine of another program, is not the one being pinned)."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if b"sglang::scheduler" in (d / "cmdline").read_bytes():
+            if b"sglang::scheduler" in (d / "cmdline").read_bytes() and (
+                pgid is None or os.getpgid(int(d.name)) == pgid
+            ):
                 out.append(int(d.name))
-        except OSError:
+        except (OSError, ValueError):
             continue
     return sorted(out)
 
@@ -145,7 +149,7 @@ def pin(core: int, server_pgid: int, also: tuple[int, ...] = ()) -> dict:
     everything = os.sched_getaffinity(0)
     reserved = _siblings(core)
     rest = everything - reserved
-    sched = scheduler_pids()
+    sched = scheduler_pids(server_pgid)
     moved = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
