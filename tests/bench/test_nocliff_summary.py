@@ -69,7 +69,8 @@ def test_the_figures_come_from_the_raw_reports(tmp_path):
                 "tier0_vs_nospec": {"rounds": rounds},
                 "baseline": "static:7",
             }
-        }
+        },
+        "baselines_alone": True,
     }
     (tmp_path / "live.json").write_text(json.dumps(live))
     _meta(tmp_path)
@@ -82,6 +83,40 @@ def test_the_figures_come_from_the_raw_reports(tmp_path):
     assert s["speedup_over_nospec_b1"] == pytest.approx(760 / 400)
     assert s["greedy_identical_across_switches"] is True
     assert "| tier 0 cycle / plain cycle, trained" in s_mod.markdown(s)
+
+
+def _live_row(nospec: float, tier0: float) -> dict:
+    return {
+        "nospec": nospec,
+        "static": {"0": tier0, "7": 2 * tier0},
+        "live": {"final_table": [[1, 7]]},
+        "paired": {"rounds": [{"ratio": 1.0}]},
+        "tier0_vs_nospec": {"rounds": [{"a": tier0, "b": nospec, "ratio": tier0 / nospec}]},
+        "baseline": "static:7",
+    }
+
+
+def test_baselines_measured_beside_the_tuners_load_are_never_taken_for_the_goals(tmp_path):
+    """live_tune.py once measured no speculation and tier 0's rounds while the tuner's load ran on the pod: such a
+    run (no ``baselines_alone``) keeps those figures apart, a marked run in the same folder counts, batch by batch."""
+    s_mod = _module()
+    (tmp_path / "live_1.json").write_text(
+        json.dumps({"batches": {"1": _live_row(400.0, 400.0)}, "baselines_alone": True})
+    )
+    (tmp_path / "live_2.json").write_text(json.dumps({"batches": {"64": _live_row(10000.0, 4500.0)}}))
+    _meta(tmp_path)
+    s = s_mod.summarize(tmp_path)
+    assert s["tier0_over_plain_cycle"]["trained_paired"] == {"b1": 1.0}
+    assert s["live"]["tier0_pairs_beside_load"]["b64"]["median"] == pytest.approx(10000 / 4500, abs=1e-3)
+    assert s["live"]["nospec"] == {"b1": 400.0} and s["live"]["nospec_beside_load"] == {"b64": 10000.0}
+    assert s["speedup_over_nospec_b1"] == pytest.approx(800 / 400)
+    assert s["baseline_without_nospec"] == ["b64"]
+    md = s_mod.markdown(s)
+    assert "(10000.0, beside the tuner's load: not a baseline)" in md and "b64: 2.2222" in md
+    # a batch-1 row from an unmarked run gives no speedup over no speculation
+    (tmp_path / "live_1.json").write_text(json.dumps({"batches": {"1": _live_row(400.0, 400.0)}}))
+    s = s_mod.summarize(tmp_path)
+    assert s["speedup_over_nospec_b1"] is None and "trained_paired" not in s["tier0_over_plain_cycle"]
 
 
 def test_tokens_that_differ_are_reported_as_such(tmp_path):
@@ -190,6 +225,14 @@ def test_a_run_without_its_provenance_is_refused_naming_the_key(tmp_path, key):
         s_mod.summarize(tmp_path)
     with pytest.raises(renderer.ProvenanceError, match="commit, device"):
         renderer.write(tmp_path, "x", {"provenance": {}}, "")
+
+
+def test_the_committed_h100_trained_summary_is_what_its_raw_reports_say():
+    raw = ROOT / "bench/results/gpu_h100/nocliff_trained"
+    s = _module().summarize(raw)
+    assert json.loads(json.dumps(s)) == json.loads((ROOT / "bench/results/gpu_h100_nocliff_trained.json").read_text())
+    assert (ROOT / "bench/results/gpu_h100_nocliff_trained.md").read_text() == _module().markdown(s)
+    assert s["tier0_over_plain_cycle"]["8b"]["b1"] <= 1.05 and s["baseline_without_nospec"]
 
 
 def test_the_committed_h100_smoke_summary_is_what_its_raw_report_says():

@@ -605,6 +605,8 @@ def main() -> int:
     result: dict = {"server": a.server, "args": {k: str(v) for k, v in vars(a).items()}, "batches": {}}
     if a.server == "live":
         result["tier0"] = "plain"  # this runtime's tier 0 is plain decoding (the summaries price it so)
+    # No speculation and tier 0 are measured with nothing else running on the GPU (the summaries trust only such runs)
+    result["baselines_alone"] = True
     try:
         result["ready_s"] = round(wait_ready(url, proc, 600), 1)
         if base_proc is not None:
@@ -677,8 +679,6 @@ def main() -> int:
                             f" pinned {[m['tokens_per_s'] for m in row['repeat'].get('pinned', [])]}",
                             flush=True,
                         )
-                    if a.replay:
-                        load = Load(url, prompts, b, a.max_new_tokens).start()
                     if base_url is not None:  # the server without speculation, on the same request set
                         tps, det = observe_base(lambda: replay(base_url, prompts, b, a.replay, a.max_new_tokens))
                         row["nospec"] = round(tps, 1)
@@ -695,6 +695,11 @@ def main() -> int:
                                 measure_b=lambda: replay(base_url, prompts, b, per0, a.max_new_tokens),
                             )
                             print(f"b{b} tier 0 / nospec: {row['tier0_vs_nospec']['median_ratio']}", flush=True)
+                    # The tuner's steady load comes back only now: the points above each measure their own request
+                    # set alone on the GPU (with the load running, the pod served two sets at once and the server
+                    # without speculation shared the GPU with it: tier 0 read 0.45x of it at batch 64).
+                    if a.replay:
+                        load = Load(url, prompts, b, a.max_new_tokens).start()
                     row["live"] = run_live(a, url, control, load, b)
                     best_k = max(row["static"], key=lambda k: row["static"][k])
                     row["best_static"] = {"steps": int(best_k), "tokens_per_s": row["static"][best_k]}
