@@ -162,7 +162,8 @@ def render(r: reports.Report, raw: Path, out: Path, name: str | None = None) -> 
             raise ProvenanceError(f"{r.name}: the section records no provenance")
         write_section(out, name or r.name, s, heading, md, title)
     else:
-        write(out, name or r.name, s, md, r.indent)
+        # a report named by its device (reports/adaptation.py) says its own name when none is given
+        write(out, name or getattr(mod, "default_name", lambda _s: r.name)(s), s, md, r.indent)
     return s
 
 
@@ -321,6 +322,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
             print(f"{len(found)} points -> {a.out}")
     except (ProvenanceError, RawError, pts.PointsError) as exc:
         ap.exit(2, f"{ap.prog}: {exc}\n")
+    except (FileNotFoundError, ValueError) as exc:  # a raw folder without a file its report reads, or a bad one
+        ap.exit(2, f"{ap.prog}: --raw: {exc}\n")
     return 0
 
 

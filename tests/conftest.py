@@ -74,6 +74,16 @@ FILE_TIER = {
 
 # Files start in this tier order (stable within a tier); under xdist the engine unit is handed out first.
 RUN_ORDER = ("engine", "chaos", "cluster", "unit")
+# Long engine files outside the engine unit, handed out last: whichever worker is free first runs them, so the two
+# workers end together (the adaptation campaign on the CPU takes 2-4 minutes).
+LAST = {"sglang_e2e/test_adaptation_campaign_cpu.py"}
+
+
+def _rel(path: Path) -> str | None:
+    try:
+        return path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return None
 
 
 def tier_of_path(path: Path) -> str | None:
@@ -105,6 +115,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     heaviest: dict[Path, int] = {}
     for item in items:
         rank = min((RUN_ORDER.index(t) for t in explicit_tiers(item) if t in RUN_ORDER), default=len(RUN_ORDER))
+        if _rel(item.path) in LAST:
+            rank = len(RUN_ORDER) + 1
         heaviest[item.path] = min(heaviest.get(item.path, rank), rank)
     items.sort(key=lambda item: heaviest[item.path])  # whole files move: a module's fixtures stay set up once
     config.stash[COLLECTED] = [
@@ -124,7 +136,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class EngineApart(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "engine tier" if tier_of_path(TESTS.parent / path) == "engine" else path
+            alone = _rel(TESTS.parent / path) in LAST
+            return "engine tier" if tier_of_path(TESTS.parent / path) == "engine" and not alone else path
 
     config.option.loadscopereorder = False  # keep RUN_ORDER: the engine unit first
     return EngineApart(config, log)

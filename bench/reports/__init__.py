@@ -24,7 +24,12 @@ class Report:
     committed: bool = True  # a committed summary regenerates from its raw folder (tests/bench)
 
 
-TRAINED = "trained-304m"  # the project's trained 304M code LM (bench/gpu/trained)
+TRAINED = "trained-304m"
+NOCLIFF_SHOW = (
+    "tier0_over_plain_cycle",
+    "live_over_best_of_nospec_and_static",
+    "speedup_over_nospec_b1",
+)  # the project's trained 304M code LM (bench/gpu/trained)
 REPORTS = {
     r.name: r
     for r in (
@@ -79,6 +84,22 @@ REPORTS = {
             "bench/results/gpu_h100/draft_swap",
             ("gpu",),
             section=("## GPU", "Draft swap: the operator's canary against real pods"),
+        ),
+        *(
+            Report(name, "nocliff", raw, NOCLIFF_SHOW)
+            for name, raw in (
+                ("gpu_h200_nocliff", "bench/results/gpu_h200/nocliff"),
+                ("gpu_h100_nocliff", "bench/results/gpu_h100/nocliff"),
+                ("gpu_h100_nocliff_smoke", "bench/results/gpu_h100/nocliff_smoke"),
+                ("gpu_h100_nocliff_trained", "bench/results/gpu_h100/nocliff_trained"),
+            )
+        ),
+        Report(
+            "gpu_adaptation",  # written as gpu_<device>_adaptation (reports/adaptation.py: default_name)
+            "adaptation",
+            "bench/results/gpu_h200/adaptation",
+            ("gap_recovered", "minutes_to_promotion", "speedup_over_stale_b1", "failed_requests", "all_goals_met"),
+            committed=False,  # no GPU run committed yet
         ),
         Report(
             "gpu_h200x2_split",

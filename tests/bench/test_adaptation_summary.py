@@ -1,4 +1,4 @@
-"""The adaptation campaign's summary (bench/gpu/campaigns/summarize_adaptation.py) from a synthetic raw folder of the
+"""The adaptation campaign's summary (bench/reports/adaptation.py) from a synthetic raw folder of the
 shape bench/gpu/campaigns/adaptation_campaign.py writes: the issue's keys computed from the raw measurements, each
 goal judged, provenance required."""
 
@@ -15,15 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    for p in (ROOT / "bench", ROOT / "bench/gpu/campaigns"):
+    for p in (ROOT / "runtime", ROOT / "bench"):
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
-    spec = importlib.util.spec_from_file_location(
-        "summarize_adaptation", ROOT / "bench/gpu/campaigns/summarize_adaptation.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("reports.adaptation")
+
+
+def _render(args: list[str]) -> int:
+    """``python bench/renderer.py report gpu_adaptation ARGS``: the one command that renders the report."""
+    _module()
+    return importlib.import_module("renderer").cli(["report", "gpu_adaptation", *args])
 
 
 def _side(tps: float, accepted: float, verified: float, failed: int = 0) -> dict:
@@ -120,7 +121,7 @@ def test_the_issue_keys_come_from_the_raw_measurements(tmp_path):
     assert s["failed_requests"] == 0 and s["broken_candidate_refused"] is True
     assert s["all_goals_met"] is True
     assert s["provenance"]["device"] == "1x NVIDIA H100 80GB HBM3"
-    assert mod.default_name(s["provenance"]["device"]) == "gpu_h100_adaptation"
+    assert mod.default_name(s) == "gpu_h100_adaptation"
     md = mod.markdown(s)
     assert "## The issue's goals" in md and "## Provenance" in md and "| gap_recovered | >= 0.80 | 0.8 | yes |" in md
 
@@ -163,21 +164,19 @@ def test_no_gap_to_close_is_no_figure(tmp_path):
 
 
 def test_a_summary_without_provenance_is_refused(tmp_path, capsys):
-    mod = _module()
     raw = write_raw(tmp_path / "raw", raw_run(), meta=False)
     with pytest.raises(SystemExit) as e:
-        mod.main(["--raw", str(raw), "--out", str(tmp_path / "out")])
+        _render(["--raw", str(raw), "--out", str(tmp_path / "out")])
     assert e.value.code == 2 and "meta.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit) as e:
-        mod.main(["--raw", str(tmp_path / "nowhere")])
-    assert e.value.code == 2 and "--raw" in capsys.readouterr().err
+        _render(["--raw", str(tmp_path / "nowhere")])
+    assert e.value.code == 2 and "nowhere" in capsys.readouterr().err
 
 
 def test_the_results_are_named_by_the_device(tmp_path):
-    mod = _module()
     raw = write_raw(tmp_path / "raw", raw_run())
-    assert mod.main(["--raw", str(raw), "--out", str(tmp_path / "out")]) == 0
+    assert _render(["--raw", str(raw), "--out", str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out/gpu_h100_adaptation.json").read_text())
     for key in ("gap_recovered", "minutes_to_promotion", "speedup_over_stale_b1", "failed_requests"):
         assert key in data

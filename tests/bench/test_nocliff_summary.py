@@ -1,4 +1,4 @@
-"""The no-cliff GPU summary (bench/gpu/campaigns/summarize_nocliff.py) from raw reports of the shapes its runs write: the
+"""The no-cliff GPU summary (bench/reports/nocliff.py) from raw reports of the shapes its runs write: the
 self-test's served cycles and live_tune.py's paired rounds, turned into the figures the issue names."""
 
 from __future__ import annotations
@@ -14,15 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    for p in (ROOT / "bench", ROOT / "bench/gpu/campaigns"):
+    for p in (ROOT / "runtime", ROOT / "bench"):
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
-    spec = importlib.util.spec_from_file_location(
-        "summarize_nocliff", ROOT / "bench/gpu/campaigns/summarize_nocliff.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("reports.nocliff")
 
 
 def _meta(raw: Path, **drop: bool) -> None:

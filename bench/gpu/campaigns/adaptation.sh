@@ -14,7 +14,7 @@
 #   run    bench/gpu/campaigns/adaptation_campaign.py run: the campaign itself -> OUTDIR/adaptation_run.json
 #   all    train, then run (the default)
 # The run writes OUTDIR/meta.json (commit, device, date, commands) and a first summary under OUTDIR/summary
-# (bench/gpu/campaigns/summarize_adaptation.py); the committed one is made from the raw files afterwards.
+# (`bench/renderer.py report gpu_adaptation`); the committed one is made from the raw files afterwards.
 #
 # Knobs (environment): DEVICE (cuda; cpu for the CPU test bed), SMOKE (0; 1: tiny CPU model sizes), DTYPE (float32:
 # greedy identity is exact only in float32), A_ROOTS (default: site-packages), A_BYTES (20000000), B_ROOTS,
@@ -153,7 +153,7 @@ run() {
   local rc=$?
   echo "run: exit $rc in $((SECONDS - t0)) s"; tail -n 25 "$out/adaptation_run.log"
   write_meta
-  "$PY" "$here/summarize_adaptation.py" --raw "$out" --out "$out/summary" >"$out/summary.log" 2>&1
+  "$PY" "$here/../../renderer.py" report gpu_adaptation --raw "$out" --out "$out/summary" >"$out/summary.log" 2>&1
   echo "summary: exit $?"; cat "$out/summary.log"
   return $rc
 }

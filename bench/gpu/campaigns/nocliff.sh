@@ -21,7 +21,7 @@
 #             PAIRS alternating rounds of its table against the better of no speculation and the best static tier;
 #             every point records the pod's prefill parts (specdecode_prefill_phase_seconds) and SGLang's queue time
 # The served-cycle phases time each (tier, batch) MEASURE_REPEATS times (default 3) and report the median.
-# Each phase writes OUTDIR/<phase>.json; bench/gpu/campaigns/summarize_nocliff.py turns them into
+# Each phase writes OUTDIR/<phase>.json; `bench/renderer.py report gpu_h200_nocliff --raw OUTDIR --name NAME` turns them into
 # bench/results/gpu_h200_nocliff.{json,md}.
 set -uo pipefail
 work="${1:?usage: nocliff.sh WORKDIR OUTDIR [PHASE ...]}"; out="${2:?usage: nocliff.sh WORKDIR OUTDIR [PHASE ...]}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summary of ``bench/gpu/campaigns/nocliff.sh``: is the runtime ever slower than no speculation?
+"""The report of ``bench/gpu/campaigns/nocliff.sh`` (``python bench/renderer.py report gpu_<device>_nocliff``): is the
+runtime ever slower than no speculation?
 
 Reads the raw reports of one run (``bench/results/gpu_h200/nocliff/``): the self-test reports ``smoke.json``,
 ``cycles8b.json``, ``cycles.json`` and live_tune.py's ``live.json``. Writes ``bench/results/gpu_h200_nocliff.{json,md}``:
@@ -25,17 +26,12 @@ Nothing here is simulated: every figure is a served measurement on the GPU named
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "runtime", ROOT / "bench", Path(__file__).resolve().parent):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-import renderer  # noqa: E402
-from renderer import median_ci  # noqa: E402
+import renderer
+from renderer import median_ci
 
-from specdecode_runtime.contract.versions import SGLANG_VERSION  # noqa: E402
+from specdecode_runtime.contract.versions import SGLANG_VERSION
 
 # live_tune.py's mark that no speculation and tier 0 were measured with nothing else on the GPU
 ALONE = "baselines_alone"
@@ -379,16 +375,3 @@ def markdown(s: dict) -> str:
     if s.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n\n" + renderer.provenance_md(p)
-
-
-if __name__ == "__main__":
-    sys.exit(
-        renderer.main(
-            __doc__,
-            "gpu_h200_nocliff",
-            "bench/results/gpu_h200/nocliff",
-            summarize,
-            markdown,
-            ["tier0_over_plain_cycle", "live_over_best_of_nospec_and_static", "speedup_over_nospec_b1"],
-        )
-    )

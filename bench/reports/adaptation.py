@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""The adaptation campaign's summary (issue 40 part 4): ``bench/results/gpu_<device>_adaptation.{json,md}`` from the
+"""The adaptation campaign's report (issue 40 part 4): ``bench/results/gpu_<device>_adaptation.{json,md}`` from the
 raw folder ``bench/gpu/campaigns/adaptation.sh`` writes (``adaptation_run.json``, the training reports, and the run's
 ``meta.json``: commit, device, date, commands, without which nothing is written).
 
@@ -15,24 +14,19 @@ The issue's keys, each computed here from the raw measurements (never copied fro
 * ``broken_candidate_refused``: the broken attempt's gate exited 3, the operator recorded Refused, never Canary, and
   the pod never served it.
 
-Usage: python3 bench/gpu/campaigns/summarize_adaptation.py --raw DIR [--out bench/results] [--name NAME]
-       (NAME defaults to gpu_<h100|h200|...>_adaptation from meta.json's device)
+``python bench/renderer.py report gpu_adaptation --raw DIR [--out bench/results] [--name NAME]`` renders it; NAME
+defaults to gpu_<h100|h200|...>_adaptation from meta.json's device.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT / "bench") not in sys.path:
-    sys.path.insert(0, str(ROOT / "bench"))
-import renderer  # noqa: E402
+import renderer
 
 INTERVAL_SECONDS = 600  # training.intervalSeconds's minimum (the CRD): what a cluster waits at most per attempt
 MAX_RAW_BYTES = 16 << 20
@@ -359,30 +353,8 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n" + renderer.provenance_md(s["provenance"])
 
 
-def default_name(device: str) -> str:
+def default_name(s: dict) -> str:
+    """The results' name for a run on another device (``renderer.py report`` without ``--name``)."""
+    device = s["provenance"]["device"]
     m = re.search(r"\b([HABL]\d{2,4}[A-Za-z]*)\b", device)
     return f"gpu_{m.group(1).lower()}_adaptation" if m else "cpu_adaptation"
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--raw", required=True, type=Path, help="the campaign's raw folder (OUTDIR of adaptation.sh)")
-    ap.add_argument("--out", type=Path, default=renderer.RESULTS, help="folder for NAME.json and NAME.md")
-    ap.add_argument("--name", default=None, help="results file name (default gpu_<device>_adaptation)")
-    a = ap.parse_args(argv)
-    if not a.raw.is_dir():
-        ap.error(f"--raw {a.raw}: not a directory")
-    try:
-        s = summarize(a.raw)
-    except renderer.ProvenanceError as exc:
-        ap.exit(2, f"{ap.prog}: --raw: {exc}\n")
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        ap.exit(2, f"{ap.prog}: --raw {a.raw}: {exc}\n")
-    name = a.name or default_name(s["provenance"]["device"])
-    renderer.write(a.out, name, s, markdown(s))
-    print(json.dumps({"name": name, **{g["key"]: g["value"] for g in s["goals"]}, "all_goals_met": s["all_goals_met"]}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
