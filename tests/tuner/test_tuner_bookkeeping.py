@@ -187,24 +187,30 @@ def test_a_live_switch_is_applied_recorded_and_announced():
     assert rep.observed_positions == 2 and len(rep.alphas) == max(ALL) + 1
     assert rep.alphas[0] == pytest.approx((270 + 1) / (300 + 2))
     assert rep.cost_source == "Override"
-    assert list(d.buckets) == ["1"]  # buckets without traffic get no report
-    # applied: the table, the change count, the decision's flags
+    # buckets never observed get the prior's report: bucket 1's acceptance at their own cost, no samples of their own
+    others = [label for label in d.buckets if label != "1"]
+    assert others == ["2-7", "8-31", "32-63", "64+"]
+    for label in others:
+        prior = d.buckets[label]
+        assert prior.samples == 0 and prior.choice.kind == "switch" and prior.choice.steps == 3
+        assert prior.choice.reason.startswith("prior from bucket 1 ")
+    # applied: the table, the change count (every prior switch included), the decision's flags
     assert d.mode == "Live" and d.time == 10.0
-    assert d.table == [(1, 3), (2, 2), (8, 2), (32, 2), (64, 2)] == tuner.table()
+    assert d.table == [(lo, 3) for lo in DEFAULT_BUCKETS] == tuner.table()
     assert d.changed and d.restart is False and d.rollout_steps is None
     assert d.recommended_table == d.table
-    assert tuner.states["1"].steps == 3 and tuner.changes == 1
-    # recorded
-    (h,) = d.history
+    assert tuner.states["1"].steps == 3 and tuner.changes == 5
+    # recorded: the observed bucket's switch first, then the priors
+    h = d.history[0]
+    assert [e.bucket for e in d.history] == ["1", *others]
     assert (h.time, h.bucket, h.fromSteps, h.toSteps) == ("1970-01-01T00:00:10Z", "1", 2, 3)
     assert h.reason == f"switch: {ch.reason}"
     assert h.predictedGain == round(ch.predicted_gain, 4) and h.predictedGain != ch.predicted_gain
-    assert tuner.history == [h]
+    assert tuner.history == d.history
     # announced (a scraped interval adds no warning)
-    assert d.events == [Event("Normal", "StepsChanged", f"bucket 1: steps 2 -> 3 (switch: {ch.reason})")]
-    assert d.step_table_body() == {
-        "table": [{"minBatch": lo, "steps": steps} for lo, steps in [(1, 3), (2, 2), (8, 2), (32, 2), (64, 2)]]
-    }
+    assert d.events[0] == Event("Normal", "StepsChanged", f"bucket 1: steps 2 -> 3 (switch: {ch.reason})")
+    assert [e.reason for e in d.events] == ["StepsChanged"] * 5
+    assert d.step_table_body() == {"table": [{"minBatch": lo, "steps": 3} for lo in DEFAULT_BUCKETS]}
 
 
 def test_a_hold_changes_nothing_and_records_nothing():
@@ -227,18 +233,23 @@ def test_off_mode_recommends_without_applying_and_keeps_recommending():
     ch = d.buckets["1"].choice
     assert (ch.kind, ch.steps) == ("switch", 3)
     assert d.table == [(lo, 2) for lo in DEFAULT_BUCKETS] and not d.changed
-    assert d.recommended_table == [(1, 3)] + [(lo, 2) for lo in DEFAULT_BUCKETS[1:]]
-    (h,) = d.history
-    assert (h.fromSteps, h.toSteps) == (2, 3)
+    assert d.recommended_table == [(lo, 3) for lo in DEFAULT_BUCKETS]  # the never-observed buckets: the prior's
+    h = d.history[0]
+    assert (h.fromSteps, h.toSteps) == (2, 3) and len(d.history) == len(DEFAULT_BUCKETS)
     assert h.reason == f"switch: {ch.reason} (mode Off: not applied)"
-    assert d.events == [Event("Normal", "StepsRecommended", f"bucket 1: steps 2 -> 3 (switch: {ch.reason})")]
+    assert all("prior from bucket 1 " in e.reason and "(mode Off: not applied)" in e.reason for e in d.history[1:])
+    assert d.events[0] == Event("Normal", "StepsRecommended", f"bucket 1: steps 2 -> 3 (switch: {ch.reason})")
+    assert {e.reason for e in d.events} == {"StepsRecommended"}
     assert tuner.states["1"].steps == 2 and tuner.states["1"].pending_rollback is None and tuner.changes == 0
     # the pods keep running steps 2, 20 % slower this interval: still a recommendation, not a rollback
     pod.run("1", 300, 1, 2, HIGH, cost=CycleCost(12, 0.0, 0.6, 0, 0.6, 0, 0.6))
     d = tuner.step(20.0, [pod.snap(20.0)])
     assert d.buckets["1"].choice.kind == "switch"
-    assert [(h.fromSteps, h.toSteps) for h in d.history] == [(2, 3)]
-    assert [(h.time, h.toSteps) for h in tuner.history] == [("1970-01-01T00:00:10Z", 3), ("1970-01-01T00:00:20Z", 3)]
+    assert [(h.fromSteps, h.toSteps) for h in d.history] == [(2, 3)] * len(DEFAULT_BUCKETS)
+    assert [(h.time, h.toSteps) for h in tuner.history if h.bucket == "1"] == [
+        ("1970-01-01T00:00:10Z", 3),
+        ("1970-01-01T00:00:20Z", 3),
+    ]
     assert tuner.table() == [(lo, 2) for lo in DEFAULT_BUCKETS] and tuner.changes == 0
 
 
@@ -971,7 +982,7 @@ def test_the_last_reports_survive_an_interval_that_decided_nothing():
     tuner, pod = Tuner(live(), profile=COST, refine=False), Pod()
     first_decision(tuner, pod)
     reports = tuner.last_reports
-    assert set(reports) == {"1"}
+    assert set(reports) == {"1"}  # the observed bucket's decision; the priors of the others are not kept here
     d = tuner.step(20.0, [down("pod-0", 20.0, "timeout")])
     assert d.buckets == {} and tuner.last_reports is reports
 
@@ -998,7 +1009,7 @@ def test_status_of_a_bucket_with_a_single_cycle_and_of_a_pod_without_the_steps_g
     tuner.step(0.0, [pod.snap(0.0)])
     pod.run("2+", 300, 4, 2, HIGH)
     tuner.step(10.0, [pod.snap(10.0)])
-    assert tuner.states["2+"].steps == 3 and tuner.states["1"].steps == 2
+    assert tuner.states["2+"].steps == 3 and tuner.states["1"].steps == 3  # bucket 1: the prior from 2+
     pod.run("2+", 1, 4, 3, HIGH)
     st = tuner.step(20.0, [pod.snap(20.0)]).status
     assert st.numSteps == tuner.states["2+"].steps > 2  # one cycle is still the busiest bucket

@@ -20,7 +20,7 @@ from specdecode_runtime.contract.step_table import StepTable
 from ..api.models import Condition, CostProfileEntry, HistoryEntry, SpeculativeStatus
 from .cost_refine import PRIOR_SD_OVERRIDE, PRIOR_SD_PHASE_AVERAGES, CostRefiner
 from .estimator import Acceptance, Estimator, ObserveReport
-from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose
+from .policy import Aggregate, BucketState, Choice, PolicyConfig, choose, choose_prior
 from .snapshot import PodSnapshot
 
 Mode = Literal["Off", "Live", "Rollout"]
@@ -287,14 +287,19 @@ class Tuner:
             aggregates = self._aggregates(now, positions, report)
             for label, lo in self.labels.items():
                 if label not in self.estimator.windows or report.bucket_cycles.get(label, 0) <= 0:
-                    continue  # a bucket idle this interval keeps its step count: nothing new to judge it on
+                    continue  # an idle bucket keeps its step count (or, never observed, takes the prior below)
                 rep = self._decide_bucket(label, lo, now, positions, report, aggregates.get(label))
                 if rep is None:
                     continue
                 reports[label] = rep
                 recommended[label] = rep.choice.steps
         if reports:
-            self.last_reports = reports
+            self.last_reports = dict(reports)  # the decisions on traffic; the priors below are not kept here
+        if report.usable and cfg.mode != "Rollout":  # Rollout runs one step count everywhere: no per-bucket prior
+            for label, rep in self._priors(now, positions).items():
+                recommended[label] = rep.choice.steps
+                if rep.choice.steps != self.states[label].steps:
+                    reports[label] = rep  # a change is reported, applied and counted like any other switch
         active = [label for label in self.labels if report.bucket_cycles.get(label, 0) > 0]
         if active:
             self._active = active
@@ -348,6 +353,62 @@ class Tuner:
             events=events,
             recommended_table=rec_table,
         )
+
+    def prior_source(self, label: str, now: float, positions: int) -> tuple[str, Acceptance] | None:
+        """The bucket whose acceptance prices ``label`` while ``label`` has never had traffic (nothing in the
+        estimator's windows, nothing remembered): the nearest bucket, in bucket order, with acceptance of its own
+        (at least one observed position and ``min_samples`` cycles in its window); between two equally near, the one
+        with more cycles. Returns that bucket and its acceptance; None when ``label`` has been observed or no bucket
+        qualifies.
+
+        Why the nearest and not all observed buckets pooled: acceptance belongs to the workload and the draft, so any
+        observed bucket is evidence, but the traffic that first reaches an empty bucket comes through its neighbour
+        (a lull drains a batch of 8-31 through 2-7 to 1; a burst fills 32-63 from 8-31), and where the mix differs by
+        batch size (long prompts only at low load, say) the neighbour's mix is the likeliest one. One bucket's curve
+        also keeps censoring coherent: its ``observed`` positions are positions that bucket measured, where a pooled
+        curve would mix depths measured at different step counts. And the history can name the bucket it came from."""
+        est = self.estimator
+        if label in est.windows or label in self.remembered:
+            return None
+        order = list(self.labels)
+        i = order.index(label)
+        found: list[tuple[int, float, str]] = []
+        for j, other in enumerate(order):
+            samples = est.samples(other) if other in est.windows else 0.0
+            if samples >= self.config.policy.min_samples:
+                found.append((abs(i - j), -samples, other))
+        for _, _, other in sorted(found):
+            acc = self._acceptance(other, now, positions)
+            if acc.observed >= 1:
+                return other, acc
+        return None
+
+    def nominal_batch(self, lo: int) -> int:
+        """The batch a never-observed bucket is priced at: the geometric middle of its bounds (the open top bucket:
+        of its lower bound and twice that), where the start-up probe measures each bucket's cost
+        (runtime cost_probe ``probe_batch``), so the prior reads the cost model where it was measured."""
+        i = self.bounds.index(lo)
+        hi = self.bounds[i + 1] - 1 if i + 1 < len(self.bounds) else 2 * lo
+        return max(lo, round(math.sqrt(lo * hi)))
+
+    def _priors(self, now: float, positions: int) -> dict[str, BucketReport]:
+        """Choices for the buckets that have never had traffic: the nearest observed bucket's acceptance at each one's
+        own cost model (``prior_source``, policy ``choose_prior``), never below ``initial_steps`` (the rendered start
+        value; why: ``choose_prior``). Off mode works on a copy of the state, so a recommendation leaves no cooldown
+        behind."""
+        out: dict[str, BucketReport] = {}
+        for label, lo in self.labels.items():
+            found = self.prior_source(label, now, positions)
+            cost, cost_source = self.cost(label) if found is not None else (None, "None")
+            if found is None or cost is None:
+                continue
+            source, acc = found
+            state = self.states[label] if self.config.mode == "Live" else replace(self.states[label])
+            batch = self.nominal_batch(lo)
+            floor = self.config.initial_steps
+            choice = choose_prior(self.config.policy, state, acc, cost, batch, now, source, floor)
+            out[label] = BucketReport(label, lo, state.steps, choice, 0.0, batch, acc.alphas, acc.observed, cost_source)
+        return out
 
     def _aggregates(self, now: float, positions: int, report: ObserveReport) -> dict[str, Aggregate]:
         """Deployment tokens/s of decode time at every bucket's current step count (the model's prediction, weighted by
