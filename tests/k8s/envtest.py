@@ -82,6 +82,9 @@ def binaries_dir(*, build: bool = True) -> pathlib.Path:
     return path
 
 
+PORT_ATTEMPTS = 3  # starts of etcd + kube-apiserver before a lost port race is an error
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -250,11 +253,35 @@ class Environment:
         (work / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
         self.audit_log = work / "audit.log"
 
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{etcd_port}"
         popen = dict(
             stdin=subprocess.DEVNULL, start_new_session=detach, preexec_fn=None if detach else _die_with_parent
         )
+        self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
+        # free_port() closes the port it found before the servers bind it: another process (a second test worker
+        # starting its own server) can take it in between. A start that lost its port is retried on new ports.
+        for attempt in range(PORT_ATTEMPTS):
+            self._launch(bins, work, popen)
+            try:
+                self._wait_ready()
+                break
+            except RuntimeError as exc:
+                self._kill()
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS - 1:
+                    self.stop()
+                    raise
+                shutil.rmtree(work / "etcd", ignore_errors=True)
+            except BaseException:
+                self.stop()
+                raise
+        self.kubeconfig = self._write_kubeconfig(work / "kubeconfig", ADMIN_USER, {"token": self.admin_token})
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def _launch(self, bins: pathlib.Path, work: pathlib.Path, popen: dict) -> None:
+        """etcd and kube-apiserver on ports free a moment ago."""
+        pki = work / "pki"
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._etcd = subprocess.Popen(
             [
                 str(bins / "etcd"),
@@ -302,15 +329,14 @@ class Environment:
             stderr=subprocess.STDOUT,
             **popen,
         )
-        self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.kubeconfig = self._write_kubeconfig(work / "kubeconfig", ADMIN_USER, {"token": self.admin_token})
-        self.startup_seconds = time.monotonic() - t0
-        return self
+
+    def _kill(self) -> None:
+        """Stop both processes, keeping the work directory (a start retried on new ports reuses it)."""
+        for proc in (self._apiserver, self._etcd):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+        self._apiserver = self._etcd = None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout

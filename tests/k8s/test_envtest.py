@@ -91,3 +91,28 @@ def test_up_runs_in_the_background_and_down_removes_it(tmp_path):
     down = run("down")
     assert down.returncode == 0, down.stderr
     assert not state.exists() and not any(alive(p) for p in pids.values())
+
+
+def test_a_start_whose_port_was_taken_meanwhile_retries_on_new_ports(envtest_environment, monkeypatch):
+    """free_port() closes the port before the server binds it, so a second test worker can take it in between: the
+    API server's port is taken here on purpose for the first start, which must come up on new ports."""
+    import socket
+
+    from tests.k8s import envtest
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real, calls = envtest.free_port, []
+
+    def first_port_taken() -> int:
+        calls.append(1)
+        return taken.getsockname()[1] if len(calls) == 3 else real()  # etcd, peer, then the API server's port
+
+    monkeypatch.setattr(envtest, "free_port", first_port_taken)
+    try:
+        with Environment() as env:
+            assert env.request("GET", "/readyz")[0] == 200
+            assert env.server != f"https://127.0.0.1:{taken.getsockname()[1]}" and len(calls) == 6
+    finally:
+        taken.close()
