@@ -30,10 +30,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench/gpu/campaigns"))
 from draft_canary import INTERVAL_SCALE, POD, RUNTIME_EXTRA, STEPS, TOKEN, Cluster, Load, Pod, interval_s, newest_body
+from local_job import local_command  # the Job's commands as the GPU campaign runs them
 
 from specdecode_runtime.contract import adaptation as contract
-from specdecode_runtime.contract.config import CAPTURE_MOUNT_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "runtime"
@@ -114,18 +115,6 @@ def create(cluster: Cluster, name: str, target: str, draft: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- the Job
-def local_command(command: list[str], claim: Path, message: Path) -> list[str]:
-    """The container's command as this machine runs it: the claim's mount path is the local directory, the
-    termination message a local file, ``specdecode-runtime`` this interpreter's module."""
-    out = []
-    for arg in command:
-        if arg == contract.TERMINATION_LOG:
-            arg = str(message)
-        elif arg == CAPTURE_MOUNT_DIR or arg.startswith(CAPTURE_MOUNT_DIR + "/"):
-            arg = str(claim) + arg[len(CAPTURE_MOUNT_DIR) :]
-        out.append(arg)
-    assert out[0] == "specdecode-runtime", out
-    return [sys.executable, "-m", "specdecode_runtime", *out[1:]]
 
 
 def run(command: list[str], log: Path) -> int:

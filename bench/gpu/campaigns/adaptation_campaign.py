@@ -67,6 +67,7 @@ except ImportError:
 import aiohttp  # noqa: E402
 from draft_swap_load import swap  # noqa: E402
 from live_tune import SGLANG_ARGS, free_port, graph_args, http, pod_samples, prompts_from, put_table, single  # noqa: E402
+from local_job import local_command  # noqa: E402
 from packed_data import EOT  # noqa: E402
 
 from specdecode_operator.api.validate import parse  # noqa: E402
@@ -77,7 +78,6 @@ from specdecode_operator.tuning import adaptation, draft_rollout  # noqa: E402
 from specdecode_operator.tuning.pod_client import read_counters  # noqa: E402
 from specdecode_operator.tuning.pods import Target  # noqa: E402
 from specdecode_runtime.contract import adaptation as contract  # noqa: E402
-from specdecode_runtime.contract.config import CAPTURE_MOUNT_DIR  # noqa: E402
 from specdecode_runtime.contract.draft_swap import DRAFT_PATH  # noqa: E402
 from specdecode_runtime.contract.metric_names import POSITION_ACCEPTED, REQUESTS_VERIFIED  # noqa: E402
 from specdecode_runtime.cpu.tiny_models import noisy_copy  # noqa: E402
@@ -376,21 +376,6 @@ def deployment(a: argparse.Namespace, claim_name: str = "traffic") -> dict:
             "placement": {"gpusPerNode": 1},
         },
     }
-
-
-def local_command(command: list[str], claim: Path, message: Path) -> list[str]:
-    """A container's command as this machine runs it: the claim's mount path is the local directory, the
-    termination message a local file, ``specdecode-runtime`` this interpreter's module."""
-    out = []
-    for arg in command:
-        if arg == contract.TERMINATION_LOG:
-            arg = str(message)
-        elif arg == CAPTURE_MOUNT_DIR or arg.startswith(CAPTURE_MOUNT_DIR + "/"):
-            arg = str(claim) + arg[len(CAPTURE_MOUNT_DIR) :]
-        out.append(arg)
-    if not out or out[0] != "specdecode-runtime":
-        raise RuntimeError(f"not a specdecode-runtime command: {command}")
-    return [sys.executable, "-m", "specdecode_runtime", *out[1:]]
 
 
 class StandInApi:
