@@ -53,7 +53,7 @@ for _p in (ROOT / "runtime", ROOT / "bench", ROOT / "bench" / "gpu" / "campaigns
 import live_tune  # noqa: E402
 import points as pts  # noqa: E402
 import renderer  # noqa: E402
-from reports.live_runs import decode_figures  # noqa: E402
+from reports.live_runs import point_metrics  # noqa: E402
 
 from specdecode_runtime.contract.scenario import load_scenario  # noqa: E402
 from specdecode_runtime.simulate.engine import SimEngine  # noqa: E402
@@ -253,16 +253,8 @@ class GpuBackend:
         tps, det = live_tune.Observer(url, None)(
             lambda: live_tune.replay(url, self.prompts, batch, r.replay, r.max_new_tokens)
         )
-        fig = decode_figures(det["pod_counters"])
         out: dict[str, float | None] = {"tok_s": round(tps, 1), "wall_s": det["wall_s"], "requests": r.replay * batch}
-        if fig:
-            out.update(
-                decode_tok_s=fig["decode_tokens_per_s"],
-                cycle_ms=fig["cycle_ms"],
-                accept_len=fig["tokens_per_seq_cycle"],
-                mean_batch=fig["mean_batch"],
-                cycles=fig["cycles"],
-            )
+        out.update(point_metrics(det["pod_counters"]))
         return out
 
     def measure(self, s: Spec) -> dict[str, float | None]:

@@ -90,6 +90,21 @@ def pod_figures(counters: dict[str, float]) -> dict | None:
 LAUNCH = ("draft", "verify", "draft_extend")
 
 
+def point_metrics(counters: dict) -> dict[str, float]:
+    """The decode figures of a point's counter deltas under the point format's metric names (bench/points.py);
+    empty when the counters carry no decode cycles."""
+    fig = decode_figures(counters)
+    if not fig:
+        return {}
+    return {
+        "decode_tok_s": fig["decode_tokens_per_s"],
+        "cycle_ms": fig["cycle_ms"],
+        "accept_len": fig["tokens_per_seq_cycle"],
+        "mean_batch": fig["mean_batch"],
+        "cycles": fig["cycles"],
+    }
+
+
 def decode_figures(counters: dict[str, float]) -> dict:
     """``pod_figures`` plus the prefill work inside the cycles and the host launch time, per cycle."""
     fig = pod_figures(counters) or {}
@@ -177,16 +192,7 @@ def run_points(run: dict, campaign: str, shape: str, prov: dict, source: str) ->
     def add(mode: str, steps: int | None, b: str, rnd: int, tps: float | None, counters: dict | None) -> None:
         if tps is None:
             return
-        fig = decode_figures(counters or {})
-        metrics = {"tok_s": tps}
-        if fig:
-            metrics.update(
-                decode_tok_s=fig["decode_tokens_per_s"],
-                cycle_ms=fig["cycle_ms"],
-                accept_len=fig["tokens_per_seq_cycle"],
-                mean_batch=fig["mean_batch"],
-                cycles=fig["cycles"],
-            )
+        metrics = {"tok_s": tps, **point_metrics(counters or {})}
         out.append(
             pts.Point(
                 campaign=campaign,
